@@ -1,0 +1,122 @@
+"""Documented expectations as data, and the check that compares runs with them.
+
+A claim is judged on the records of one run (one record per variant, same knobs). Its
+check returns whether it held and what was measured, so `verify` can print the measured
+value beside the published one. Constructors below cover the common shapes; a scenario
+may pass any function of the records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Record = Mapping[str, Any]
+Check = Callable[[Mapping[str, Record]], tuple[bool, str]]
+PROFILES = ("quick", "published")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One sentence of a document, checkable on a run's records."""
+
+    id: str  # the id in shared/claims.md, e.g. "DL-3"
+    text: str
+    variants: tuple[str, ...]  # records the check needs
+    check: Check
+    published: str = ""  # the document's number or sentence, verbatim where it has one
+    profiles: tuple[str, ...] = PROFILES  # verify profiles the claim is judged in
+
+    def judge(self, records: Mapping[str, Record]) -> dict[str, Any] | None:
+        """The verdict, or None when the run lacks a variant the claim needs."""
+        if any(v not in records for v in self.variants):
+            return None
+        held, measured = self.check(records)
+        return {
+            "id": self.id,
+            "text": self.text,
+            "variants": list(self.variants),
+            "held": bool(held),
+            "measured": measured,
+            "published": self.published,
+        }
+
+
+def judge_all(claims: tuple[Claim, ...], records: Mapping[str, Record]) -> list[dict[str, Any]]:
+    return [v for c in claims if (v := c.judge(records)) is not None]
+
+
+def _outcomes(rec: Record) -> dict[str, int]:
+    return dict(rec.get("outcomes", {}))
+
+
+def _fmt(rec: Record) -> str:
+    from lab.outcome import notation
+
+    return f"{notation(_outcomes(rec))} in {rec.get('wall_ms', 0):.0f} ms"
+
+
+# --- shapes -----------------------------------------------------------------------------
+
+
+def majority(cid: str, variant: str, key: str, text: str, published: str = "") -> Claim:
+    """More than half of the actors of `variant` ended with `key`."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        counts = _outcomes(records[variant])
+        total = sum(counts.values())
+        return counts.get(key, 0) * 2 > total, f"{variant}: {_fmt(records[variant])}"
+
+    return Claim(cid, text, (variant,), check, published)
+
+
+def all_ok(cid: str, variant: str, text: str, published: str = "", key: str = "ok") -> Claim:
+    """Every actor of `variant` ended with `key` (default "ok")."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        counts = _outcomes(records[variant])
+        return set(counts) == {key}, f"{variant}: {_fmt(records[variant])}"
+
+    return Claim(cid, text, (variant,), check, published)
+
+
+def deadlocks(cid: str, variant: str, text: str, *, expect: bool, published: str = "") -> Claim:
+    """`variant` produced deadlocks (40P01 outcomes and server reports) or produced none."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        rec = records[variant]
+        n40 = _outcomes(rec).get("40P01", 0)
+        ev = rec.get("evidence", {})
+        stat = ev.get("pg_stat_deadlocks", 0)
+        reports = (ev.get("deadlocks") or {}).get("reports")
+        seen = f"{variant}: 40P01={n40}, pg_stat_database.deadlocks +{stat}, log reports={reports}"
+        if expect:
+            return n40 > 0 and stat > 0, seen
+        return n40 == 0 and stat == 0 and not reports, seen
+
+    return Claim(cid, text, (variant,), check, published)
+
+
+def invariants_hold(cid: str, variant: str, text: str, published: str = "") -> Claim:
+    """Every invariant of `variant`'s run held."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        invs = records[variant].get("invariants", [])
+        failed = [i["name"] for i in invs if not i["held"]]
+        seen = f"{variant}: " + (f"violated {', '.join(failed)}" if failed else f"{len(invs)} held")
+        return bool(invs) and not failed, seen
+
+    return Claim(cid, text, (variant,), check, published)
+
+
+def invariant_broken(cid: str, variant: str, name: str, text: str, published: str = "") -> Claim:
+    """The buggy side of an invariant: `variant` breaks the invariant called `name`."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        inv = next((i for i in records[variant].get("invariants", []) if i["name"] == name), None)
+        if inv is None:
+            return False, f"{variant}: no invariant named {name}"
+        return not inv["held"], f"{variant}: {name}: {inv['detail']}"
+
+    return Claim(cid, text, (variant,), check, published)

@@ -1,0 +1,312 @@
+"""The `locklab` command: plain sync Typer commands that call asyncio.run()."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from lab import report
+from lab.errors import LabError, ScenarioFailure
+from lab.runner import RunPlan, run_plan
+from lab.scenario import Scenario
+from lab.servers import open_servers, servers_down, servers_up, state_path
+from lab.workload import Knobs, parse_arrival, parse_connect
+
+app = typer.Typer(
+    help="Reproduce concurrency bugs and their fixes against real PostgreSQL and Redis.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+servers_app = typer.Typer(help="Keep embedded servers running between commands.", no_args_is_help=True)
+app.add_typer(servers_app, name="servers")
+
+T = TypeVar("T")
+
+
+def out() -> Console:
+    return Console(highlight=False)
+
+
+def err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def guarded(body: Callable[[], T]) -> T:
+    """Bad input and failed scenarios end as one line and a non-zero exit, no traceback."""
+    try:
+        with _sigterm_as_interrupt():
+            return body()
+    except LabError as exc:
+        err().print(f"locklab: {exc}", markup=False)
+        raise typer.Exit(2) from None
+    except ScenarioFailure as exc:
+        err().print(f"locklab: scenario failed: {exc}", markup=False)
+        raise typer.Exit(3) from None
+    except KeyboardInterrupt:
+        err().print("locklab: interrupted; servers the lab started are stopped, no partial record")
+        raise typer.Exit(130) from None
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def find_scenario(name: str) -> Scenario:
+    from scenarios import by_id
+
+    catalogue = by_id()
+    if name in catalogue:
+        return catalogue[name]
+    close = difflib.get_close_matches(name, catalogue, n=1, cutoff=0.5)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
+
+
+def parse_params(scenario: Scenario, items: list[str]) -> dict[str, Any]:
+    params = dict(scenario.params)
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or key not in params:
+            known = ", ".join(params) or "none"
+            raise LabError(f"--param {item!r}: {scenario.id} takes key=value with key in: {known}")
+        default = params[key]
+        try:
+            if isinstance(default, bool):
+                if raw.lower() not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+                    raise ValueError(raw)
+                params[key] = raw.lower() in ("true", "1", "yes", "on")
+            elif isinstance(default, (int, float)):
+                params[key] = type(default)(raw)
+            else:
+                params[key] = raw
+        except ValueError:
+            raise LabError(f"--param {key}={raw!r}: expected a {type(default).__name__}") from None
+    return params
+
+
+def variants_of(scenario: Scenario, variant: str) -> list[str]:
+    if variant == "all":
+        return list(scenario.variants)
+    chosen = [v.strip() for v in variant.split(",") if v.strip()]
+    for v in chosen:
+        if v not in scenario.variants:
+            raise LabError(
+                f"{scenario.id} has no variant {v!r}; choose from: all, {', '.join(scenario.variants)}"
+            )
+    return chosen
+
+
+def make_knobs(
+    scenario: Scenario,
+    n: int | None,
+    arrival: str | None,
+    connect: str | None,
+    deadlock_timeout: int | None,
+    seed: int,
+    actor_timeout: float | None,
+    run_timeout: float | None,
+) -> Knobs:
+    d = scenario.defaults
+    knobs = Knobs(
+        n=d.n if n is None else n,
+        arrival=arrival or d.arrival,
+        connect=connect or d.connect,
+        deadlock_timeout_ms=d.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout,
+        seed=seed,
+        actor_timeout_s=d.actor_timeout_s if actor_timeout is None else actor_timeout,
+        run_timeout_s=d.run_timeout_s if run_timeout is None else run_timeout,
+    )
+    if knobs.n < 1:
+        raise LabError(f"-n {knobs.n}: a run needs at least one actor")
+    if knobs.deadlock_timeout_ms < 1:
+        raise LabError(f"--deadlock-timeout {knobs.deadlock_timeout_ms}: must be at least 1 ms")
+    if knobs.actor_timeout_s <= 0 or knobs.run_timeout_s <= 0:
+        raise LabError("timeouts must be positive")
+    parse_arrival(knobs.arrival)
+    parse_connect(knobs.connect)
+    return knobs
+
+
+PgDsn = Annotated[
+    str | None, typer.Option("--pg-dsn", help="Use this PostgreSQL (superuser DSN); env LOCKLAB_PG_DSN.")
+]
+RedisUrl = Annotated[
+    str | None, typer.Option("--redis-url", help="Use this Redis; env LOCKLAB_REDIS_URL.")
+]
+
+
+@app.command("list")
+def list_cmd() -> None:
+    """List the scenarios, their variants and sources."""
+    from rich.table import Table
+
+    from scenarios import SCENARIOS
+
+    table = Table(title="scenarios")
+    for col in ("id", "variants", "uses", "source", "what"):
+        table.add_column(col, overflow="fold")
+    for s in SCENARIOS:
+        table.add_row(s.id, ", ".join(s.variants), ", ".join(sorted(s.uses)), ", ".join(s.sources), s.title)
+    out().print(table)
+
+
+@app.command()
+def run(
+    scenario: Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")],
+    variant: Annotated[str, typer.Option("--variant", "-v", help="buggy, fixed, any variant, a comma list, or all.")] = "all",
+    n: Annotated[int | None, typer.Option("-n", help="Actors (default: the published size).")] = None,
+    arrival: Annotated[str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")] = None,
+    connect: Annotated[str | None, typer.Option(help="per-actor | pool:<size>.")] = None,
+    deadlock_timeout: Annotated[int | None, typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (published: 1000).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 1,
+    actor_timeout: Annotated[float | None, typer.Option(help="Hard limit per actor, seconds (then: timeout).")] = None,
+    run_timeout: Annotated[float | None, typer.Option(help="Hard limit per variant run, seconds.")] = None,
+    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Scenario knob key=value (see `locklab show`).")] = None,
+    pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else.")] = False,
+    no_record: Annotated[bool, typer.Option("--no-record", help="Do not write records under results/.")] = False,
+) -> None:
+    """Run a scenario's variants with the same knobs and print them beside the published numbers."""
+
+    def body() -> None:
+        from lab.results import new_run_id
+
+        sc = find_scenario(scenario)
+        chosen = variants_of(sc, variant)
+        knobs = make_knobs(sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout)
+        params = parse_params(sc, param or [])
+        plan = RunPlan(sc, chosen, knobs, params, new_run_id(), write=not no_record)
+        console = out()
+        log = err()
+
+        def on_record(rec: dict[str, Any]) -> None:
+            if as_json:
+                sys.stdout.write(json.dumps(rec, default=str) + "\n")
+                sys.stdout.flush()
+            else:
+                console.print(report.result_line(rec), markup=False)
+
+        with open_servers(pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            with log.status(f"running {sc.id} ({', '.join(chosen)}), n={knobs.n} ..."):
+                records = asyncio.run(run_plan(plan, srv, on_record))
+        if not as_json:
+            report.results_table(console, records)
+            report.claims_table(console, records)
+            if plan.write:
+                console.print(f"[dim]records: results/{plan.run_id}/[/dim]")
+
+    guarded(body)
+
+
+@app.command()
+def show(scenario: Annotated[str, typer.Argument(help="Scenario id.")]) -> None:
+    """Print a scenario's spec: docstring, variants, knobs and claims."""
+
+    def body() -> None:
+        sc = find_scenario(scenario)
+        console = out()
+        console.print(sc.doc.strip(), markup=False)
+        console.print(f"\nvariants: {', '.join(sc.variants)}")
+        d = sc.defaults
+        console.print(
+            f"defaults: -n {d.n} --arrival {d.arrival} --connect {d.connect} "
+            f"--deadlock-timeout {d.deadlock_timeout_ms}"
+        )
+        for k, v in sc.params.items():
+            console.print(f"  -p {k}={v}  {sc.param_help.get(k, '')}", markup=False)
+        for c in sc.claims:
+            console.print(f"claim {c.id} [{', '.join(c.variants)}] {c.text}", markup=False)
+
+    guarded(body)
+
+
+@app.command()
+def doctor() -> None:
+    """Which servers and binaries would be used, their versions, and whether Docker answers."""
+
+    def body() -> None:
+        from lab.servers import docker
+        from lab.servers.embedded import _usable_bindir, find_redis_server, pg_bindir_candidates
+
+        console = out()
+        console.print(f"python {sys.version.split()[0]}, euid {os.geteuid()}")
+        for env in ("LOCKLAB_PG_DSN", "LOCKLAB_REDIS_URL", "LOCKLAB_SERVERS", "LOCKLAB_PG_BINDIR"):
+            if os.environ.get(env):
+                console.print(f"{env} is set", markup=False)
+        reason = docker.docker_unavailable()
+        console.print(f"docker: {'engine answers' if reason is None else reason}")
+        for bindir, source in pg_bindir_candidates():
+            version = _usable_bindir(bindir)
+            state = f"PostgreSQL {version}" if version else "not usable"
+            console.print(f"postgresql candidate: {bindir} ({source}): {state}", markup=False)
+        try:
+            binary, source = find_redis_server()
+            console.print(f"redis-server: {binary} ({source})", markup=False)
+        except LabError as exc:
+            console.print(f"redis-server: {exc}", markup=False)
+        console.print(f"kept servers state: {state_path()} ({'present' if state_path().exists() else 'none'})", markup=False)
+
+    guarded(body)
+
+
+@servers_app.command("up")
+def servers_up_cmd() -> None:
+    """Start embedded PostgreSQL and Redis and keep them for later commands."""
+    guarded(lambda: report.servers(out(), servers_up().infos()))
+
+
+@servers_app.command("down")
+def servers_down_cmd() -> None:
+    """Stop the servers `servers up` started (by their recorded PIDs)."""
+
+    def body() -> None:
+        stopped = servers_down()
+        out().print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+    guarded(body)
+
+
+@servers_app.command("status")
+def servers_status_cmd() -> None:
+    """Show the kept servers, if any."""
+
+    def body() -> None:
+        from lab.servers import _kept_servers
+
+        kept = _kept_servers()
+        if kept is None:
+            out().print("no kept servers (start them with `locklab servers up`)")
+        else:
+            report.servers(out(), kept.infos())
+
+    guarded(body)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

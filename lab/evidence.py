@@ -1,0 +1,130 @@
+"""Server-side facts about a run: deadlock reports, pg_stat_database, Redis commandstats."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import asyncpg
+
+_LINE = re.compile(r"^\S+ \S+ \S+ \[(?P<pid>\d+)\] (?P<db>\S*) (?P<level>[A-Z]+):  (?P<msg>.*)$")
+_WAIT = re.compile(
+    r"Process (?P<pid>\d+) waits for (?P<mode>\w+) on (?P<what>.+?); blocked by process (?P<by>\d+)\."
+)
+_STMT = re.compile(r"^Process (?P<pid>\d+): (?P<sql>.*)$")
+
+
+@dataclass
+class Wait:
+    pid: int
+    mode: str
+    on: str  # "transaction 6992", "tuple (0,6) of relation 16533 of database 5", ...
+    blocked_by: int
+
+
+@dataclass
+class DeadlockReport:
+    """One `ERROR: deadlock detected` with its DETAIL lines."""
+
+    victim_pid: int
+    database: str
+    waits: list[Wait] = field(default_factory=list)
+    statements: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def cycle_length(self) -> int:
+        return len(self.waits)
+
+    @property
+    def tuple_hops(self) -> int:
+        return sum(1 for w in self.waits if w.on.startswith("tuple"))
+
+
+def parse_deadlocks(log: str, database: str | None = None) -> list[DeadlockReport]:
+    """Deadlock reports in a PostgreSQL log written with log_line_prefix '%m [%p] %d '."""
+    reports: list[DeadlockReport] = []
+    current: DeadlockReport | None = None
+    in_detail = False
+    for raw in log.splitlines():
+        m = _LINE.match(raw)
+        if m:
+            in_detail = False
+            msg = m["msg"]
+            if m["level"] == "ERROR" and msg.startswith("deadlock detected"):
+                current = DeadlockReport(victim_pid=int(m["pid"]), database=m["db"])
+                if database is None or m["db"] == database:
+                    reports.append(current)
+            elif current is not None and m["level"] == "DETAIL" and int(m["pid"]) == current.victim_pid:
+                in_detail = True
+                _detail_line(current, msg)
+            elif current is not None and int(m["pid"]) == current.victim_pid and m["level"] in (
+                "HINT",
+                "CONTEXT",
+                "STATEMENT",
+            ):
+                continue
+            else:
+                current = None
+        elif in_detail and current is not None and raw.startswith("\t"):
+            _detail_line(current, raw.strip())
+    return reports
+
+
+def _detail_line(report: DeadlockReport, text: str) -> None:
+    if w := _WAIT.match(text):
+        report.waits.append(Wait(int(w["pid"]), w["mode"], w["what"], int(w["by"])))
+    elif s := _STMT.match(text):
+        report.statements[int(s["pid"])] = s["sql"]
+
+
+def summarize_deadlocks(reports: list[DeadlockReport]) -> dict[str, Any]:
+    """What a record keeps: counts, cycle lengths, tuple hops, and the longest report."""
+    lengths = Counter(r.cycle_length for r in reports)
+    longest = max(reports, key=lambda r: r.cycle_length, default=None)
+    return {
+        "reports": len(reports),
+        "cycle_lengths": {str(k): v for k, v in sorted(lengths.items())},
+        "max_cycle": longest.cycle_length if longest else 0,
+        "tuple_hops": sum(r.tuple_hops for r in reports),
+        "example": asdict(longest) if longest else None,
+    }
+
+
+async def pg_deadlocks(conn: asyncpg.Connection, database: str) -> int:
+    """pg_stat_database.deadlocks of one database (cumulative; take deltas)."""
+    value = await conn.fetchval(
+        "SELECT deadlocks FROM pg_stat_database WHERE datname = $1", database
+    )
+    return int(value or 0)
+
+
+async def blocking_tree(conn: asyncpg.Connection, database: str) -> list[dict[str, Any]]:
+    """Sessions that block or are blocked, with pg_blocking_pids(): the lock-queue evidence."""
+    rows = await conn.fetch(
+        """
+        SELECT pid, pg_blocking_pids(pid) AS blocked_by, state, wait_event_type,
+               left(query, 120) AS query
+        FROM pg_stat_activity
+        WHERE datname = $1 AND (cardinality(pg_blocking_pids(pid)) > 0
+           OR pid IN (SELECT unnest(pg_blocking_pids(pid)) FROM pg_stat_activity))
+        ORDER BY pid
+        """,
+        database,
+    )
+    return [dict(r) | {"blocked_by": list(r["blocked_by"])} for r in rows]
+
+
+def commandstats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:
+    """Calls per Redis command between two `INFO commandstats` answers."""
+
+    def calls(info: dict[str, Any]) -> dict[str, int]:
+        out = {}
+        for key, value in info.items():
+            if key.startswith("cmdstat_") and isinstance(value, dict):
+                out[key.removeprefix("cmdstat_")] = int(value.get("calls", 0))
+        return out
+
+    b, a = calls(before), calls(after)
+    return {k: a[k] - b.get(k, 0) for k in sorted(a) if a[k] - b.get(k, 0)}

@@ -1,0 +1,275 @@
+"""One scenario × variant run: fresh database, setup, load, invariants, evidence, record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import platform
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from lab import __version__
+from lab.claims import judge_all
+from lab.errors import LabError, ScenarioFailure
+from lab.evidence import commandstats_delta, parse_deadlocks, pg_deadlocks, summarize_deadlocks
+from lab.outcome import TIMEOUT, notation, ordered
+from lab.results import SCHEMA_VERSION, git_commit, write_record
+from lab.scenario import Actor, Env, Scenario, Script
+from lab.servers import Servers
+from lab.workload import Knobs, connections_needed, percentiles, run_actors
+
+ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
+STATS_SETTLE_S = 3.0
+MAX_TRACE = 5000
+
+
+@dataclass
+class RunPlan:
+    scenario: Scenario
+    variants: Sequence[str]
+    knobs: Knobs
+    params: Mapping[str, Any]
+    run_id: str
+    write: bool = True
+
+
+async def run_plan(
+    plan: RunPlan, servers: Servers, on_record: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
+    """Run every variant of the plan with the same knobs; judge claims; write records."""
+    records: dict[str, dict[str, Any]] = {}
+    for variant in plan.variants:
+        rec = await run_variant(plan, variant, servers)
+        records[variant] = rec
+        _attach_claims(plan.scenario, records)
+        if plan.write:
+            write_record(rec)
+        if on_record is not None:
+            on_record(rec)
+    if plan.write:  # claims that compare variants are known only now
+        for rec in records.values():
+            write_record(rec)
+    return list(records.values())
+
+
+def _attach_claims(scenario: Scenario, records: dict[str, dict[str, Any]]) -> None:
+    verdicts = judge_all(scenario.claims, records)
+    for variant, rec in records.items():
+        rec["claims"] = [v for v in verdicts if variant in v["variants"]]
+
+
+def database_name(run_id: str, scenario: str, variant: str) -> str:
+    raw = f"locklab_{run_id}_{scenario}_{variant}".lower()
+    return re.sub(r"[^a-z0-9_]", "_", raw)[:63]
+
+
+async def admin_connect(servers: Servers) -> asyncpg.Connection:
+    """The superuser connection; an unreachable or refusing server becomes one clear line."""
+    assert servers.pg is not None
+    try:
+        return await asyncpg.connect(servers.pg.dsn, timeout=10)
+    except (OSError, asyncio.TimeoutError) as exc:
+        msg = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise LabError(f"cannot reach PostgreSQL at {servers.pg.info.address}: {msg}") from None
+    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        raise LabError(f"PostgreSQL at {servers.pg.info.address} refused: {exc}") from None
+
+
+async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
+    """Fill in the server's version and return how many more connections it accepts."""
+    assert servers.pg is not None
+    version = await conn.fetchval("SHOW server_version")
+    servers.pg.info.version = str(version).split()[0]
+    max_conn = int(await conn.fetchval("SHOW max_connections"))
+    reserved = int(await conn.fetchval("SHOW superuser_reserved_connections"))
+    in_use = int(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"))
+    servers.pg.max_connections = max_conn
+    return max_conn - reserved - in_use
+
+
+async def redis_client(servers: Servers, size: int) -> Any:
+    """A client whose pool waits for a free connection instead of raising past 100."""
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    assert servers.redis is not None
+    pool = aioredis.BlockingConnectionPool.from_url(
+        servers.redis.url, max_connections=size, timeout=60, retry=Retry(NoBackoff(), 0)
+    )
+    client = aioredis.Redis(connection_pool=pool)
+    try:
+        info = await asyncio.wait_for(client.info("server"), 10)
+    except Exception as exc:
+        await client.aclose()
+        raise LabError(f"cannot reach Redis at {servers.redis.info.address}: {exc}") from None
+    servers.redis.info.version = str(info.get("redis_version", servers.redis.info.version))
+    return client
+
+
+async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
+    scenario, knobs = plan.scenario, plan.knobs
+    if variant not in scenario.variants:
+        raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")
+    uses_pg = "pg" in scenario.uses
+    uses_redis = "redis" in scenario.uses
+    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    database = database_name(plan.run_id, scenario.id, variant)
+    admin: asyncpg.Connection | None = None
+    pool: asyncpg.Pool | None = None
+    rclient: Any = None
+    dsn = ""
+    created = False
+    prefix = f"locklab:{plan.run_id}:{variant}:"
+    try:
+        if uses_pg:
+            admin = await admin_connect(servers)
+            free = await probe_pg(admin, servers)
+            need = ADMIN_CONNECTIONS + (
+                connections_needed(knobs.connect, knobs.n) if scenario.kind == "actors" else 0
+            )
+            if need > free:
+                raise LabError(
+                    f"-n {knobs.n} with --connect {knobs.connect} needs {need} PostgreSQL "
+                    f"connections; the server accepts {free} more "
+                    f"(max_connections={servers.pg.max_connections if servers.pg else '?'}); "
+                    "use --connect pool:<size> or a smaller -n"
+                )
+            await admin.execute(f'CREATE DATABASE "{database}"')
+            created = True
+            await admin.execute(
+                f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
+            )
+            assert servers.pg is not None
+            dsn = servers.pg.dsn
+            pool = await asyncpg.create_pool(dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1)
+        if uses_redis:
+            rclient = await redis_client(servers, max(knobs.n + 16, 64))
+        env = Env(
+            scenario=scenario.id,
+            variant=variant,
+            dsn=_with_database(dsn, database) if dsn else "",
+            database=database,
+            db=pool,
+            redis=rclient,
+            prefix=prefix,
+            params=plan.params,
+            seed=knobs.seed,
+            n=knobs.n,
+            connect_kwargs={},
+        )
+        if scenario.setup is not None:
+            await scenario.setup(env)
+        log_offset = servers.pg.log_size() if (uses_pg and servers.pg) else 0
+        stat_before = await pg_deadlocks(admin, database) if admin else 0
+        redis_before = await rclient.info("commandstats") if rclient else {}
+
+        latencies: dict[str, list[float]] = {}
+        if scenario.kind == "actors":
+            actor: Actor = scenario.variants[variant]  # type: ignore[assignment]
+            res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
+            outcomes, wall_ms, latencies = res.outcomes, res.wall_ms, res.latencies_ms
+            env.outcomes = outcomes
+        else:
+            script: Script = scenario.variants[variant]  # type: ignore[assignment]
+            env.t0 = time.perf_counter()
+            try:
+                await asyncio.wait_for(script(env), knobs.run_timeout_s)
+            except asyncio.TimeoutError:
+                env.outcome(TIMEOUT)
+            wall_ms = (time.perf_counter() - env.t0) * 1000
+            outcomes = env.outcomes
+        unexpected = set(outcomes) - set(scenario.outcomes) - {TIMEOUT}
+        if unexpected:
+            raise ScenarioFailure(
+                f"{scenario.id} / {variant}: undeclared outcome(s) {sorted(unexpected)} "
+                f"in {notation(outcomes)}"
+            )
+
+        checks = await scenario.invariant(env) if scenario.invariant else []
+        evidence: dict[str, Any] = dict(env.extra_evidence)
+        if uses_pg and admin is not None and servers.pg is not None:
+            evidence["pg_stat_deadlocks"] = await _stat_delta(
+                admin, database, stat_before, outcomes.get("40P01", 0)
+            )
+            log = servers.pg.read_log(log_offset)
+            evidence["deadlocks"] = (
+                summarize_deadlocks(parse_deadlocks(log, database)) if log is not None else None
+            )
+        if rclient is not None:
+            evidence["redis_commandstats"] = commandstats_delta(
+                redis_before, await rclient.info("commandstats")
+            )
+        return {
+            "schema": SCHEMA_VERSION,
+            "run_id": plan.run_id,
+            "scenario": scenario.id,
+            "variant": variant,
+            "title": scenario.title,
+            "started_at": started_at,
+            "knobs": knobs.to_json(),
+            "params": dict(plan.params),
+            "servers": {i.product: i.to_json() for i in servers.infos()},
+            "lab": {"version": __version__, "git_commit": git_commit(), "python": platform.python_version()},
+            "outcomes": ordered(outcomes, scenario.outcomes),
+            "wall_ms": round(wall_ms, 1),
+            "latency_ms": percentiles([x for v in latencies.values() for x in v]),
+            "latency_ms_by_outcome": {k: percentiles(v) for k, v in sorted(latencies.items())},
+            "counters": dict(env.counters),
+            "samples": {k: _summary(v) for k, v in env.samples.items()},
+            "invariants": [c.to_json() for c in checks],
+            "evidence": evidence,
+            "trace": env.events[:MAX_TRACE],
+            "published": scenario.published.get(variant, ""),
+            "claims": [],
+        }
+    finally:
+        if pool is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pool.close(), 5)
+            pool.terminate()
+        if rclient is not None:
+            with contextlib.suppress(Exception):
+                keys = [k async for k in rclient.scan_iter(match=f"{prefix}*", count=1000)]
+                if keys:
+                    await rclient.delete(*keys)
+            with contextlib.suppress(Exception):
+                await rclient.aclose()
+        if admin is not None:
+            if created:
+                with contextlib.suppress(Exception):
+                    await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            with contextlib.suppress(Exception):
+                await admin.close()
+
+
+def _with_database(dsn: str, database: str) -> str:
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}"))
+
+
+async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expected: int) -> int:
+    """pg_stat_database.deadlocks since `before`; backends flush their counts on exit, so
+    wait (bounded) until the count reaches what the actors saw or stops changing."""
+    deadline = time.monotonic() + STATS_SETTLE_S
+    delta = 0
+    while True:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        delta = await pg_deadlocks(conn, database) - before
+        if delta >= expected or time.monotonic() > deadline:
+            return delta
+        await asyncio.sleep(0.05)
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {"count": len(values), "sum": round(sum(values), 3), **percentiles(values)}

@@ -1,0 +1,179 @@
+"""The contract between a scenario module and the harness.
+
+A scenario module defines a ``SCENARIO = Scenario(...)``; the harness never imports
+anything else from it. Two kinds:
+
+* ``actors``: every variant is ``async def variant(env, conn, actor) -> str``, run by N
+  actors under the workload knobs (arrival, connections, timeouts); the harness counts
+  the returned business word, or the SQLSTATE the actor raised.
+* ``script``: every variant is ``async def variant(env) -> None``, a choreography of its
+  own (pauses, crashes, processes) that reports ends with ``env.outcome(word)``.
+
+Scenarios know nothing of where servers come from or how results are stored.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import asyncpg
+
+from lab.claims import Claim
+from lab.errors import ScenarioFailure
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+Actor = Callable[["Env", "asyncpg.Connection | None", int], Awaitable[str]]
+Script = Callable[["Env"], Awaitable[None]]
+Setup = Callable[["Env"], Awaitable[None]]
+Invariant = Callable[["Env"], Awaitable[list["Check"]]]
+
+
+@dataclass(frozen=True)
+class Check:
+    """One invariant, checked against the database or Redis after a run."""
+
+    name: str
+    held: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "held": self.held, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Workload knobs a scenario runs with unless the user says otherwise."""
+
+    n: int = 200
+    arrival: str = "burst"
+    connect: str = "per-actor"
+    deadlock_timeout_ms: int = 1000
+    actor_timeout_s: float = 120.0
+    run_timeout_s: float = 900.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    id: str
+    doc: str
+    kind: Literal["actors", "script"]
+    variants: Mapping[str, Callable[..., Awaitable[Any]]]
+    outcomes: tuple[str, ...]  # every key a variant may end with (words and SQLSTATEs)
+    claims: tuple[Claim, ...] = ()
+    published: Mapping[str, str] = field(default_factory=dict)  # variant -> the line printed
+    setup: Setup | None = None
+    invariant: Invariant | None = None
+    defaults: Defaults = Defaults()
+    params: Mapping[str, Any] = field(default_factory=dict)  # scenario knobs and defaults
+    param_help: Mapping[str, str] = field(default_factory=dict)
+    uses: frozenset[str] = frozenset({"pg"})  # "pg", "redis"
+    sources: tuple[str, ...] = ()  # "DL", "LC", "DP"
+    quick: Mapping[str, Any] = field(default_factory=dict)  # knob/param overrides for verify
+
+    @property
+    def title(self) -> str:
+        return self.doc.strip().splitlines()[0]
+
+    def section(self, name: str) -> str:
+        """The docstring's `Name:` section (Symptom, Root cause, Fix, Published, See)."""
+        lines = self.doc.strip().splitlines()
+        out: list[str] = []
+        inside = False
+        for line in lines:
+            head, _, rest = line.partition(":")
+            if head.strip() and not line.startswith(" ") and rest is not None and _ == ":":
+                if inside:
+                    break
+                if head.strip() == name:
+                    inside = True
+                    out.append(rest.strip())
+                    continue
+            elif inside:
+                out.append(line.strip())
+        return " ".join(x for x in out if x)
+
+
+class Env:
+    """What a scenario may use during one run: its database, its Redis prefix, its knobs."""
+
+    def __init__(
+        self,
+        *,
+        scenario: str,
+        variant: str,
+        dsn: str,
+        database: str,
+        db: asyncpg.Pool | None,
+        redis: aioredis.Redis | None,
+        prefix: str,
+        params: Mapping[str, Any],
+        seed: int,
+        n: int,
+        connect_kwargs: Mapping[str, Any],
+    ) -> None:
+        self.scenario = scenario
+        self.variant = variant
+        self.dsn = dsn  # the run's own database; holds secrets, never recorded
+        self.database = database
+        self._db = db
+        self._redis = redis
+        self.prefix = prefix
+        self.params = dict(params)
+        self.seed = seed
+        self.n = n
+        self.connect_kwargs = dict(connect_kwargs)
+        self.counters: Counter[str] = Counter()
+        self.samples: dict[str, list[float]] = {}
+        self.outcomes: Counter[str] = Counter()
+        self.events: list[dict[str, Any]] = []
+        self.extra_evidence: dict[str, Any] = {}
+        self.t0 = time.perf_counter()
+
+    @property
+    def db(self) -> asyncpg.Pool:
+        """A small pool on the run's database, for setup, invariants and observers."""
+        if self._db is None:
+            raise ScenarioFailure(f"{self.scenario}: uses PostgreSQL but did not declare it")
+        return self._db
+
+    @property
+    def redis(self) -> aioredis.Redis:
+        if self._redis is None:
+            raise ScenarioFailure(f"{self.scenario}: uses Redis but did not declare it")
+        return self._redis
+
+    async def connect(self, **kwargs: Any) -> asyncpg.Connection:
+        """A new connection to the run's database, with the run's settings."""
+        return await asyncpg.connect(self.dsn, **{**self.connect_kwargs, **kwargs})
+
+    def key(self, name: str) -> str:
+        """A Redis key under this run's prefix (dropped after the run)."""
+        return f"{self.prefix}{name}"
+
+    def rng(self, actor: int = -1) -> random.Random:
+        """A random source for one actor, derived from the run's seed."""
+        return random.Random(f"{self.seed}:{self.scenario}:{actor}")
+
+    def add(self, name: str, amount: int = 1) -> None:
+        self.counters[name] += amount
+
+    def sample(self, name: str, value: float) -> None:
+        self.samples.setdefault(name, []).append(value)
+
+    def outcome(self, word: str) -> None:
+        """Script scenarios: one actor (worker, pod, request) ended with `word`."""
+        self.outcomes[word] += 1
+
+    def now_ms(self) -> float:
+        return (time.perf_counter() - self.t0) * 1000
+
+    def trace(self, who: str, event: str, **fields: Any) -> None:
+        """One line of the run's event trace, stamped in ms since the clock started."""
+        self.events.append({"t_ms": round(self.now_ms(), 1), "who": who, "event": event, **fields})

