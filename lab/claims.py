@@ -40,6 +40,7 @@ class Claim:
             "held": bool(held),
             "measured": measured,
             "published": self.published,
+            "profiles": list(self.profiles),
         }
 
 

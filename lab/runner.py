@@ -150,7 +150,8 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             dsn = servers.pg.dsn
             pool = await asyncpg.create_pool(dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1)
         if uses_redis:
-            rclient = await redis_client(servers, max(knobs.n + 16, 64))
+            # One Redis connection per actor (or the --connect pool size), plus observers.
+            rclient = await redis_client(servers, connections_needed(knobs.connect, knobs.n) + 16)
         env = Env(
             scenario=scenario.id,
             variant=variant,

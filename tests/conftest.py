@@ -1,0 +1,73 @@
+"""Shared fixtures: one set of real servers for the whole session, and a way to run plans.
+
+Servers come from the same resolution as the CLI: LOCKLAB_PG_DSN / LOCKLAB_REDIS_URL when
+set, else Docker when an engine answers, else embedded servers started here and stopped
+at exit (asyncpg's test base does the same with PGHOST).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from lab.runner import RunPlan, run_plan
+from lab.scenario import Scenario
+from lab.servers import Servers, open_servers
+from lab.workload import Knobs
+
+RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    with open_servers() as srv:
+        yield srv
+
+
+def knobs_for(scenario: Scenario, **overrides: Any) -> Knobs:
+    d = scenario.defaults
+    base: dict[str, Any] = {
+        "n": d.n,
+        "arrival": d.arrival,
+        "connect": d.connect,
+        "deadlock_timeout_ms": d.deadlock_timeout_ms,
+        "seed": 1,
+        "actor_timeout_s": d.actor_timeout_s,
+        "run_timeout_s": d.run_timeout_s,
+    }
+    base.update(overrides)
+    return Knobs(**base)
+
+
+@pytest.fixture
+def run_scenario(servers: Servers) -> RunFn:
+    """`await run_scenario(SCENARIO, ["buggy"], n=4, params={...})` -> records by variant."""
+
+    async def run(
+        scenario: Scenario,
+        variants: list[str] | None = None,
+        params: dict[str, Any] | None = None,
+        **knobs: Any,
+    ) -> dict[str, dict[str, Any]]:
+        plan = RunPlan(
+            scenario=scenario,
+            variants=variants or list(scenario.variants),
+            knobs=knobs_for(scenario, **knobs),
+            params={**scenario.params, **(params or {})},
+            run_id="test",
+            write=False,
+        )
+        records = await run_plan(plan, servers)
+        return {r["variant"]: r for r in records}
+
+    return run
+
+
+def claims_of(record: dict[str, Any]) -> dict[str, list[bool]]:
+    """Claim id -> verdicts in one record (an id may be checked by several claims)."""
+    out: dict[str, list[bool]] = {}
+    for c in record["claims"]:
+        out.setdefault(c["id"], []).append(c["held"])
+    return out
