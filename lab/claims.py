@@ -8,8 +8,9 @@ may pass any function of the records.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 Record = Mapping[str, Any]
@@ -27,6 +28,14 @@ class Claim:
     check: Check
     published: str = ""  # the document's number or sentence, verbatim where it has one
     profiles: tuple[str, ...] = PROFILES  # verify profiles the claim is judged in
+    # A claim that depends on chance is judged over `trials` runs (seeds seed..seed+k-1)
+    # and holds when it held in at least `required` of them (a fraction, 1.0 = every trial).
+    trials: int = 1
+    required: float = 1.0
+
+    def needed(self, trials: int) -> int:
+        """How many of `trials` trials must hold for the claim to hold."""
+        return max(1, math.ceil(self.required * trials - 1e-9))
 
     def judge(self, records: Mapping[str, Record]) -> dict[str, Any] | None:
         """The verdict, or None when the run lacks a variant the claim needs."""
@@ -42,6 +51,55 @@ class Claim:
             "published": self.published,
             "profiles": list(self.profiles),
         }
+
+
+def repeated(claim: Claim, trials: int, required: float = 1.0) -> Claim:
+    """The same claim, judged over `trials` runs; holds in at least `required` of them."""
+    if trials < 1 or not 0 < required <= 1:
+        raise ValueError(f"{claim.id}: trials must be >= 1 and required in (0, 1]")
+    return replace(claim, trials=trials, required=required)
+
+
+def judge_trials(
+    claim: Claim, trials: Sequence[Mapping[str, Record]], seeds: Sequence[int] = ()
+) -> dict[str, Any] | None:
+    """The verdict over repeated runs: "held in 4/5 trials", each trial's measured value kept.
+
+    `trials` are the records of each run (variant -> record); runs lacking a variant the
+    claim needs are not counted. None when no run has what the claim needs.
+    """
+    per: list[tuple[int | None, dict[str, Any]]] = []
+    for i, records in enumerate(trials):
+        try:
+            v = claim.judge(records)
+        except Exception as exc:  # a record without what the check reads: not held, say why
+            v = {
+                "id": claim.id,
+                "text": claim.text,
+                "variants": list(claim.variants),
+                "held": False,
+                "measured": f"check failed: {type(exc).__name__}: {exc}",
+                "published": claim.published,
+                "profiles": list(claim.profiles),
+            }
+        if v is not None:
+            per.append((seeds[i] if i < len(seeds) else None, v))
+    if not per:
+        return None
+    count = len(per)
+    held = sum(1 for _, v in per if v["held"])
+    need = claim.needed(count)
+    verdict = dict(per[0][1])
+    if count > 1:
+        shown = next((v for _, v in per if not v["held"]), per[0][1])
+        verdict["measured"] = f"held in {held}/{count} trials; e.g. {shown['measured']}"
+    verdict.update(
+        held=held >= need,
+        trials=[{"seed": s, "held": v["held"], "measured": v["measured"]} for s, v in per],
+        trials_held=held,
+        trials_needed=need,
+    )
+    return verdict
 
 
 def judge_all(claims: tuple[Claim, ...], records: Mapping[str, Record]) -> list[dict[str, Any]]:

@@ -29,7 +29,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-servers_app = typer.Typer(help="Keep embedded servers running between commands.", no_args_is_help=True)
+servers_app = typer.Typer(
+    help="Keep embedded servers running between commands.", no_args_is_help=True
+)
 app.add_typer(servers_app, name="servers")
 
 T = TypeVar("T")
@@ -49,14 +51,20 @@ def guarded(body: Callable[[], T]) -> T:
         with _sigterm_as_interrupt():
             return body()
     except LabError as exc:
-        err().print(f"locklab: {exc}", markup=False)
+        _fail(f"locklab: {exc}")
         raise typer.Exit(2) from None
     except ScenarioFailure as exc:
-        err().print(f"locklab: scenario failed: {exc}", markup=False)
+        _fail(f"locklab: scenario failed: {exc}")
         raise typer.Exit(3) from None
     except KeyboardInterrupt:
-        err().print("locklab: interrupted; servers the lab started are stopped, no partial record")
+        _fail("locklab: interrupted; servers the lab started are stopped, no partial record")
         raise typer.Exit(130) from None
+
+
+def _fail(line: str) -> None:
+    """One line on stderr, never wrapped or styled."""
+    sys.stderr.write(" ".join(line.split()) + "\n")
+    sys.stderr.flush()
 
 
 @contextmanager
@@ -148,7 +156,8 @@ def make_knobs(
 
 
 PgDsn = Annotated[
-    str | None, typer.Option("--pg-dsn", help="Use this PostgreSQL (superuser DSN); env LOCKLAB_PG_DSN.")
+    str | None,
+    typer.Option("--pg-dsn", help="Use this PostgreSQL (superuser DSN); env LOCKLAB_PG_DSN."),
 ]
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", help="Use this Redis; env LOCKLAB_REDIS_URL.")
@@ -166,26 +175,52 @@ def list_cmd() -> None:
     for col in ("id", "variants", "uses", "source", "what"):
         table.add_column(col, overflow="fold")
     for s in SCENARIOS:
-        table.add_row(s.id, ", ".join(s.variants), ", ".join(sorted(s.uses)), ", ".join(s.sources), s.title)
+        table.add_row(
+            s.id, ", ".join(s.variants), ", ".join(sorted(s.uses)), ", ".join(s.sources), s.title
+        )
     out().print(table)
 
 
 @app.command()
 def run(
     scenario: Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")],
-    variant: Annotated[str, typer.Option("--variant", "-v", help="buggy, fixed, any variant, a comma list, or all.")] = "all",
-    n: Annotated[int | None, typer.Option("-n", help="Actors (default: the published size).")] = None,
-    arrival: Annotated[str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")] = None,
+    variant: Annotated[
+        str,
+        typer.Option("--variant", "-v", help="buggy, fixed, any variant, a comma list, or all."),
+    ] = "all",
+    n: Annotated[
+        int | None, typer.Option("-n", help="Actors (default: the published size).")
+    ] = None,
+    arrival: Annotated[
+        str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")
+    ] = None,
     connect: Annotated[str | None, typer.Option(help="per-actor | pool:<size>.")] = None,
-    deadlock_timeout: Annotated[int | None, typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (published: 1000).")] = None,
+    deadlock_timeout: Annotated[
+        int | None,
+        typer.Option(
+            "--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (published: 1000)."
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 1,
-    actor_timeout: Annotated[float | None, typer.Option(help="Hard limit per actor, seconds (then: timeout).")] = None,
-    run_timeout: Annotated[float | None, typer.Option(help="Hard limit per variant run, seconds.")] = None,
-    param: Annotated[list[str] | None, typer.Option("--param", "-p", help="Scenario knob key=value (see `locklab show`).")] = None,
+    actor_timeout: Annotated[
+        float | None, typer.Option(help="Hard limit per actor, seconds (then: timeout).")
+    ] = None,
+    run_timeout: Annotated[
+        float | None, typer.Option(help="Hard limit per variant run, seconds.")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="Scenario knob key=value (see `locklab show`)."),
+    ] = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else.")] = False,
-    no_record: Annotated[bool, typer.Option("--no-record", help="Do not write records under results/.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else."),
+    ] = False,
+    no_record: Annotated[
+        bool, typer.Option("--no-record", help="Do not write records under results/.")
+    ] = False,
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
 
@@ -194,7 +229,9 @@ def run(
 
         sc = find_scenario(scenario)
         chosen = variants_of(sc, variant)
-        knobs = make_knobs(sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout)
+        knobs = make_knobs(
+            sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout
+        )
         params = parse_params(sc, param or [])
         plan = RunPlan(sc, chosen, knobs, params, new_run_id(), write=not no_record)
         console = out()
@@ -207,7 +244,9 @@ def run(
             else:
                 console.print(report.result_line(rec), markup=False)
 
-        with open_servers(pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses) as srv:
+        with open_servers(
+            pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses
+        ) as srv:
             report.servers(log, srv.infos(), srv.notes)
             with log.status(f"running {sc.id} ({', '.join(chosen)}), n={knobs.n} ..."):
                 records = asyncio.run(run_plan(plan, srv, on_record))
@@ -266,7 +305,10 @@ def doctor() -> None:
             console.print(f"redis-server: {binary} ({source})", markup=False)
         except LabError as exc:
             console.print(f"redis-server: {exc}", markup=False)
-        console.print(f"kept servers state: {state_path()} ({'present' if state_path().exists() else 'none'})", markup=False)
+        console.print(
+            f"kept servers state: {state_path()} ({'present' if state_path().exists() else 'none'})",
+            markup=False,
+        )
 
     guarded(body)
 
@@ -300,6 +342,42 @@ def servers_status_cmd() -> None:
             out().print("no kept servers (start them with `locklab servers up`)")
         else:
             report.servers(out(), kept.infos())
+
+    guarded(body)
+
+
+@app.command()
+def bench(
+    n: Annotated[int, typer.Option("-n", help="Clients / actors.")] = 200,
+    rounds: Annotated[int, typer.Option(help="Alternating lab/pgbench rounds (medians).")] = 3,
+    pg_dsn: PgDsn = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
+) -> None:
+    """Fixed checkout through the lab vs the same workload through pgbench: the ratio of wall times."""
+
+    def body() -> None:
+        from lab.bench import TARGET_RATIO, run_bench
+        from lab.results import new_run_id
+
+        if n < 1 or rounds < 1:
+            raise LabError("bench: -n and --rounds must be at least 1")
+        with open_servers(pg_dsn, None, need_redis=False) as srv:
+            report.servers(err(), srv.infos(), srv.notes)
+            with err().status(f"bench: {rounds} rounds of {n} clients ..."):
+                res = asyncio.run(run_bench(srv, n, rounds, new_run_id().replace("-", "")[-8:]))
+        if as_json:
+            sys.stdout.write(json.dumps(res.to_json()) + "\n")
+            return
+        console = out()
+        console.print(f"lab      {', '.join(f'{x:.0f}' for x in res.lab_ms)} ms", markup=False)
+        console.print(
+            f"pgbench  {', '.join(f'{x:.0f}' for x in res.pgbench_ms)} ms  ({res.pgbench})",
+            markup=False,
+        )
+        verdict = "within" if res.ratio <= TARGET_RATIO else "ABOVE"
+        console.print(
+            f"ratio lab/pgbench (medians) = {res.ratio:.2f}  ({verdict} the {TARGET_RATIO}x target)"
+        )
 
     guarded(body)
 

@@ -56,13 +56,22 @@ def parse_deadlocks(log: str, database: str | None = None) -> list[DeadlockRepor
                 current = DeadlockReport(victim_pid=int(m["pid"]), database=m["db"])
                 if database is None or m["db"] == database:
                     reports.append(current)
-            elif current is not None and m["level"] == "DETAIL" and int(m["pid"]) == current.victim_pid:
+            elif (
+                current is not None
+                and m["level"] == "DETAIL"
+                and int(m["pid"]) == current.victim_pid
+            ):
                 in_detail = True
                 _detail_line(current, msg)
-            elif current is not None and int(m["pid"]) == current.victim_pid and m["level"] in (
-                "HINT",
-                "CONTEXT",
-                "STATEMENT",
+            elif (
+                current is not None
+                and int(m["pid"]) == current.victim_pid
+                and m["level"]
+                in (
+                    "HINT",
+                    "CONTEXT",
+                    "STATEMENT",
+                )
             ):
                 continue
             else:

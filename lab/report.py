@@ -50,7 +50,11 @@ def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
         invs = rec.get("invariants", [])
         bad = [i for i in invs if not i["held"]]
         inv = (
-            "[green]held[/green]" if invs and not bad else f"[red]{len(bad)} broken[/red]" if bad else "-"
+            "[green]held[/green]"
+            if invs and not bad
+            else f"[red]{len(bad)} broken[/red]"
+            if bad
+            else "-"
         )
         claims = rec.get("claims", [])
         held = sum(1 for c in claims if c["held"])
@@ -84,3 +88,151 @@ def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
             table.add_row(c["id"], held, c["text"], c["measured"], c.get("published", ""))
     if seen:
         console.print(table)
+
+
+# --- compare, and a progress bar for long runs (issue 4) ---------------------------------
+
+
+def evidence_text(rec: dict[str, Any]) -> str:
+    """The server-side facts of a record in one short line: deadlocks, Redis calls, counters."""
+    ev = rec.get("evidence") or {}
+    parts: list[str] = []
+    if "pg_stat_deadlocks" in ev:
+        dl = ev.get("deadlocks") or {}
+        line = f"deadlocks +{ev['pg_stat_deadlocks']}"
+        if dl.get("reports"):
+            line += f", {dl['reports']} reports, max cycle {dl.get('max_cycle', '?')}"
+        parts.append(line)
+    stats = ev.get("redis_commandstats") or {}
+    if stats:
+        top = sorted(stats.items(), key=lambda kv: -kv[1])[:4]
+        parts.append("redis " + " ".join(f"{k.upper()}={v}" for k, v in top))
+    counters = {k: v for k, v in (rec.get("counters") or {}).items() if k != "attempts"}
+    if counters:
+        parts.append(" ".join(f"{k}={v}" for k, v in sorted(counters.items())))
+    if (ev.get("timeline") or {}).get("spans"):
+        parts.append(f"timeline {len(ev['timeline']['spans'])} spans")
+    return "; ".join(parts) or "-"
+
+
+def attempts_text(rec: dict[str, Any]) -> str:
+    """Attempts where retries exist: the total and, when sampled, p50/max per transfer."""
+    total = (rec.get("counters") or {}).get("attempts")
+    per = (rec.get("samples") or {}).get("attempts_per_transfer") or {}
+    if total is None and not per:
+        return "-"
+    text = str(total if total is not None else per.get("sum", "?"))
+    if per:
+        text += f" (p50 {per.get('p50', '?'):g}, max {per.get('max', '?'):g})"
+    return text
+
+
+def compare_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
+    """Every variant of one scenario, same knobs, one row each, beside the published line."""
+    if not records:
+        return
+    from rich.markup import escape
+
+    first = records[0]
+    knobs = first["knobs"]
+    title = (
+        f"{first['scenario']}  n={knobs['n']} arrival={knobs['arrival']} "
+        f"connect={knobs['connect']} deadlock_timeout={knobs['deadlock_timeout_ms']}ms "
+        f"seed={knobs['seed']}"
+    )
+    with_attempts = any(attempts_text(r) != "-" for r in records)
+    table = Table(title=escape(title), title_justify="left")
+    table.add_column("variant", no_wrap=True)
+    table.add_column("outcomes", overflow="fold")
+    if with_attempts:
+        table.add_column("attempts", overflow="fold")
+    table.add_column("wall ms", justify="right")
+    table.add_column("p50/p99 ms", justify="right", no_wrap=True)
+    table.add_column("invariants", overflow="fold")
+    table.add_column("evidence", overflow="fold")
+    table.add_column("published", overflow="fold", style="dim")
+    for rec in records:
+        lat = rec.get("latency_ms") or {}
+        invs = rec.get("invariants", [])
+        bad = [i["name"] for i in invs if not i["held"]]
+        if bad:
+            inv = f"[red]BROKEN: {escape(', '.join(bad))}[/red]"
+        else:
+            inv = f"[green]held[/green] ({len(invs)})" if invs else "-"
+        p = f"{lat.get('p50', 0):.0f}/{lat.get('p99', 0):.0f}" if lat else "-"
+        row = [escape(rec["variant"]), escape(notation(rec["outcomes"]))]
+        if with_attempts:
+            row.append(attempts_text(rec))
+        row += [
+            f"{rec['wall_ms']:.0f}",
+            p,
+            inv,
+            escape(evidence_text(rec)),
+            escape(rec.get("published") or ""),
+        ]
+        table.add_row(*row)
+    console.print(table)
+
+
+class DelayedProgress:
+    """A progress bar on `console` that appears only once the work has run for `delay` s.
+
+    Hidden when the console is not a terminal (pipes and CI logs stay clean) and gone
+    when the work ends; the bar never touches stdout.
+    """
+
+    def __init__(self, console: Console, total: int, delay: float = 1.0) -> None:
+        import threading
+
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+            disable=not console.is_terminal,
+        )
+        self.task = self.progress.add_task("", total=max(1, total))
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        self._timer = threading.Timer(delay, self._start)
+        self._timer.daemon = True
+
+    def _start(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self.progress.start()
+                self._started = True
+
+    def describe(self, text: str) -> None:
+        self.progress.update(self.task, description=text)
+
+    def advance(self, text: str | None = None) -> None:
+        if text is not None:
+            self.progress.update(self.task, description=text)
+        self.progress.advance(self.task)
+
+    def __enter__(self) -> DelayedProgress:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._closed = True
+            self._timer.cancel()
+            if self._started:
+                self.progress.stop()

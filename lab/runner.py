@@ -74,7 +74,7 @@ async def admin_connect(servers: Servers) -> asyncpg.Connection:
     assert servers.pg is not None
     try:
         return await asyncpg.connect(servers.pg.dsn, timeout=10)
-    except (OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, OSError) as exc:
         msg = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise LabError(f"cannot reach PostgreSQL at {servers.pg.info.address}: {msg}") from None
     except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
@@ -88,7 +88,11 @@ async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
     servers.pg.info.version = str(version).split()[0]
     max_conn = int(await conn.fetchval("SHOW max_connections"))
     reserved = int(await conn.fetchval("SHOW superuser_reserved_connections"))
-    in_use = int(await conn.fetchval("SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"))
+    in_use = int(
+        await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
+        )
+    )
     servers.pg.max_connections = max_conn
     return max_conn - reserved - in_use
 
@@ -119,7 +123,7 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
         raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")
     uses_pg = "pg" in scenario.uses
     uses_redis = "redis" in scenario.uses
-    started_at = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     database = database_name(plan.run_id, scenario.id, variant)
     admin: asyncpg.Connection | None = None
     pool: asyncpg.Pool | None = None
@@ -148,7 +152,9 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             )
             assert servers.pg is not None
             dsn = servers.pg.dsn
-            pool = await asyncpg.create_pool(dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1)
+            pool = await asyncpg.create_pool(
+                dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1
+            )
         if uses_redis:
             # One Redis connection per actor (or the --connect pool size), plus observers.
             rclient = await redis_client(servers, connections_needed(knobs.connect, knobs.n) + 16)
@@ -173,16 +179,16 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
 
         latencies: dict[str, list[float]] = {}
         if scenario.kind == "actors":
-            actor: Actor = scenario.variants[variant]  # type: ignore[assignment]
+            actor: Actor = scenario.variants[variant]
             res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
             outcomes, wall_ms, latencies = res.outcomes, res.wall_ms, res.latencies_ms
             env.outcomes = outcomes
         else:
-            script: Script = scenario.variants[variant]  # type: ignore[assignment]
+            script: Script = scenario.variants[variant]
             env.t0 = time.perf_counter()
             try:
                 await asyncio.wait_for(script(env), knobs.run_timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 env.outcome(TIMEOUT)
             wall_ms = (time.perf_counter() - env.t0) * 1000
             outcomes = env.outcomes
@@ -217,7 +223,11 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             "knobs": knobs.to_json(),
             "params": dict(plan.params),
             "servers": {i.product: i.to_json() for i in servers.infos()},
-            "lab": {"version": __version__, "git_commit": git_commit(), "python": platform.python_version()},
+            "lab": {
+                "version": __version__,
+                "git_commit": git_commit(),
+                "python": platform.python_version(),
+            },
             "outcomes": ordered(outcomes, scenario.outcomes),
             "wall_ms": round(wall_ms, 1),
             "latency_ms": percentiles([x for v in latencies.values() for x in v]),

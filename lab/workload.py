@@ -12,6 +12,7 @@ import random
 import re
 import time
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ def parse_arrival(spec: str) -> tuple[str, float]:
     if spec == "burst":
         return "burst", 0.0
     m = re.fullmatch(r"(stagger|poisson):(\d+(?:\.\d+)?)(ms|/s)?", spec)
-    if not m or float(m[2]) <= 0 and m[1] == "poisson":
+    if not m or (m[1] == "poisson" and float(m[2]) <= 0):
         raise LabError(f"--arrival {spec!r}: expected burst, stagger:<ms> or poisson:<per_s>")
     return m[1], float(m[2])
 
@@ -95,7 +96,9 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
     if uses_pg and kind == "per-actor":
         conns = await _open_connections(env, knobs.n)
     elif uses_pg:
-        pool = await asyncpg.create_pool(env.dsn, min_size=size, max_size=size, **env.connect_kwargs)
+        pool = await asyncpg.create_pool(
+            env.dsn, min_size=size, max_size=size, **env.connect_kwargs
+        )
     offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)
     outcomes: Counter[str] = Counter()
     latencies: dict[str, list[float]] = {}
@@ -107,8 +110,9 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
         start = time.perf_counter()
         try:
             if pool is not None:
-                async with pool.acquire() as conn:
-                    word = await asyncio.wait_for(actor(env, conn, i), knobs.actor_timeout_s)
+                async with pool.acquire() as pooled:
+                    pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
+                    word = await asyncio.wait_for(actor(env, pconn, i), knobs.actor_timeout_s)
             else:
                 conn = conns[i] if conns else None
                 word = await asyncio.wait_for(actor(env, conn, i), knobs.actor_timeout_s)
@@ -123,29 +127,37 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
         latencies.setdefault(word, []).append((time.perf_counter() - start) * 1000)
         outcomes[word] += 1
 
+    tasks: list[asyncio.Task[None]] = []
     try:
         t0 = loop.time()
         env.t0 = time.perf_counter()
         tasks = [asyncio.create_task(one(i)) for i in range(knobs.n)]
-        done, pending = await asyncio.wait(
+        _, pending = await asyncio.wait(
             tasks, timeout=knobs.run_timeout_s, return_when=asyncio.FIRST_EXCEPTION
         )
+        await _cancel(pending)
         if failure:
-            for t in pending:
-                t.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
             exc = failure[0]
             raise ScenarioFailure(
                 f"{env.scenario} / {env.variant}: an actor raised {type(exc).__name__}: {exc}"
             ) from exc
-        for t in pending:  # the run's hard timeout: whoever is left ends as "timeout"
-            t.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        outcomes[TIMEOUT] += len(pending)
+        outcomes[TIMEOUT] += len(pending)  # the run's hard timeout: whoever is left
         wall_ms = (time.perf_counter() - env.t0) * 1000
     finally:
+        # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
+        await _cancel(tasks)
         await _close(conns, pool)
     return ActorsResult(outcomes, wall_ms, latencies)
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
+    live = [t for t in tasks if not t.done()]
+    for t in live:
+        t.cancel()
+    await asyncio.gather(*live, return_exceptions=True)
+    for t in tasks:  # mark every stored exception as retrieved
+        if t.done() and not t.cancelled():
+            t.exception()
 
 
 async def _open_connections(env: Env, n: int) -> list[asyncpg.Connection]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from lab.scenario import Scenario
-from scenarios import checkout_deadlock
+from scenarios import checkout_deadlock, money_transfer
 
-SCENARIOS: tuple[Scenario, ...] = (checkout_deadlock.SCENARIO,)
+SCENARIOS: tuple[Scenario, ...] = (checkout_deadlock.SCENARIO, money_transfer.SCENARIO)
 
 
 def by_id() -> dict[str, Scenario]:

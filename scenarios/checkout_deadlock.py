@@ -77,8 +77,11 @@ async def invariant(env: Env) -> list[Check]:
     sold = {r["sku"]: INITIAL_QTY - r["qty"] for r in rows}
     commits = env.outcomes.get("ok", 0)
     return [
-        Check(f"stock of {sku} moved once per commit", sold[sku] == commits,
-              f"{sku} sold {sold[sku]}, commits {commits}")
+        Check(
+            f"stock of {sku} moved once per commit",
+            sold[sku] == commits,
+            f"{sku} sold {sold[sku]}, commits {commits}",
+        )
         for sku in SKUS
     ]
 
@@ -89,7 +92,10 @@ def _no_early_40p01(records: Mapping[str, Record]) -> tuple[bool, str]:
     first = rec.get("latency_ms_by_outcome", {}).get("40P01", {}).get("min")
     if first is None:
         return False, "buggy: no 40P01 to time"
-    return first >= timeout_ms, f"buggy: first 40P01 after {first:.0f} ms (deadlock_timeout {timeout_ms} ms)"
+    return (
+        first >= timeout_ms,
+        f"buggy: first 40P01 after {first:.0f} ms (deadlock_timeout {timeout_ms} ms)",
+    )
 
 
 def _long_cycles(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -101,18 +107,34 @@ def _long_cycles(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 FIXES = ("fixed", "fixed-lock-first")
 CLAIMS = (
-    Claim("DL-1", "No 40P01 comes before the waiter has waited deadlock_timeout",
-          ("buggy",), _no_early_40p01),
-    majority("DL-3", "buggy", "40P01", "Cart order: most checkouts fail with 40P01",
-             published='{"ok":4,"40P01":196} in 99403 ms'),
+    Claim(
+        "DL-1",
+        "No 40P01 comes before the waiter has waited deadlock_timeout",
+        ("buggy",),
+        _no_early_40p01,
+    ),
+    majority(
+        "DL-3",
+        "buggy",
+        "40P01",
+        "Cart order: most checkouts fail with 40P01",
+        published='{"ok":4,"40P01":196} in 99403 ms',
+    ),
     deadlocks("DL-3", "buggy", "Cart order: the server reports deadlocks", expect=True),
-    *(all_ok("DL-3", v, f"{v}: every checkout succeeds", published='{"ok":200} in 10955 ms')
-      for v in FIXES),
+    *(
+        all_ok("DL-3", v, f"{v}: every checkout succeeds", published='{"ok":200} in 10955 ms')
+        for v in FIXES
+    ),
     *(deadlocks("DL-3", v, f"{v}: zero deadlocks", expect=False) for v in FIXES),
     *(invariants_hold("DL-3", v, f"{v}: stock moved once per commit") for v in ("buggy", *FIXES)),
-    Claim("DL-4", "Under load the parsed cycles include more than 2 processes",
-          ("buggy",), _long_cycles, published="4 processes with ExclusiveLock on tuple hops",
-          profiles=("published",)),
+    Claim(
+        "DL-4",
+        "Under load the parsed cycles include more than 2 processes",
+        ("buggy",),
+        _long_cycles,
+        published="4 processes with ExclusiveLock on tuple hops",
+        profiles=("published",),
+    ),
 )
 
 SCENARIO = Scenario(

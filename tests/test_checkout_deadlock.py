@@ -16,7 +16,9 @@ FORCED = {"step_pause_ms": 200.0}
 
 async def test_buggy_two_carts_deadlock_once(run_scenario: RunFn) -> None:
     """Two reversed carts: exactly one commits and one fails with 40P01, seen by the server."""
-    rec = (await run_scenario(SCENARIO, ["buggy"], n=2, deadlock_timeout_ms=100, params=FORCED))["buggy"]
+    rec = (await run_scenario(SCENARIO, ["buggy"], n=2, deadlock_timeout_ms=100, params=FORCED))[
+        "buggy"
+    ]
     assert rec["outcomes"] == {"ok": 1, "40P01": 1}
     assert rec["evidence"]["pg_stat_deadlocks"] == 1
     dl = rec["evidence"]["deadlocks"]
@@ -28,7 +30,9 @@ async def test_buggy_two_carts_deadlock_once(run_scenario: RunFn) -> None:
 @pytest.mark.parametrize("variant", ["fixed", "fixed-lock-first"])
 async def test_fixes_never_deadlock(run_scenario: RunFn, variant: str) -> None:
     """The same forced interleaving under a fix: every cart commits, zero deadlocks."""
-    rec = (await run_scenario(SCENARIO, [variant], n=2, deadlock_timeout_ms=100, params=FORCED))[variant]
+    rec = (await run_scenario(SCENARIO, [variant], n=2, deadlock_timeout_ms=100, params=FORCED))[
+        variant
+    ]
     assert rec["outcomes"] == {"ok": 2}
     assert rec["evidence"]["pg_stat_deadlocks"] == 0
     assert rec["evidence"]["deadlocks"]["reports"] == 0
@@ -45,9 +49,13 @@ async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:
 
 
 @pytest.mark.parametrize("isolation", ["repeatable_read", "serializable"])
-async def test_buggy_deadlocks_at_every_isolation_level(run_scenario: RunFn, isolation: str) -> None:
+async def test_buggy_deadlocks_at_every_isolation_level(
+    run_scenario: RunFn, isolation: str
+) -> None:
     """DL-2: raising or lowering isolation does not remove the row-lock deadlock."""
     params = {**FORCED, "isolation": isolation}
-    rec = (await run_scenario(SCENARIO, ["buggy"], n=2, deadlock_timeout_ms=100, params=params))["buggy"]
+    rec = (await run_scenario(SCENARIO, ["buggy"], n=2, deadlock_timeout_ms=100, params=params))[
+        "buggy"
+    ]
     assert rec["outcomes"].get("40P01") == 1
     assert rec["evidence"]["pg_stat_deadlocks"] == 1

@@ -90,7 +90,9 @@ def open_servers(
             servers.pg = PgServer(info=info, dsn=pg_dsn)
         if need_redis and redis_url:
             check_url(redis_url, ("redis", "rediss", "unix"), "Redis URL")
-            servers.redis = RedisServer(ServerInfo("redis", "external", "?", redact(redis_url)), redis_url)
+            servers.redis = RedisServer(
+                ServerInfo("redis", "external", "?", redact(redis_url)), redis_url
+            )
         want_pg = need_pg and servers.pg is None
         want_redis = need_redis and servers.redis is None
         if mode == "external" and (want_pg or want_redis):

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import socket
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from lab.errors import LabError
 
@@ -91,4 +92,6 @@ def check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
     except ValueError as exc:
         raise LabError(f"{what} {url!r} is malformed: {exc}") from None
     if parts.scheme not in schemes or not (parts.hostname or parts.path or parts.query):
-        raise LabError(f"{what} {redact(url)!r} is malformed: expected {schemes[0]}://host:port/...")
+        raise LabError(
+            f"{what} {redact(url)!r} is malformed: expected {schemes[0]}://host:port/..."
+        )

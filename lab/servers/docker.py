@@ -28,7 +28,9 @@ def start_postgres() -> tuple[PgServer, Callable[[], None]]:
     from testcontainers.postgres import PostgresContainer
 
     flags = " ".join(f"-c {k}={v!r}" for k, v in PG_SETTINGS.items())
-    container = PostgresContainer(PG_IMAGE, username="postgres", password="locklab", dbname="postgres")
+    container = PostgresContainer(
+        PG_IMAGE, username="postgres", password="locklab", dbname="postgres"
+    )
     container.with_command(f"postgres {flags}")
     container.start()
     host, port = container.get_container_host_ip(), container.get_exposed_port(5432)

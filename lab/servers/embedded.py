@@ -288,12 +288,16 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    # A zombie child of ours still answers kill(0); reap it if it is ours.
+    # A zombie still answers kill(0): reap it if it is our child, else read its state.
     with contextlib.suppress(ChildProcessError):
         done, _ = os.waitpid(pid, os.WNOHANG)
         if done == pid:
             return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:

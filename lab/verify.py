@@ -1,0 +1,547 @@
+"""`locklab verify`: re-run scenarios under a profile and judge every documented claim.
+
+Profiles: ``published`` runs each scenario with its defaults (the documents' sizes and
+settings); ``quick`` applies the scenario's ``quick=`` overrides (fewer actors, a shorter
+deadlock_timeout) where the claim is about shape. A claim that depends on chance carries
+``trials``: the scenario runs that many times, seeds seed..seed+k-1, and the verdict says
+"held in 4/5 trials". Judging is pure: it works on records, fresh or recorded.
+
+Records of trial k > 1 are written under ``results/<run-id>/trial-<k>/``; the verdicts of
+a verify run under ``results/<run-id>/verify/verdicts.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from lab.claims import PROFILES, Claim, Record, judge_trials
+from lab.errors import LabError
+from lab.results import results_root, write_record
+from lab.runner import RunPlan, run_plan
+from lab.scenario import Scenario
+from lab.servers import Servers
+from lab.workload import Knobs
+
+KNOB_FIELDS = ("n", "arrival", "connect", "deadlock_timeout_ms", "actor_timeout_s", "run_timeout_s")
+# How many claims each source document makes (ids DL-1..DL-21 etc. in shared/claims.md).
+DOCUMENT_CLAIMS = {"DL": 21, "LC": 25, "DP": 7}
+TRIAL_DIR = "trial-{k}"
+VERDICTS_FILE = Path("verify") / "verdicts.json"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a scenario: its seed and one record per variant it ran."""
+
+    seed: int
+    records: Mapping[str, Record]
+
+
+@dataclass
+class ScenarioVerdicts:
+    """What verify found for one scenario under one profile."""
+
+    scenario: str
+    title: str
+    profile: str
+    knobs: dict[str, Any]
+    params: dict[str, Any]
+    trials: int
+    verdicts: list[dict[str, Any]]
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # claims of other profiles
+    error: str | None = None
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "title": self.title,
+            "profile": self.profile,
+            "knobs": self.knobs,
+            "params": self.params,
+            "trials": self.trials,
+            "verdicts": self.verdicts,
+            "skipped": self.skipped,
+            "error": self.error,
+            "wall_s": round(self.wall_s, 2),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ScenarioVerdicts:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+@dataclass(frozen=True)
+class Summary:
+    held: int
+    not_held: int
+    not_judged: int
+    skipped: int
+    errors: int
+    scenarios: int
+    profile: str
+
+    @property
+    def ok(self) -> bool:
+        return self.not_held == 0 and self.not_judged == 0 and self.errors == 0
+
+    def line(self) -> str:
+        """`12 claims held, 0 not held`, then what else a reader must know."""
+        text = f"{self.held} claims held, {self.not_held} not held"
+        extra = []
+        if self.not_judged:
+            extra.append(f"{self.not_judged} not judged")
+        if self.errors:
+            extra.append(f"{self.errors} scenario run(s) failed")
+        if self.skipped:
+            extra.append(f"{self.skipped} belong to another profile")
+        if extra:
+            text += " (" + "; ".join(extra) + ")"
+        s = "s" if self.scenarios != 1 else ""
+        return f"{text} — profile {self.profile}, {self.scenarios} scenario{s}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "held": self.held,
+            "not_held": self.not_held,
+            "not_judged": self.not_judged,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "scenarios": self.scenarios,
+            "profile": self.profile,
+            "line": self.line(),
+        }
+
+
+# --- profiles and trials (pure) -----------------------------------------------------------
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise LabError(f"--profile {profile!r}: choose from {', '.join(PROFILES)}")
+    return profile
+
+
+def profile_settings(
+    scenario: Scenario, profile: str, seed: int = 1
+) -> tuple[Knobs, dict[str, Any]]:
+    """The knobs and parameters a profile runs `scenario` with."""
+    check_profile(profile)
+    d = scenario.defaults
+    knobs: dict[str, Any] = {
+        "n": d.n,
+        "arrival": d.arrival,
+        "connect": d.connect,
+        "deadlock_timeout_ms": d.deadlock_timeout_ms,
+        "seed": seed,
+        "actor_timeout_s": d.actor_timeout_s,
+        "run_timeout_s": d.run_timeout_s,
+    }
+    params = dict(scenario.params)
+    if profile == "quick":
+        for key, value in scenario.quick.items():
+            if key in KNOB_FIELDS:
+                knobs[key] = value
+            elif key in params:
+                params[key] = value
+            else:
+                raise LabError(
+                    f"{scenario.id}: quick override {key!r} is neither a knob "
+                    f"({', '.join(KNOB_FIELDS)}) nor a parameter ({', '.join(params) or 'none'})"
+                )
+    return Knobs(**knobs), params
+
+
+def claims_for(
+    scenario: Scenario, profile: str, trials: int | None = None
+) -> tuple[list[Claim], list[Claim]]:
+    """(claims judged in `profile`, claims that belong to other profiles only).
+
+    `trials`, when given, replaces every judged claim's own trial count (e.g. `--trials 1`
+    for a fast look at the published profile; the verdict still states the count).
+    """
+    judged: list[Claim] = []
+    skipped: list[Claim] = []
+    for c in scenario.claims:
+        if profile not in c.profiles:
+            skipped.append(c)
+        else:
+            judged.append(replace(c, trials=trials) if trials else c)
+    return judged, skipped
+
+
+def trial_count(claims: Iterable[Claim]) -> int:
+    return max((c.trials for c in claims), default=1)
+
+
+def variants_for_trial(scenario: Scenario, claims: Sequence[Claim], k: int) -> list[str]:
+    """Trial 1 runs every variant; later trials only those a repeated claim still needs."""
+    if k == 1:
+        return list(scenario.variants)
+    need = {v for c in claims if c.trials >= k for v in c.variants}
+    return [v for v in scenario.variants if v in need]
+
+
+def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str, Any]]:
+    """Every claim's verdict over the trials it asks for (pure: records in, verdicts out).
+
+    A claim whose variants are missing, or that asks for more trials than there are, is
+    reported as not judged (held False, judged False) rather than silently dropped.
+    """
+    out: list[dict[str, Any]] = []
+    for c in claims:
+        runs = [t for t in trials[: c.trials] if all(v in t.records for v in c.variants)]
+        verdict = judge_trials(c, [t.records for t in runs], [t.seed for t in runs])
+        if verdict is None or len(runs) < c.trials:
+            missing = sorted({v for t in trials for v in c.variants if v not in t.records})
+            why = (
+                f"needs {c.trials} trials, {len(runs)} recorded"
+                if verdict is not None or not missing
+                else f"no record of {', '.join(missing)}"
+            )
+            verdict = {**_bare(c), "held": False, "measured": f"not judged: {why}"}
+            verdict["judged"] = False
+        else:
+            verdict["judged"] = True
+        verdict["trials_asked"] = c.trials
+        out.append(verdict)
+    return out
+
+
+def _bare(c: Claim) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "text": c.text,
+        "variants": list(c.variants),
+        "published": c.published,
+        "profiles": list(c.profiles),
+    }
+
+
+def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
+    verdicts = [v for r in results for v in r.verdicts]
+    return Summary(
+        held=sum(1 for v in verdicts if v["held"]),
+        not_held=sum(1 for v in verdicts if not v["held"] and v.get("judged", True)),
+        not_judged=sum(1 for v in verdicts if not v.get("judged", True)),
+        skipped=sum(len(r.skipped) for r in results),
+        errors=sum(1 for r in results if r.error),
+        scenarios=len(results),
+        profile=profile,
+    )
+
+
+def _id_key(cid: str) -> tuple[str, int]:
+    m = re.fullmatch(r"([A-Z]+)-(\d+)", cid)
+    return (m[1], int(m[2])) if m else (cid, 0)
+
+
+def coverage(results: Sequence[ScenarioVerdicts], catalogue: Sequence[Scenario]) -> str:
+    """Which document claims this verify re-checked, and which no scenario reaches yet."""
+    checked = {v["id"] for r in results for v in r.verdicts if v.get("judged", True)}
+    reached = {c.id for s in catalogue for c in s.claims}
+    parts, missing = [], []
+    for doc, count in DOCUMENT_CLAIMS.items():
+        ids = [f"{doc}-{i}" for i in range(1, count + 1)]
+        parts.append(f"{doc} {sum(1 for i in ids if i in checked)}/{count}")
+        missing += [i for i in ids if i not in reached]
+    line = "document claims re-checked: " + ", ".join(parts)
+    if missing:
+        line += "; not reached by any scenario yet: " + _ranges(missing)
+    return line
+
+
+def _ranges(ids: Sequence[str]) -> str:
+    """DL-2, DL-5..21, LC-1..25: consecutive ids of one document folded into a range."""
+    out: list[str] = []
+    run: list[tuple[str, int]] = []
+
+    def flush() -> None:
+        if run:
+            doc, a = run[0]
+            b = run[-1][1]
+            out.append(f"{doc}-{a}" if a == b else f"{doc}-{a}..{b}")
+            run.clear()
+
+    for doc, n in sorted((_id_key(i) for i in ids), key=lambda x: (x[0], x[1])):
+        if run and (run[-1][0] != doc or run[-1][1] + 1 != n):
+            flush()
+        run.append((doc, n))
+    flush()
+    return ", ".join(out)
+
+
+# --- running -----------------------------------------------------------------------------
+
+
+def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
+    """How many variant runs verify makes for `scenario` (for the progress bar)."""
+    claims, _ = claims_for(scenario, profile, trials)
+    return sum(
+        len(variants_for_trial(scenario, claims, k)) for k in range(1, trial_count(claims) + 1)
+    )
+
+
+async def verify_scenario(
+    scenario: Scenario,
+    profile: str,
+    servers: Servers,
+    *,
+    run_id: str,
+    seed: int = 1,
+    trials: int | None = None,
+    write: bool = True,
+    on_step: Callable[[str], None] | None = None,
+) -> ScenarioVerdicts:
+    """Run the trials `scenario`'s claims need under `profile`, then judge them.
+
+    A scenario that fails to run (an undeclared outcome, a crash in its code) becomes an
+    error on its claims, so one broken scenario does not hide the rest of the catalogue;
+    bad input and unreachable servers (LabError) stop verify.
+    """
+    started = time.perf_counter()
+    knobs, params = profile_settings(scenario, profile, seed)
+    claims, skipped = claims_for(scenario, profile, trials)
+    k_max = trial_count(claims)
+    done: list[Trial] = []
+    result = ScenarioVerdicts(
+        scenario=scenario.id,
+        title=scenario.title,
+        profile=profile,
+        knobs=knobs.to_json(),
+        params=params,
+        trials=k_max,
+        verdicts=[],
+        skipped=[{**_bare(c), "trials_asked": c.trials} for c in skipped],
+    )
+    try:
+        for k in range(1, k_max + 1):
+            variants = variants_for_trial(scenario, claims, k)
+            trial_knobs = replace(knobs, seed=seed + k - 1)
+            rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
+            plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False)
+
+            def step(rec: dict[str, Any], k: int = k) -> None:
+                if on_step is not None:
+                    on_step(
+                        f"{scenario.id} {rec['variant']}" + (f" trial {k}" if k_max > 1 else "")
+                    )
+
+            records = await run_plan(plan, servers, step)
+            for rec in records:
+                rec["verify"] = {
+                    "profile": profile,
+                    "trial": k,
+                    "trials": k_max,
+                    "seed": trial_knobs.seed,
+                }
+                if write:
+                    write_record(rec)
+            done.append(Trial(trial_knobs.seed, {r["variant"]: r for r in records}))
+    except LabError:
+        raise
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        result.verdicts = [
+            {**_bare(c), "held": False, "judged": True, "trials_asked": c.trials,
+             "measured": f"run failed: {result.error}"}
+            for c in claims
+        ]  # fmt: skip
+        result.wall_s = time.perf_counter() - started
+        return result
+    result.verdicts = evaluate(claims, done)
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+# --- recorded runs -----------------------------------------------------------------------
+
+
+def recorded_trials(folder: Path) -> dict[str, list[Trial]]:
+    """Scenario id -> its trials, from a run folder (trial 1) and its trial-<k>/ folders."""
+    by: dict[str, dict[int, dict[str, Any]]] = {}
+    seeds: dict[tuple[str, int], int] = {}
+    paths = sorted(folder.glob("*.json")) + sorted(folder.glob("trial-*/*.json"))
+    for path in paths:
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise LabError(f"{path}: not a readable record ({exc})") from None
+        if not isinstance(rec, dict) or "scenario" not in rec or "variant" not in rec:
+            continue
+        k = int((rec.get("verify") or {}).get("trial", 1))
+        by.setdefault(rec["scenario"], {}).setdefault(k, {})[rec["variant"]] = rec
+        seeds[(rec["scenario"], k)] = int((rec.get("knobs") or {}).get("seed", 0))
+    return {
+        sc: [Trial(seeds[(sc, k)], trials[k]) for k in sorted(trials)]
+        for sc, trials in sorted(by.items())
+    }
+
+
+def run_folder(ref: str) -> Path:
+    folder = Path(ref) if Path(ref).is_dir() else results_root() / ref
+    if not folder.is_dir():
+        raise LabError(f"no recorded run {ref!r} (see `locklab results`)")
+    return folder
+
+
+def verify_recorded(
+    ref: str,
+    catalogue: Mapping[str, Scenario],
+    profile: str | None = None,
+    only: Sequence[str] = (),
+) -> list[ScenarioVerdicts]:
+    """Judge the claims again on a recorded run, no server needed.
+
+    The profile is the one the run was recorded with (verify records say), else `profile`,
+    else quick.
+    """
+    folder = run_folder(ref)
+    found = recorded_trials(folder)
+    if not found:
+        raise LabError(f"run {ref!r} has no records")
+    results = []
+    for sc_id, trials in found.items():
+        if only and sc_id not in only:
+            continue
+        first = next(iter(trials[0].records.values()))
+        prof = (first.get("verify") or {}).get("profile") or profile or "quick"
+        scenario = catalogue.get(sc_id)
+        if scenario is None:
+            results.append(
+                ScenarioVerdicts(sc_id, first.get("title", ""), prof, first.get("knobs", {}),
+                                 first.get("params", {}), len(trials), [],
+                                 error=f"scenario {sc_id!r} is not in the catalogue")
+            )  # fmt: skip
+            continue
+        claims, skipped = claims_for(scenario, check_profile(prof))
+        results.append(
+            ScenarioVerdicts(
+                scenario=sc_id,
+                title=scenario.title,
+                profile=prof,
+                knobs=dict(first.get("knobs", {})),
+                params=dict(first.get("params", {})),
+                trials=len(trials),
+                verdicts=evaluate(claims, trials),
+                skipped=[{**_bare(c), "trials_asked": c.trials} for c in skipped],
+            )
+        )
+    if only and not results:
+        raise LabError(f"run {ref!r} has no records of {', '.join(only)}")
+    return results
+
+
+def save_verdicts(run_id: str, results: Sequence[ScenarioVerdicts], summary: Summary) -> Path:
+    """Write the verdicts beside the run's records (atomically), for `locklab report`."""
+    path = results_root() / run_id / VERDICTS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"summary": summary.to_json(), "scenarios": [r.to_json() for r in results]}
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, default=str)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_verdicts(folder: Path) -> list[ScenarioVerdicts] | None:
+    """The verdicts a verify run saved in `folder`, or None (a plain run has none)."""
+    path = folder / VERDICTS_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return [ScenarioVerdicts.from_json(s) for s in data["scenarios"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# --- terminal ----------------------------------------------------------------------------
+
+
+def held_word(v: Mapping[str, Any]) -> str:
+    """The verdict as a word (colour is a bonus: NO_COLOR and pipes keep the word)."""
+    if not v.get("judged", True):
+        return "[yellow]NOT JUDGED[/yellow]"
+    return "[green]held[/green]" if v["held"] else "[red]NOT HELD[/red]"
+
+
+def trials_text(v: Mapping[str, Any]) -> str:
+    if "trials_held" in v and len(v.get("trials", [])) > 1:
+        return f"{v['trials_held']}/{len(v['trials'])} (need {v['trials_needed']})"
+    asked = v.get("trials_asked", 1)
+    return "1" if asked == 1 else f"?/{asked}"
+
+
+def print_verdicts(console: Console, results: Sequence[ScenarioVerdicts]) -> None:
+    """One table: every claim of every scenario, measured beside published."""
+    table = Table(title="claims", title_justify="left", show_lines=False)
+    table.add_column("scenario", overflow="fold")
+    table.add_column("id", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    table.add_column("trials", no_wrap=True)
+    table.add_column("claim", overflow="fold", ratio=3)
+    table.add_column("measured", overflow="fold", ratio=3)
+    table.add_column("published", overflow="fold", style="dim", ratio=2)
+    for r in results:
+        first = True
+        label = f"{r.scenario}\n[dim]{_knobs_line(r.knobs)}[/dim]"
+        if r.error and not r.verdicts:
+            table.add_row(label, "-", "[red]ERROR[/red]", "-", "", escape(r.error), "")
+        for v in sorted(r.verdicts, key=lambda v: _id_key(v["id"])):
+            table.add_row(
+                label if first else "",
+                v["id"],
+                held_word(v),
+                trials_text(v),
+                escape(v["text"]),
+                escape(str(v["measured"])),
+                escape(v.get("published") or ""),
+            )
+            first = False
+        for c in r.skipped:
+            only = "+".join(c["profiles"]) or "none"
+            table.add_row(
+                label if first else "",
+                c["id"],
+                f"[dim]n/a ({only} only)[/dim]",
+                "-",
+                f"[dim]{escape(c['text'])}[/dim]",
+                "",
+                escape(c.get("published") or ""),
+            )
+            first = False
+        table.add_section()
+    console.print(table)
+
+
+def _knobs_line(knobs: Mapping[str, Any]) -> str:
+    if not knobs:
+        return ""
+    line = f"n={knobs.get('n')} {knobs.get('arrival')}"
+    if "deadlock_timeout_ms" in knobs:
+        line += f" dt={knobs['deadlock_timeout_ms']}ms"
+    return line
+
+
+def print_summary(console: Console, summary: Summary, wall_s: float | None = None) -> None:
+    colour = "green" if summary.ok else "red"
+    took = f" in {wall_s:.1f} s" if wall_s is not None else ""
+    console.print(f"[{colour}]{escape(summary.line())}[/{colour}]{took}")

@@ -1,0 +1,219 @@
+"""The CLI's promises: one clear line and a non-zero exit on bad input, clean Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from lab.servers import Servers
+from lab.servers.embedded import pid_alive
+
+LAB = [sys.executable, "-m", "lab.cli"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def locklab(
+    *args: str, results: Path, timeout: float = 120, **env: str
+) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "LOCKLAB_RESULTS": str(results), "NO_COLOR": "1", **env}
+    return subprocess.run(
+        [*LAB, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT
+    )
+
+
+def assert_one_line_error(
+    proc: subprocess.CompletedProcess[str], pattern: str, results: Path
+) -> None:
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("locklab: "), proc.stderr
+    assert re.search(pattern, last), last
+    assert proc.stdout == ""
+    assert not list(results.rglob("*.json")), "a failed run left a record"
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (
+            ["run", "checkout-deadlok"],
+            r"unknown scenario 'checkout-deadlok'; did you mean 'checkout-deadlock'",
+        ),
+        (["run", "nonsense"], r"unknown scenario 'nonsense'"),
+        (["run", "checkout-deadlock", "-n", "0"], r"-n 0: a run needs at least one actor"),
+        (["run", "checkout-deadlock", "-n", "-5"], r"-n -5"),
+        (["run", "checkout-deadlock", "--variant", "fastest"], r"no variant 'fastest'"),
+        (["run", "checkout-deadlock", "--arrival", "wave"], r"--arrival 'wave'"),
+        (["run", "checkout-deadlock", "-p", "colour=red"], r"--param 'colour=red'"),
+        (["run", "checkout-deadlock", "-p", "step_pause_ms=slow"], r"expected a float"),
+        (["run", "checkout-deadlock", "--pg-dsn", "postgresql://h:port/db"], r"malformed"),
+        (["run", "checkout-deadlock", "--pg-dsn", "mysql://h/db"], r"malformed"),
+    ],
+)
+def test_bad_input_before_any_server(args: list[str], pattern: str, tmp_path: Path) -> None:
+    """Input errors found before any server starts: one line, exit 2, nothing written."""
+    proc = locklab(*args, results=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc, pattern, tmp_path)
+
+
+def test_unreachable_dsn(tmp_path: Path) -> None:
+    """A DSN nobody listens on: one line naming the address, exit 2."""
+    proc = locklab(
+        "run",
+        "checkout-deadlock",
+        "-n",
+        "2",
+        "--pg-dsn",
+        "postgresql://postgres@127.0.0.1:1/postgres",
+        results=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert_one_line_error(
+        proc, r"cannot reach PostgreSQL at postgresql://127.0.0.1:1/postgres", tmp_path
+    )
+
+
+async def test_more_actors_than_the_server_accepts(servers: Servers, tmp_path: Path) -> None:
+    """-n above max_connections is refused before a database is created."""
+    assert servers.pg is not None
+    proc = locklab(
+        "run", "checkout-deadlock", "-n", "5000", "--pg-dsn", servers.pg.dsn, results=tmp_path
+    )
+    assert proc.returncode == 2
+    assert_one_line_error(
+        proc, r"-n 5000 with --connect per-actor needs 5004 PostgreSQL connections", tmp_path
+    )
+    conn = await asyncpg.connect(servers.pg.dsn)
+    try:
+        left = await conn.fetch("SELECT datname FROM pg_database WHERE datname LIKE 'locklab_%'")
+    finally:
+        await conn.close()
+    assert left == []
+
+
+def test_json_prints_only_records(servers: Servers, tmp_path: Path) -> None:
+    """--json: one parseable record per variant on stdout, with knobs, outcomes and claims."""
+    assert servers.pg is not None
+    proc = locklab(
+        "run",
+        "checkout-deadlock",
+        "-n",
+        "4",
+        "--deadlock-timeout",
+        "100",
+        "--json",
+        "--pg-dsn",
+        servers.pg.dsn,
+        results=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["variant"] for r in records] == ["buggy", "fixed", "fixed-lock-first"]
+    for r in records:
+        assert {
+            "scenario",
+            "variant",
+            "knobs",
+            "outcomes",
+            "wall_ms",
+            "servers",
+            "evidence",
+            "claims",
+        } <= set(r)
+        assert r["knobs"]["n"] == 4 and r["knobs"]["deadlock_timeout_ms"] == 100
+        assert all(isinstance(c["held"], bool) for c in r["claims"])
+        assert "@" not in json.dumps(r["servers"])  # no credentials in records
+    assert len(list(tmp_path.rglob("*.json"))) == 3
+
+
+def test_ctrl_c_stops_servers_and_writes_nothing(tmp_path: Path) -> None:
+    """SIGINT mid-run: exit 130, the embedded servers it started are gone, no record written."""
+    env = {
+        **os.environ,
+        "LOCKLAB_RESULTS": str(tmp_path),
+        "LOCKLAB_SERVERS": "embedded",
+        "NO_COLOR": "1",
+    }
+    errfile = tmp_path / "stderr.txt"
+    with open(errfile, "w") as errout:  # a file, not a pipe: a full pipe would block the lab
+        proc = subprocess.Popen(
+            [
+                *LAB,
+                "run",
+                "checkout-deadlock",
+                "--variant",
+                "buggy",
+                "-n",
+                "200",
+                "--arrival",
+                "stagger:5ms",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=errout,
+            text=True,
+            env=env,
+            cwd=ROOT,
+        )
+    try:
+        port = None
+        for _ in range(600):
+            if m := re.search(
+                r"postgresql\s+embedded\s+\S+\s+127\.0\.0\.1:(\d+)", errfile.read_text()
+            ):
+                port = int(m[1])
+                break
+            time.sleep(0.05)
+        assert port, "the run did not report its server"
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        data_dir, postmaster = _wait_for_lock_waiters(dsn)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    stderr = errfile.read_text()
+    assert "Traceback" not in stderr and "never retrieved" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
+    deadline = time.monotonic() + 10
+    while pid_alive(postmaster) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(postmaster)
+    assert not Path(data_dir).exists()
+    assert not list(tmp_path.rglob("*.json")) and not list(tmp_path.rglob(".tmp-*"))
+    assert len(list(tmp_path.iterdir())) == 1  # only stderr.txt
+
+
+def _wait_for_lock_waiters(dsn: str) -> tuple[str, int]:
+    """Block until the server shows actor sessions waiting on a lock: the run is mid-flight."""
+    import asyncio
+
+    async def poll() -> tuple[str, int]:
+        conn = await asyncpg.connect(dsn)
+        try:
+            data_dir = await conn.fetchval("SHOW data_directory")
+            for _ in range(600):
+                waiting = await conn.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND application_name LIKE 'locklab/checkout-deadlock/buggy/%'"
+                )
+                if waiting:
+                    break
+                await asyncio.sleep(0.05)
+            pid = int((Path(data_dir) / "postmaster.pid").read_text().split()[0])
+            return str(data_dir), pid
+        finally:
+            await conn.close()
+
+    return asyncio.run(poll())

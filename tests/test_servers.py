@@ -1,0 +1,80 @@
+"""Server resolution: external first, Docker only when an engine answers, embedded otherwise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import asyncpg
+import pytest
+
+from lab.errors import LabError
+from lab.servers import Servers, docker, open_servers
+from lab.servers.base import check_url, redact
+from lab.servers.embedded import pid_alive
+
+
+@pytest.fixture
+def no_docker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Point the Docker client at a socket that does not exist."""
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+
+
+def test_docker_absent_is_detected_by_trying(no_docker: None) -> None:
+    """A docker CLI may exist without an engine: detection pings the engine."""
+    reason = docker.docker_unavailable()
+    assert reason is not None and "no Docker engine" in reason
+
+
+def test_forced_docker_without_engine_is_one_clear_error(no_docker: None) -> None:
+    """LOCKLAB_SERVERS=docker without an engine fails with a sentence, not a traceback."""
+    with pytest.raises(LabError, match="LOCKLAB_SERVERS=docker but no Docker engine"):
+        open_servers(need_redis=False, mode="docker")
+
+
+async def test_falls_back_to_embedded_and_stops_it(no_docker: None) -> None:
+    """auto without Docker: embedded servers start, answer, are noted, and stop on close."""
+    srv = open_servers(mode="auto")
+    with srv:
+        assert srv.pg is not None and srv.redis is not None
+        assert srv.pg.info.kind == "embedded" and srv.redis.info.kind == "embedded"
+        assert any("docker" in n for n in srv.notes)
+        conn = await asyncpg.connect(srv.pg.dsn)
+        assert await conn.fetchval("SHOW deadlock_timeout") == "1s"
+        assert await conn.fetchval("SHOW log_lock_waits") == "off"
+        await conn.close()
+        log_dir = srv.pg.log_path.parent if srv.pg.log_path else None
+        pid = int((log_dir / "pgdata" / "postmaster.pid").read_text().split()[0]) if log_dir else 0
+    assert not pid_alive(pid)
+    assert log_dir is not None and not log_dir.exists()
+
+
+def test_postgres_never_runs_as_root(servers: Servers) -> None:
+    """When the lab is root, the embedded postmaster runs as an unprivileged user."""
+    if servers.pg is None or servers.pg.info.kind != "embedded" or servers.pg.log_path is None:
+        pytest.skip("not an embedded server")
+    pid = (servers.pg.log_path.parent / "pgdata" / "postmaster.pid").read_text().split()[0]
+    user = subprocess.run(["ps", "-o", "user=", "-p", pid], capture_output=True, text=True).stdout
+    if os.geteuid() == 0:
+        assert user.strip() != "root"
+
+
+def test_external_dsn_wins_and_is_redacted(servers: Servers) -> None:
+    """A DSN given by the user is used as is (no server started) and recorded without secrets."""
+    srv = open_servers("postgresql://app:s3cret@127.0.0.1:1/x", need_redis=False)
+    assert srv.pg is not None and srv.pg.info.kind == "external"
+    assert "s3cret" not in srv.pg.info.address and srv.stops == []
+
+
+@pytest.mark.parametrize(
+    "url", ["postgresql://host:notaport/db", "mysql://host/db", "just-words", "postgresql://"]
+)
+def test_malformed_dsn(url: str) -> None:
+    """A malformed DSN is rejected before anything connects."""
+    with pytest.raises(LabError, match="malformed"):
+        check_url(url, ("postgresql", "postgres"), "PostgreSQL DSN")
+
+
+def test_redact_drops_user_and_password() -> None:
+    """Records keep scheme, host, port and path only."""
+    assert redact("postgresql://u:p@db.example:5433/shop") == "postgresql://db.example:5433/shop"

@@ -1,0 +1,62 @@
+"""Workload knobs and outcome classification (no server needed)."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+
+from lab.errors import LabError
+from lab.outcome import classify, notation, ordered
+from lab.workload import connections_needed, parse_arrival, parse_connect, start_offsets
+
+
+def test_burst_starts_everyone_at_zero() -> None:
+    """burst: every actor is released at the same instant."""
+    assert start_offsets("burst", 3, 1) == [0.0, 0.0, 0.0]
+
+
+def test_stagger_spaces_actors_evenly() -> None:
+    """stagger:5ms: actor i starts i × 5 ms after the clock."""
+    assert start_offsets("stagger:5ms", 3, 1) == [0.0, 0.005, 0.01]
+    assert start_offsets("stagger:10", 2, 1) == [0.0, 0.01]
+
+
+def test_poisson_is_seeded() -> None:
+    """poisson:<rate>: the same seed gives the same arrivals, another seed others."""
+    a = start_offsets("poisson:200", 50, 7)
+    assert a == start_offsets("poisson:200", 50, 7)
+    assert a != start_offsets("poisson:200", 50, 8)
+    assert a == sorted(a)
+    assert 0.1 < a[-1] < 0.5  # 49 gaps of mean 5 ms
+
+
+@pytest.mark.parametrize("spec", ["", "stagger", "stagger:-1", "poisson:0", "wave:3"])
+def test_bad_arrival(spec: str) -> None:
+    """A malformed --arrival is a user error, not a crash."""
+    with pytest.raises(LabError):
+        parse_arrival(spec)
+
+
+def test_connect_modes() -> None:
+    """per-actor needs n connections, pool:<size> needs size."""
+    assert parse_connect("pool:8") == ("pool", 8)
+    assert connections_needed("per-actor", 200) == 200
+    assert connections_needed("pool:8", 200) == 8
+    for bad in ("pool:0", "pool", "shared"):
+        with pytest.raises(LabError):
+            parse_connect(bad)
+
+
+def test_classify() -> None:
+    """Database errors count by SQLSTATE, timeouts as "timeout", anything else is unexpected."""
+    assert classify(asyncpg.exceptions.DeadlockDetectedError("x")) == "40P01"
+    assert classify(asyncpg.exceptions.SerializationError("x")) == "40001"
+    assert classify(TimeoutError()) == "timeout"
+    assert classify(ValueError("x")) is None
+
+
+def test_notation_is_the_documents() -> None:
+    """Counts print as {"ok":4,"40P01":196}: ok first, then declared order, no spaces."""
+    counts = ordered({"40P01": 196, "ok": 4}, ("ok", "40P01"))
+    assert notation(counts) == '{"ok":4,"40P01":196}'
+    assert notation(ordered({"40P01": 3}, ("ok", "40P01"))) == '{"40P01":3}'
