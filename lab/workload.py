@@ -41,14 +41,22 @@ class Knobs:
         return asdict(self)
 
 
-def parse_arrival(spec: str) -> tuple[str, float]:
-    """`burst` | `stagger:<ms>` (ms suffix optional) | `poisson:<per_s>`."""
+def parse_arrival(spec: str) -> tuple[str, float, float]:
+    """`burst` | `stagger:<ms>[~<jitter_ms>]` | `poisson:<per_s>` -> (kind, value, jitter).
+
+    `stagger:5ms~1ms` spaces starts by 5 ms plus a seeded uniform 0..1 ms, the way a
+    `setTimeout(5)` loop fires late; exact 5 ms spacing phase-locks with a 5 ms step pause.
+    """
     if spec == "burst":
-        return "burst", 0.0
-    m = re.fullmatch(r"(stagger|poisson):(\d+(?:\.\d+)?)(ms|/s)?", spec)
-    if not m or (m[1] == "poisson" and float(m[2]) <= 0):
-        raise LabError(f"--arrival {spec!r}: expected burst, stagger:<ms> or poisson:<per_s>")
-    return m[1], float(m[2])
+        return "burst", 0.0, 0.0
+    num = r"(\d+(?:\.\d+)?)"
+    if m := re.fullmatch(rf"stagger:{num}(?:ms)?(?:~{num}(?:ms)?)?", spec):
+        return "stagger", float(m[1]), float(m[2] or 0)
+    if (m := re.fullmatch(rf"poisson:{num}(?:/s)?", spec)) and float(m[1]) > 0:
+        return "poisson", float(m[1]), 0.0
+    raise LabError(
+        f"--arrival {spec!r}: expected burst, stagger:<ms>[~<jitter_ms>] or poisson:<per_s>"
+    )
 
 
 def parse_connect(spec: str) -> tuple[str, int]:
@@ -63,16 +71,17 @@ def parse_connect(spec: str) -> tuple[str, int]:
 
 def start_offsets(arrival: str, n: int, seed: int) -> list[float]:
     """Seconds after the clock starts at which each actor begins."""
-    kind, value = parse_arrival(arrival)
+    kind, value, jitter = parse_arrival(arrival)
     if kind == "burst":
         return [0.0] * n
-    if kind == "stagger":
-        return [i * value / 1000 for i in range(n)]
     rng = random.Random(f"{seed}:arrival")
     t, out = 0.0, []
     for _ in range(n):
         out.append(t)
-        t += rng.expovariate(value)
+        if kind == "stagger":
+            t += (value + (rng.uniform(0, jitter) if jitter else 0.0)) / 1000
+        else:
+            t += rng.expovariate(value)
     return out
 
 

@@ -21,6 +21,15 @@ def test_stagger_spaces_actors_evenly() -> None:
     assert start_offsets("stagger:10", 2, 1) == [0.0, 0.01]
 
 
+def test_stagger_jitter_is_late_and_seeded() -> None:
+    """stagger:5ms~1ms: each gap is 5 ms plus a seeded 0..1 ms, never early."""
+    a = start_offsets("stagger:5ms~1ms", 100, 3)
+    gaps = [b - a_ for a_, b in zip(a, a[1:], strict=False)]
+    assert all(0.005 <= g <= 0.006 for g in gaps)
+    assert len(set(gaps)) > 50
+    assert a == start_offsets("stagger:5ms~1ms", 100, 3)
+
+
 def test_poisson_is_seeded() -> None:
     """poisson:<rate>: the same seed gives the same arrivals, another seed others."""
     a = start_offsets("poisson:200", 50, 7)
@@ -30,7 +39,7 @@ def test_poisson_is_seeded() -> None:
     assert 0.1 < a[-1] < 0.5  # 49 gaps of mean 5 ms
 
 
-@pytest.mark.parametrize("spec", ["", "stagger", "stagger:-1", "poisson:0", "wave:3"])
+@pytest.mark.parametrize("spec", ["", "stagger", "stagger:-1", "stagger:5~x", "poisson:0", "wave:3"])
 def test_bad_arrival(spec: str) -> None:
     """A malformed --arrival is a user error, not a crash."""
     with pytest.raises(LabError):
