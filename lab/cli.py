@@ -242,7 +242,7 @@ def run(
                 sys.stdout.write(json.dumps(rec, default=str) + "\n")
                 sys.stdout.flush()
             else:
-                console.print(report.result_line(rec), markup=False)
+                console.print(report.result_line(rec), markup=False, soft_wrap=True)
 
         with open_servers(
             pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses
@@ -378,6 +378,255 @@ def bench(
         console.print(
             f"ratio lab/pgbench (medians) = {res.ratio:.2f}  ({verdict} the {TARGET_RATIO}x target)"
         )
+
+    guarded(body)
+
+
+# --- compare, verify, results, diff, report (issue 4) ------------------------------------
+
+
+def _tables() -> Console:
+    """stdout for tables: piped into a file or a program it gets 160 columns, not 80."""
+    console = out()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, width=160)
+    return console
+
+
+@app.command()
+def compare(
+    scenario: Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")],
+    n: Annotated[int | None, typer.Option("-n", help="Actors (default: the profile's).")] = None,
+    arrival: Annotated[
+        str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")
+    ] = None,
+    connect: Annotated[str | None, typer.Option(help="per-actor | pool:<size>.")] = None,
+    deadlock_timeout: Annotated[
+        int | None, typer.Option("--deadlock-timeout", help="deadlock_timeout in ms.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 1,
+    actor_timeout: Annotated[float | None, typer.Option(help="Per-actor limit, s.")] = None,
+    run_timeout: Annotated[float | None, typer.Option(help="Per-variant limit, s.")] = None,
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="Scenario knob key=value.")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option("--quick", help="Start from verify's quick sizes, not the published.")
+    ] = False,
+    pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON record per variant on stdout, nothing else.")
+    ] = False,
+    no_record: Annotated[bool, typer.Option("--no-record", help="Write no records.")] = False,
+) -> None:
+    """Run every variant with the same knobs: one table, beside the published numbers."""
+
+    def body() -> None:
+        from lab.results import new_run_id
+        from lab.verify import profile_settings
+
+        sc = find_scenario(scenario)
+        base, base_params = profile_settings(sc, "quick" if quick else "published", seed)
+        knobs = make_knobs(
+            sc,
+            base.n if n is None else n,
+            arrival or base.arrival,
+            connect or base.connect,
+            base.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout,
+            seed,
+            base.actor_timeout_s if actor_timeout is None else actor_timeout,
+            base.run_timeout_s if run_timeout is None else run_timeout,
+        )
+        given = parse_params(sc, param or [])
+        named = {item.partition("=")[0] for item in param or []}
+        params = {**base_params, **{k: given[k] for k in named}}
+        variants = list(sc.variants)
+        plan = RunPlan(sc, variants, knobs, params, new_run_id(), write=not no_record)
+        log = err()
+        with open_servers(
+            pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses
+        ) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            with report.DelayedProgress(log, len(variants)) as bar:
+                bar.describe(f"{sc.id}: {variants[0]} (n={knobs.n})")
+
+                def on_record(rec: dict[str, Any]) -> None:
+                    i = variants.index(rec["variant"]) + 1
+                    bar.advance(f"{sc.id}: {variants[i]}" if i < len(variants) else sc.id)
+
+                records = asyncio.run(run_plan(plan, srv, on_record))
+        if as_json:
+            for rec in records:
+                sys.stdout.write(json.dumps(rec, default=str) + "\n")
+            return
+        console = _tables()
+        report.compare_table(console, records)
+        report.claims_table(console, records)
+        if plan.write:
+            console.print(f"[dim]records: results/{plan.run_id}/[/dim]")
+
+    guarded(body)
+
+
+@app.command()
+def verify(
+    scenarios: Annotated[
+        list[str] | None, typer.Argument(help="Scenario ids (default: the whole catalogue).")
+    ] = None,
+    profile: Annotated[
+        str, typer.Option(help="quick (shape, about a minute) | published (the documents' sizes).")
+    ] = "quick",
+    seed: Annotated[int, typer.Option(help="Seed of the first trial; trial k uses seed+k-1.")] = 1,
+    trials: Annotated[
+        int | None,
+        typer.Option(help="Judge every claim over this many trials instead of its own count."),
+    ] = None,
+    recorded: Annotated[
+        str | None,
+        typer.Option(help="Judge a recorded run (id or folder) again instead of running."),
+    ] = None,
+    pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The verdicts as one JSON document on stdout.")
+    ] = False,
+    no_record: Annotated[bool, typer.Option("--no-record", help="Write no records.")] = False,
+) -> None:
+    """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
+
+    def body() -> None:
+        import time
+
+        from lab.results import new_run_id
+        from lab.verify import (
+            check_profile,
+            coverage,
+            print_summary,
+            print_verdicts,
+            save_verdicts,
+            steps,
+            summarize,
+            verify_recorded,
+            verify_scenario,
+        )
+        from scenarios import SCENARIOS, by_id
+
+        check_profile(profile)
+        if trials is not None and trials < 1:
+            raise LabError(f"--trials {trials}: must be at least 1")
+        chosen = [find_scenario(s) for s in scenarios or []] or list(SCENARIOS)
+        started = time.perf_counter()
+        log = err()
+        run_id = ""
+        if recorded is not None:
+            only = [s.id for s in chosen] if scenarios else []
+            results = verify_recorded(recorded, by_id(), profile, only)
+        else:
+            run_id = new_run_id()
+            total = sum(steps(s, profile, trials) for s in chosen)
+            need_pg = any("pg" in s.uses for s in chosen)
+            need_redis = any("redis" in s.uses for s in chosen)
+            results = []
+            with open_servers(pg_dsn, redis_url, need_pg=need_pg, need_redis=need_redis) as srv:
+                report.servers(log, srv.infos(), srv.notes)
+                with report.DelayedProgress(log, total) as bar:
+                    for sc in chosen:
+                        bar.describe(f"verify {profile}: {sc.id}")
+                        res = asyncio.run(
+                            verify_scenario(
+                                sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
+                                write=not no_record, on_step=bar.advance,
+                            )
+                        )  # fmt: skip
+                        if res.error:
+                            log.print(f"locklab: {sc.id} failed: {res.error}", markup=False)
+                        results.append(res)
+        summary = summarize(results, results[0].profile if results else profile)
+        wall = time.perf_counter() - started
+        if run_id and not no_record:
+            save_verdicts(run_id, results, summary)
+        if as_json:
+            doc = {
+                "run_id": run_id or recorded,
+                "summary": summary.to_json(),
+                "wall_s": round(wall, 1),
+                "coverage": coverage(results, SCENARIOS),
+                "scenarios": [r.to_json() for r in results],
+            }
+            sys.stdout.write(json.dumps(doc, default=str) + "\n")
+        else:
+            console = _tables()
+            print_verdicts(console, results)
+            console.print(coverage(results, SCENARIOS), markup=False)
+            if run_id and not no_record:
+                console.print(f"[dim]records: results/{run_id}/[/dim]")
+            print_summary(console, summary, wall)
+        if not summary.ok:
+            raise typer.Exit(1)
+
+    guarded(body)
+
+
+@app.command("results")
+def results_cmd(
+    limit: Annotated[int, typer.Option(help="Show at most this many runs.")] = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="The listing as JSON.")] = False,
+) -> None:
+    """List recorded runs under results/ (newest first)."""
+
+    def body() -> None:
+        from lab.diff import list_summaries, print_runs
+
+        summaries = list_summaries()[: max(0, limit)]
+        if as_json:
+            sys.stdout.write(json.dumps(summaries, default=str) + "\n")
+        else:
+            print_runs(_tables(), summaries)
+
+    guarded(body)
+
+
+@app.command()
+def diff(
+    run_a: Annotated[str, typer.Argument(help="Run id or folder (A, e.g. before).")],
+    run_b: Annotated[str, typer.Argument(help="Run id or folder (B, e.g. after).")],
+    show_all: Annotated[bool, typer.Option("--all", help="Show unchanged fields too.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The diff as JSON.")] = False,
+) -> None:
+    """Compare two recorded runs: knobs, servers, outcomes, timings, evidence, claim verdicts."""
+
+    def body() -> None:
+        from lab.diff import diff_runs, print_diff
+        from lab.results import load_run
+        from lab.verify import run_folder
+
+        fa, fb = run_folder(run_a), run_folder(run_b)
+        d = diff_runs(load_run(str(fa)), load_run(str(fb)), fa.name, fb.name)
+        if as_json:
+            sys.stdout.write(json.dumps(d.to_json(), default=str) + "\n")
+        else:
+            print_diff(_tables(), d, show_all=show_all)
+
+    guarded(body)
+
+
+@app.command("report")
+def report_cmd(
+    run: Annotated[str, typer.Argument(help="Run id or folder (see `locklab results`).")],
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Default: <run folder>/report.html.")
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page with charts for a recorded run."""
+
+    def body() -> None:
+        from pathlib import Path
+
+        from lab.html_report import write_report
+
+        path = write_report(run, Path(output) if output else None)
+        out().print(f"wrote {path}", markup=False)
 
     guarded(body)
 

@@ -14,9 +14,9 @@ from lab.servers import ServerInfo
 
 def servers(console: Console, infos: Sequence[ServerInfo], notes: Sequence[str] = ()) -> None:
     for note in notes:
-        console.print(f"[dim]{note}[/dim]")
+        console.print(f"[dim]{note}[/dim]", soft_wrap=True)
     for info in infos:
-        console.print(f"[dim]server[/dim] {info.line()}", highlight=False)
+        console.print(f"[dim]server[/dim] {info.line()}", highlight=False, soft_wrap=True)
 
 
 def result_line(rec: dict[str, Any]) -> str:
@@ -93,6 +93,12 @@ def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
 # --- compare, and a progress bar for long runs (issue 4) ---------------------------------
 
 
+# Redis commands the harness itself sends (connection handshakes, INFO snapshots).
+REDIS_HARNESS = frozenset(
+    {"hello", "client|setinfo", "client|setname", "info", "ping", "select", "auth"}
+)
+
+
 def evidence_text(rec: dict[str, Any]) -> str:
     """The server-side facts of a record in one short line: deadlocks, Redis calls, counters."""
     ev = rec.get("evidence") or {}
@@ -103,7 +109,9 @@ def evidence_text(rec: dict[str, Any]) -> str:
         if dl.get("reports"):
             line += f", {dl['reports']} reports, max cycle {dl.get('max_cycle', '?')}"
         parts.append(line)
-    stats = ev.get("redis_commandstats") or {}
+    stats = {
+        k: v for k, v in (ev.get("redis_commandstats") or {}).items() if k not in REDIS_HARNESS
+    }
     if stats:
         top = sorted(stats.items(), key=lambda kv: -kv[1])[:4]
         parts.append("redis " + " ".join(f"{k.upper()}={v}" for k, v in top))

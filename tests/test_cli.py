@@ -217,3 +217,36 @@ def _wait_for_lock_waiters(dsn: str) -> tuple[str, int]:
             await conn.close()
 
     return asyncio.run(poll())
+
+
+def test_servers_up_are_reused_then_stopped(tmp_path: Path) -> None:
+    """`servers up` keeps servers for later runs (source says kept); `servers down` stops them by PID."""
+    env = {
+        "TMPDIR": str(tmp_path),
+        "LOCKLAB_SERVERS": "auto",
+        "DOCKER_HOST": "unix:///nonexistent.sock",
+    }
+    results = tmp_path / "results"
+    up = locklab("servers", "up", results=results, **env)
+    assert up.returncode == 0, up.stderr
+    state = json.loads((tmp_path / f"locklab-servers-{os.getuid()}.json").read_text())
+    pids = [state["pg_pid"], state["redis_pid"]]
+    try:
+        assert all(pid_alive(p) for p in pids)
+        status = locklab("servers", "status", results=results, **env)
+        assert "kept by `locklab servers up`" in status.stdout
+        ran = locklab(
+            "run", "checkout-deadlock", "-n", "2", "-v", "fixed", "--json", results=results, **env
+        )
+        assert ran.returncode == 0, ran.stderr
+        rec = json.loads(ran.stdout)
+        assert "kept" in rec["servers"]["postgresql"]["source"]
+        assert all(pid_alive(p) for p in pids)  # the run did not stop kept servers
+    finally:
+        down = locklab("servers", "down", results=results, **env)
+    assert down.returncode == 0
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(pid_alive(p) for p in pids)
+    assert not Path(state["base"]).exists()

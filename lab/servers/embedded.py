@@ -35,6 +35,9 @@ PG_SETTINGS = {
     "lc_messages": "C",
 }
 START_ATTEMPTS = 5
+# Everything else is trust on loopback; roles whose name starts with this prefix must do
+# SCRAM, so a scenario can measure what password authentication costs a connection.
+SCRAM_HBA = "host all /^locklab_scram 127.0.0.1/32 scram-sha-256\n"
 
 
 def _as_server_user(cmd: list[str]) -> list[str]:
@@ -165,6 +168,8 @@ class EmbeddedPostgres:
             conf.write("\n# locklab\n")
             for key, value in PG_SETTINGS.items():
                 conf.write(f"{key} = '{value}'\n")
+        hba = self.data / "pg_hba.conf"  # first match wins: the SCRAM line goes first
+        hba.write_text(SCRAM_HBA + hba.read_text())
 
     def start(self) -> None:
         for _ in range(START_ATTEMPTS):
@@ -241,7 +246,15 @@ class EmbeddedRedis:
             args += ["--unixsocket", str(self.base / "redis.sock"), "--unixsocketperm", "700"]
             args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
-            proc = subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL)
+            proc = (
+                subprocess.Popen(  # logs go to its file; inheriting our pipes would hold them open
+                    args,
+                    start_new_session=True,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             self.pid = proc.pid
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
