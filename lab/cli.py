@@ -8,7 +8,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Annotated, Any, TypeVar
@@ -20,7 +20,7 @@ from lab import report
 from lab.errors import LabError, ScenarioFailure
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
-from lab.servers import open_servers, servers_down, servers_up, state_path
+from lab.servers import Servers, open_servers, servers_down, servers_up, state_path
 from lab.workload import Knobs, parse_arrival, parse_connect
 
 app = typer.Typer(
@@ -155,6 +155,20 @@ def make_knobs(
     return knobs
 
 
+def servers_for(
+    scenarios: Sequence[Scenario], pg_dsn: str | None, redis_url: str | None, connect: str = ""
+) -> Servers:
+    """Every server the given scenarios (and a --connect mode) need, resolved once."""
+    return open_servers(
+        pg_dsn,
+        redis_url,
+        need_pg=any("pg" in s.uses for s in scenarios),
+        need_redis=any("redis" in s.uses for s in scenarios),
+        need_pgbouncer=connect.startswith("pgbouncer-")
+        or any("pgbouncer" in s.uses for s in scenarios),
+    )
+
+
 PgDsn = Annotated[
     str | None,
     typer.Option("--pg-dsn", help="Use this PostgreSQL (superuser DSN); env LOCKLAB_PG_DSN."),
@@ -244,9 +258,7 @@ def run(
             else:
                 console.print(report.result_line(rec), markup=False, soft_wrap=True)
 
-        with open_servers(
-            pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses
-        ) as srv:
+        with servers_for([sc], pg_dsn, redis_url, knobs.connect) as srv:
             report.servers(log, srv.infos(), srv.notes)
             with log.status(f"running {sc.id} ({', '.join(chosen)}), n={knobs.n} ..."):
                 records = asyncio.run(run_plan(plan, srv, on_record))
@@ -521,7 +533,7 @@ def verify(
         run_id = ""
         if recorded is not None:
             only = [s.id for s in chosen] if scenarios else []
-            results = verify_recorded(recorded, by_id(), profile, only)
+            results = verify_recorded(recorded, by_id(), profile, only, trials)
         else:
             run_id = new_run_id()
             total = sum(steps(s, profile, trials) for s in chosen)

@@ -22,7 +22,13 @@ from lab.outcome import TIMEOUT, notation, ordered
 from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Scenario, Script
 from lab.servers import Servers
-from lab.workload import Knobs, connections_needed, percentiles, run_actors
+from lab.workload import (
+    Knobs,
+    connections_needed,
+    percentiles,
+    run_actors,
+    server_connections_needed,
+)
 
 ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
 STATS_SETTLE_S = 3.0
@@ -136,7 +142,7 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             admin = await admin_connect(servers)
             free = await probe_pg(admin, servers)
             need = ADMIN_CONNECTIONS + (
-                connections_needed(knobs.connect, knobs.n) if scenario.kind == "actors" else 0
+                server_connections_needed(knobs.connect, knobs.n) if scenario.kind == "actors" else 0
             )
             if need > free:
                 raise LabError(
@@ -170,6 +176,8 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             seed=knobs.seed,
             n=knobs.n,
             connect_kwargs={},
+            redis_url=servers.redis.url if (uses_redis and servers.redis) else "",
+            pgbouncer={m: _with_database(d, database) for m, d in servers.pgbouncer.items()},
         )
         if scenario.setup is not None:
             await scenario.setup(env)

@@ -14,6 +14,7 @@ Scenarios know nothing of where servers come from or how results are stored.
 
 from __future__ import annotations
 
+import bisect
 import random
 import time
 from collections import Counter
@@ -117,6 +118,8 @@ class Env:
         seed: int,
         n: int,
         connect_kwargs: Mapping[str, Any],
+        redis_url: str = "",
+        pgbouncer: Mapping[str, str] | None = None,
     ) -> None:
         self.scenario = scenario
         self.variant = variant
@@ -125,6 +128,8 @@ class Env:
         self._db = db
         self._redis = redis
         self.prefix = prefix
+        self.redis_url = redis_url  # for worker processes; holds secrets, never recorded
+        self.pgbouncer = dict(pgbouncer or {})  # pool mode -> DSN of the run's database
         self.params = dict(params)
         self.seed = seed
         self.n = n
@@ -153,6 +158,15 @@ class Env:
         """A new connection to the run's database, with the run's settings."""
         return await asyncpg.connect(self.dsn, **{**self.connect_kwargs, **kwargs})
 
+    async def connect_via(self, pool_mode: str, **kwargs: Any) -> asyncpg.Connection:
+        """A connection to the run's database through PgBouncer in `pool_mode`
+        ("transaction" or "session"); prepared statements off, as transaction mode needs."""
+        if pool_mode not in self.pgbouncer:
+            raise ScenarioFailure(f"{self.scenario}: no PgBouncer in {pool_mode} mode for this run")
+        return await asyncpg.connect(
+            self.pgbouncer[pool_mode], **{"statement_cache_size": 0, **self.connect_kwargs, **kwargs}
+        )
+
     def key(self, name: str) -> str:
         """A Redis key under this run's prefix (dropped after the run)."""
         return f"{self.prefix}{name}"
@@ -174,6 +188,13 @@ class Env:
     def now_ms(self) -> float:
         return (time.perf_counter() - self.t0) * 1000
 
-    def trace(self, who: str, event: str, **fields: Any) -> None:
-        """One line of the run's event trace, stamped in ms since the clock started."""
-        self.events.append({"t_ms": round(self.now_ms(), 1), "who": who, "event": event, **fields})
+    def trace(self, who: str, event: str, *, at_ms: float | None = None, **fields: Any) -> None:
+        """One line of the run's event trace, stamped in ms since the clock started.
+
+        `at_ms`: when it happened, if not now (e.g. stamped by a worker process's own clock);
+        the trace stays in time order.
+        """
+        t = round(self.now_ms() if at_ms is None else at_ms, 1)
+        bisect.insort(
+            self.events, {"t_ms": t, "who": who, "event": event, **fields}, key=lambda e: e["t_ms"]
+        )

@@ -59,13 +59,21 @@ def parse_arrival(spec: str) -> tuple[str, float, float]:
     )
 
 
+PGBOUNCER_MODES = {"pgbouncer-transaction": "transaction", "pgbouncer-session": "session"}
+
+
 def parse_connect(spec: str) -> tuple[str, int]:
-    """`per-actor` | `pool:<size>`."""
+    """`per-actor` | `pool:<size>` | `pgbouncer-transaction` | `pgbouncer-session`."""
     if spec == "per-actor":
         return "per-actor", 0
+    if spec in PGBOUNCER_MODES:
+        return spec, 0
     m = re.fullmatch(r"pool:(\d+)", spec)
     if not m or int(m[1]) < 1:
-        raise LabError(f"--connect {spec!r}: expected per-actor or pool:<size>")
+        raise LabError(
+            f"--connect {spec!r}: expected per-actor, pool:<size>, "
+            "pgbouncer-transaction or pgbouncer-session"
+        )
     return "pool", int(m[1])
 
 
@@ -86,8 +94,15 @@ def start_offsets(arrival: str, n: int, seed: int) -> list[float]:
 
 
 def connections_needed(connect: str, n: int) -> int:
+    """Client connections the actors hold (through PgBouncer: to PgBouncer, not the server)."""
     kind, size = parse_connect(connect)
-    return n if kind == "per-actor" else size
+    return n if kind == "per-actor" or kind in PGBOUNCER_MODES else size
+
+
+def server_connections_needed(connect: str, n: int) -> int:
+    """Connections the actors take from the PostgreSQL server itself."""
+    kind, _ = parse_connect(connect)
+    return 0 if kind in PGBOUNCER_MODES else connections_needed(connect, n)
 
 
 @dataclass
@@ -102,8 +117,8 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
     kind, size = parse_connect(knobs.connect)
     conns: list[asyncpg.Connection] = []
     pool: asyncpg.Pool | None = None
-    if uses_pg and kind == "per-actor":
-        conns = await _open_connections(env, knobs.n)
+    if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
+        conns = await _open_connections(env, knobs.n, PGBOUNCER_MODES.get(kind))
     elif uses_pg:
         pool = await asyncpg.create_pool(
             env.dsn, min_size=size, max_size=size, **env.connect_kwargs
@@ -169,11 +184,15 @@ async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
             t.exception()
 
 
-async def _open_connections(env: Env, n: int) -> list[asyncpg.Connection]:
+async def _open_connections(
+    env: Env, n: int, pgbouncer_mode: str | None = None
+) -> list[asyncpg.Connection]:
     gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
     async def open_one(i: int) -> asyncpg.Connection:
         async with gate:
+            if pgbouncer_mode:
+                return await env.connect_via(pgbouncer_mode, server_settings=_app_name(env, i))
             return await env.connect(server_settings=_app_name(env, i))
 
     results = await asyncio.gather(*(open_one(i) for i in range(n)), return_exceptions=True)

@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from lab.scenario import Scenario
-from scenarios import checkout_deadlock, money_transfer
+from scenarios import advisory_pgbouncer
+from scenarios import cache_stampede, checkout_deadlock, cron_rerun, lease_gc_pause, money_transfer
 
-SCENARIOS: tuple[Scenario, ...] = (checkout_deadlock.SCENARIO, money_transfer.SCENARIO)
+SCENARIOS: tuple[Scenario, ...] = (
+    checkout_deadlock.SCENARIO,
+    money_transfer.SCENARIO,
+    cache_stampede.SCENARIO,
+    cron_rerun.SCENARIO,
+    lease_gc_pause.SCENARIO,
+    advisory_pgbouncer.SCENARIO,
+)
 
 
 def by_id() -> dict[str, Scenario]:

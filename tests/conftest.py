@@ -7,22 +7,38 @@ at exit (asyncpg's test base does the same with PGHOST).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
+from lab.errors import LabError
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers
+from lab.servers.embedded import find_pgbouncer
 from lab.workload import Knobs
 
 RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
 
 
+def pgbouncer_available() -> bool:
+    """PgBouncer comes from the system (`.ci/run` installs Debian's) or from the user."""
+    if os.environ.get("LOCKLAB_PGBOUNCER_DSN"):
+        return True
+    if os.environ.get("LOCKLAB_PG_DSN"):
+        return False  # the lab's own PgBouncer only fronts its own embedded PostgreSQL
+    try:
+        find_pgbouncer()
+    except LabError:
+        return False
+    return True
+
+
 @pytest.fixture(scope="session")
 def servers() -> Iterator[Servers]:
-    with open_servers() as srv:
+    with open_servers(need_pgbouncer=pgbouncer_available()) as srv:
         yield srv
 
 

@@ -25,6 +25,7 @@ from lab.servers import docker
 from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
 from lab.servers.embedded import (
     PG_SETTINGS,
+    EmbeddedPgBouncer,
     EmbeddedPostgres,
     EmbeddedRedis,
     make_base_dir,
@@ -45,9 +46,12 @@ class Servers:
     redis: RedisServer | None = None
     notes: list[str] = field(default_factory=list)
     stops: list[Callable[[], None]] = field(default_factory=list)
+    pgbouncer: dict[str, str] = field(default_factory=dict)  # pool mode -> DSN (secrets)
+    pgbouncer_info: ServerInfo | None = None
 
     def infos(self) -> list[ServerInfo]:
-        return [s.info for s in (self.pg, self.redis) if s is not None]
+        found = [s.info for s in (self.pg, self.redis) if s is not None]
+        return found + ([self.pgbouncer_info] if self.pgbouncer_info else [])
 
     def close(self) -> None:
         """Stop, in reverse order, everything this command started; never raises."""
@@ -74,6 +78,7 @@ def open_servers(
     *,
     need_pg: bool = True,
     need_redis: bool = True,
+    need_pgbouncer: bool = False,
     mode: str | None = None,
 ) -> Servers:
     """Resolve every server a command needs; the caller closes the result."""
@@ -121,6 +126,8 @@ def open_servers(
                 servers.notes.append(f"docker: {reason}; using embedded servers")
         if want_pg or want_redis:
             _start_embedded(servers, want_pg, want_redis)
+        if need_pgbouncer:
+            _pgbouncers(servers)
     except BaseException:
         servers.close()
         raise
@@ -144,6 +151,47 @@ def _start_embedded(
         redis.start()
         servers.redis = redis.server()
     return pg, redis
+
+
+def _pgbouncers(servers: Servers) -> None:
+    """PgBouncer in transaction and session mode: the user's, or embedded in front of an
+    embedded PostgreSQL (trust auth, so PgBouncer needs no password of its own)."""
+    tx = os.environ.get("LOCKLAB_PGBOUNCER_DSN")
+    if tx:
+        check_url(tx, ("postgresql", "postgres"), "PgBouncer DSN")
+        servers.pgbouncer["transaction"] = tx
+        session = os.environ.get("LOCKLAB_PGBOUNCER_SESSION_DSN")
+        if session:
+            check_url(session, ("postgresql", "postgres"), "PgBouncer DSN")
+            servers.pgbouncer["session"] = session
+        servers.pgbouncer_info = ServerInfo("pgbouncer", "external", "?", redact(tx))
+        return
+    pg = servers.pg
+    if pg is None or pg.info.kind != "embedded":
+        raise LabError(
+            "this scenario needs PgBouncer: set LOCKLAB_PGBOUNCER_DSN (transaction mode) "
+            "when PostgreSQL is not the lab's embedded one"
+        )
+    pg_port = int(pg.info.address.rsplit(":", 1)[1])
+    base = make_base_dir()
+    servers.stops.append(lambda: shutil.rmtree(base, ignore_errors=True))
+    ports = {}
+    bouncer: EmbeddedPgBouncer | None = None
+    for pool_mode in ("transaction", "session"):
+        bouncer = EmbeddedPgBouncer.create(base, pool_mode, pg_port)
+        servers.stops.append(bouncer.stop)
+        bouncer.start()
+        servers.pgbouncer[pool_mode] = bouncer.dsn()
+        ports[pool_mode] = bouncer.port
+    assert bouncer is not None
+    servers.pgbouncer_info = ServerInfo(
+        "pgbouncer",
+        "embedded",
+        bouncer.version,
+        ", ".join(f"{m} 127.0.0.1:{p}" for m, p in ports.items()),
+        str(bouncer.binary),
+        {"default_pool_size": str(bouncer.pool_size), "server_round_robin": "0"},
+    )
 
 
 # --- servers kept running between commands -------------------------------------------

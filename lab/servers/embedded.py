@@ -326,3 +326,97 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
         time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def find_pgbouncer() -> Path:
+    """pgbouncer: LOCKLAB_PGBOUNCER, else PATH (Debian's package puts it in /usr/sbin)."""
+    if env := os.environ.get("LOCKLAB_PGBOUNCER"):
+        return Path(env)
+    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
+    if not found:
+        raise LabError("pgbouncer not found: apt-get install pgbouncer, or set LOCKLAB_PGBOUNCER")
+    return Path(found)
+
+
+@dataclass
+class EmbeddedPgBouncer:
+    """PgBouncer in one pool mode, in front of an embedded PostgreSQL (trust auth).
+
+    It refuses to run as root unless its ini names an unprivileged `user`, which it then
+    drops to; its files live in the lab's base folder, which that user owns.
+    """
+
+    base: Path
+    binary: Path
+    mode: str  # "transaction" | "session"
+    pg_port: int
+    pool_size: int = 4
+    version: str = ""
+    port: int = 0
+    pid: int = 0
+
+    @classmethod
+    def create(cls, base: Path, mode: str, pg_port: int, pool_size: int = 4) -> EmbeddedPgBouncer:
+        binary = find_pgbouncer()
+        out = _run([str(binary), "--version"], timeout=10)
+        version = out.stdout.split()[1] if out.stdout.startswith("PgBouncer") else "unknown"
+        return cls(base, binary, mode, pg_port, pool_size, version)
+
+    def _ini(self) -> Path:
+        name = f"pgbouncer-{self.mode}"
+        userlist = self.base / "pgbouncer-users.txt"
+        userlist.write_text('"postgres" ""\n')
+        ini = self.base / f"{name}.ini"
+        lines = [
+            "[databases]",
+            f"* = host=127.0.0.1 port={self.pg_port}",
+            "[pgbouncer]",
+            "listen_addr = 127.0.0.1",
+            f"listen_port = {self.port}",
+            "unix_socket_dir =",
+            "auth_type = trust",
+            f"auth_file = {userlist}",
+            f"pool_mode = {self.mode}",
+            f"default_pool_size = {self.pool_size}",
+            "max_client_conn = 2000",
+            "server_round_robin = 0",  # LIFO: a freed server connection is reused first
+            "ignore_startup_parameters = extra_float_digits,options,statement_timeout",
+            f"logfile = {self.base / (name + '.log')}",
+            f"pidfile = {self.base / (name + '.pid')}",
+        ]
+        if os.geteuid() == 0:
+            lines.append(f"user = {UNPRIVILEGED[0]}")
+        ini.write_text("\n".join(lines) + "\n")
+        return ini
+
+    def start(self) -> None:
+        for _ in range(START_ATTEMPTS):
+            self.port = free_port()
+            proc = subprocess.Popen(
+                [str(self.binary), "-q", str(self._ini())],
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            self.pid = proc.pid
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and proc.poll() is None:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
+                ):
+                    return
+                time.sleep(0.01)
+            stop_pid(self.pid)
+            log = self.base / f"pgbouncer-{self.mode}.log"
+            text = log.read_text(errors="replace") if log.exists() else ""
+            if "in use" not in text:
+                raise LabError(f"PgBouncer did not start: {text.strip().splitlines()[-1:]}")
+        raise LabError(f"PgBouncer did not start after {START_ATTEMPTS} port collisions")
+
+    def stop(self) -> None:
+        stop_pid(self.pid)  # SIGTERM: immediate shutdown
+
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
