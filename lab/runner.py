@@ -137,12 +137,15 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
     dsn = ""
     created = False
     prefix = f"locklab:{plan.run_id}:{variant}:"
+    env: Env | None = None
     try:
         if uses_pg:
             admin = await admin_connect(servers)
             free = await probe_pg(admin, servers)
             need = ADMIN_CONNECTIONS + (
-                server_connections_needed(knobs.connect, knobs.n) if scenario.kind == "actors" else 0
+                server_connections_needed(knobs.connect, knobs.n)
+                if scenario.kind == "actors"
+                else 0
             )
             if need > free:
                 raise LabError(
@@ -249,6 +252,9 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             "claims": [],
         }
     finally:
+        for cleanup in reversed(env.cleanups if env is not None else []):
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(cleanup)
         if pool is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(pool.close(), 5)

@@ -14,6 +14,7 @@ Scenarios know nothing of where servers come from or how results are stored.
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import random
 import time
@@ -29,6 +30,8 @@ from lab.errors import ScenarioFailure
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
+
+    from lab.servers.embedded import RedisPair
 
 Actor = Callable[["Env", "asyncpg.Connection | None", int], Awaitable[str]]
 Script = Callable[["Env"], Awaitable[None]]
@@ -139,6 +142,7 @@ class Env:
         self.outcomes: Counter[str] = Counter()
         self.events: list[dict[str, Any]] = []
         self.extra_evidence: dict[str, Any] = {}
+        self.cleanups: list[Callable[[], None]] = []  # run by the harness after the run
         self.t0 = time.perf_counter()
 
     @property
@@ -164,8 +168,18 @@ class Env:
         if pool_mode not in self.pgbouncer:
             raise ScenarioFailure(f"{self.scenario}: no PgBouncer in {pool_mode} mode for this run")
         return await asyncpg.connect(
-            self.pgbouncer[pool_mode], **{"statement_cache_size": 0, **self.connect_kwargs, **kwargs}
+            self.pgbouncer[pool_mode],
+            **{"statement_cache_size": 0, **self.connect_kwargs, **kwargs},
         )
+
+    async def redis_pair(self) -> RedisPair:
+        """A fresh Redis primary + replica owned by this run (freeze, kill, promote at will);
+        stopped by the harness after the run, whatever Redis the run itself uses."""
+        from lab.servers.embedded import RedisPair
+
+        pair = await asyncio.to_thread(RedisPair.start)
+        self.cleanups.append(pair.close)
+        return pair
 
     def key(self, name: str) -> str:
         """A Redis key under this run's prefix (dropped after the run)."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from lab.scenario import Scenario
-from scenarios import advisory_pgbouncer
+from scenarios import advisory_pgbouncer, redis_failover
+from scenarios import lost_update
 from scenarios import cache_stampede, checkout_deadlock, cron_rerun, lease_gc_pause, money_transfer
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -13,6 +14,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     cron_rerun.SCENARIO,
     lease_gc_pause.SCENARIO,
     advisory_pgbouncer.SCENARIO,
+    redis_failover.SCENARIO,
+    lost_update.SCENARIO,
 )
 
 

@@ -230,22 +230,32 @@ class EmbeddedRedis:
     version: str = ""
     port: int = 0
     pid: int = 0
+    name: str = "redis"
+    extra_args: tuple[str, ...] = ()
 
     @classmethod
-    def create(cls, base: Path) -> EmbeddedRedis:
+    def create(
+        cls, base: Path, name: str = "redis", extra_args: tuple[str, ...] = ()
+    ) -> EmbeddedRedis:
         binary, source = find_redis_server()
         out = _run([str(binary), "--version"], timeout=10)
         version = next((w[2:] for w in out.stdout.split() if w.startswith("v=")), "unknown")
-        return cls(base=base, binary=binary, source=source, version=version)
+        return cls(base, binary, source, version, name=name, extra_args=extra_args)
 
     def start(self) -> None:
-        log = self.base / "redis.log"
+        log = self.base / f"{self.name}.log"
         for _ in range(START_ATTEMPTS):
             self.port = free_port()
             args = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1"]
-            args += ["--unixsocket", str(self.base / "redis.sock"), "--unixsocketperm", "700"]
+            args += [
+                "--unixsocket",
+                str(self.base / f"{self.name}.sock"),
+                "--unixsocketperm",
+                "700",
+            ]
             args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
+            args += list(self.extra_args)
             proc = (
                 subprocess.Popen(  # logs go to its file; inheriting our pipes would hold them open
                     args,
@@ -420,3 +430,42 @@ class EmbeddedPgBouncer:
 
     def dsn(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+
+@dataclass
+class RedisPair:
+    """A disposable primary and its replica, for scenarios that fail a server over.
+
+    The lab owns both processes, so a scenario may kill the primary outright, by PID.
+    """
+
+    base: Path
+    primary: EmbeddedRedis
+    replica: EmbeddedRedis
+
+    @classmethod
+    def start(cls) -> RedisPair:
+        base = make_base_dir()
+        try:
+            # A replica's first full sync waits repl-diskless-sync-delay (5 s) by default.
+            primary = EmbeddedRedis.create(base, "primary", ("--repl-diskless-sync-delay", "0"))
+            primary.start()
+            replica = EmbeddedRedis.create(
+                base, "replica", ("--replicaof", "127.0.0.1", str(primary.port))
+            )
+            replica.start()
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
+        return cls(base, primary, replica)
+
+    def url(self, which: str) -> str:
+        return f"redis://127.0.0.1:{getattr(self, which).port}/0"
+
+    def kill_primary(self) -> None:
+        stop_pid(self.primary.pid, sig=signal.SIGKILL)
+
+    def close(self) -> None:
+        self.replica.stop()
+        self.primary.stop()
+        shutil.rmtree(self.base, ignore_errors=True)

@@ -1,0 +1,244 @@
+"""Redis failover: a replica that never saw the lock is promoted, and the lock is gone.
+
+Symptom:    after a Redis failover two workers hold lock:invoice:42 at once, and the
+            fencing token meant to stop the stale one repeats instead of increasing.
+Root cause: replication is asynchronous. A's `SET ... NX PX` and its `INCR` of the fence
+            reached the primary only; the primary died, the replica was promoted without
+            them, so B takes the "free" lock and INCR hands B the same fence A already used.
+            The storage cannot tell the rightful holder's write from the stale one.
+Fix:        fixed: the fence comes from the storage itself (a counter row in PostgreSQL,
+            durable and ordered), so B's fence is always above A's; fixed-wait: after the
+            SET, `WAIT 1 <ms>` asks a replica to acknowledge it, and a lock no replica
+            holds is treated as not acquired.
+Published:  "Redis failover: replica chưa nhận lệnh SET lock được promote; người khác lấy
+            được lock ngay. Fencing token (INCR) cũng có thể bị lùi nếu INCR chưa
+            replicate: fencing tốt nhất là số do storage sinh hoặc xác nhận"
+            — deadlock-distributed-lock-cron.vi.txt (edge cases)
+See:        claim DL-14. The run owns a disposable primary + replica: the replica is cut off
+            (pointed at an address nobody listens on) before A locks, the primary is killed
+            with SIGKILL, the replica is promoted with REPLICAOF NO ONE. Nothing is left to
+            luck. (Freezing the replica with SIGSTOP does not lose the SET: the primary's
+            stream already sits in the replica's socket buffer and is applied on SIGCONT.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.scenario import Check, Defaults, Env, Scenario
+
+LOCK = "lock:invoice:42"
+FENCE = "lock:invoice:42:fence"
+FENCES_BEFORE = 5  # earlier holders, replicated before the incident
+LEASE_MS = 10_000  # A believes it holds the lock this long
+WAIT_MS = 200  # fixed-wait: how long to wait for a replica's acknowledgement
+UNREACHABLE_PORT = 1  # privileged, nothing listens: the replica's link stays down
+WRITE = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42 AND fence < $1"
+
+
+async def setup(env: Env) -> None:
+    await env.db.execute(
+        "CREATE TABLE invoices (id int PRIMARY KEY, body text, fence bigint NOT NULL)"
+    )
+    await env.db.execute("INSERT INTO invoices VALUES (42, 'empty', 0)")
+    await env.db.execute("CREATE TABLE fences (name text PRIMARY KEY, value bigint NOT NULL)")
+    await env.db.execute("INSERT INTO fences VALUES ($1, $2)", LOCK, FENCES_BEFORE)
+
+
+def _client(url: str) -> aioredis.Redis:
+    return aioredis.Redis.from_url(url, decode_responses=True, retry_on_timeout=False)
+
+
+async def _synced(primary: aioredis.Redis, replica: aioredis.Redis) -> None:
+    """Wait until the replica is linked and has everything the primary has."""
+    for _ in range(500):
+        info = await replica.info("replication")
+        offset = (await primary.info("replication")).get("master_repl_offset")
+        if info.get("master_link_status") == "up" and info.get("slave_repl_offset") == offset:
+            return
+        await asyncio.sleep(0.01)
+    raise TimeoutError("the replica did not catch up with the primary")
+
+
+async def _fence(env: Env, r: aioredis.Redis, from_storage: bool) -> int:
+    if from_storage:
+        value = await env.db.fetchval(
+            "UPDATE fences SET value = value + 1 WHERE name = $1 RETURNING value", LOCK
+        )
+        return int(value)
+    return int(await r.incr(FENCE))
+
+
+async def _write(env: Env, who: str, fence: int) -> int:
+    status = await env.db.execute(WRITE, fence, f"from {who}")
+    rows = int(status.split()[-1])
+    env.trace(who, "write", fence=fence, rows=rows)
+    return rows
+
+
+async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None:
+    pair = await env.redis_pair()
+    primary, replica = _client(pair.url("primary")), _client(pair.url("replica"))
+    holders: list[dict[str, Any]] = []
+    try:
+        await primary.set(FENCE, FENCES_BEFORE)
+        await _synced(primary, replica)
+        env.trace("observer", "replica in sync", fence=FENCES_BEFORE)
+
+        # Partition: the replica loses its link (pointed at an address nobody listens on) and
+        # keeps its data; whatever the primary accepts from here never reaches it.
+        await replica.replicaof("127.0.0.1", UNREACHABLE_PORT)
+        env.trace("observer", "replica partitioned from the primary")
+        token_a = secrets.token_hex(8)
+        got = await primary.set(LOCK, token_a, nx=True, px=LEASE_MS)
+        env.trace("A", "SET NX PX on the primary", ok=bool(got))
+        if wait_for_replica:
+            acked = int(await primary.wait(1, WAIT_MS))
+            env.trace("A", "WAIT 1", replicas_acked=acked)
+            if acked == 0:
+                await primary.eval(
+                    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+                    1,
+                    LOCK,
+                    token_a,
+                )
+                env.trace("A", "lock not replicated: released, not proceeding")
+        a_proceeds = not wait_for_replica or acked > 0
+        fence_a = None
+        if a_proceeds:
+            fence_a = await _fence(env, primary, storage_fence)
+            holders.append({"who": "A", "server": "primary", "fence": fence_a})
+            env.trace("A", "got lock", fence=fence_a)
+            await _write(env, "A", fence_a)
+
+        pair.kill_primary()
+        await replica.replicaof("NO", "ONE")
+        env.trace(
+            "observer",
+            "primary killed, replica promoted",
+            lock_on_new_primary=await replica.get(LOCK),
+        )
+
+        token_b = secrets.token_hex(8)
+        got_b = await replica.set(LOCK, token_b, nx=True, px=LEASE_MS)
+        env.trace("B", "SET NX PX on the promoted replica", ok=bool(got_b))
+        fence_b = await _fence(env, replica, storage_fence)
+        holders.append({"who": "B", "server": "promoted replica", "fence": fence_b})
+        env.trace("B", "got lock", fence=fence_b)
+        env.outcome("wrote" if await _write(env, "B", fence_b) else "write_rejected")
+
+        if fence_a is None:
+            env.outcome("lock_not_replicated")
+        else:  # A wakes from its pause, still inside its lease, and writes again
+            rows = await _write(env, "A", fence_a)
+            env.outcome("stale_write_landed" if rows else "stale_write_rejected")
+        env.extra_evidence.update({"holders": holders, "fence_a": fence_a, "fence_b": fence_b})
+    finally:
+        for client in (primary, replica):
+            await client.aclose()
+
+
+async def buggy(env: Env) -> None:
+    await _run(env, storage_fence=False, wait_for_replica=False)
+
+
+async def fixed(env: Env) -> None:
+    await _run(env, storage_fence=True, wait_for_replica=False)
+
+
+async def fixed_wait(env: Env) -> None:
+    await _run(env, storage_fence=False, wait_for_replica=True)
+
+
+async def invariant(env: Env) -> list[Check]:
+    """The invoice holds the write of the worker that holds the lock now (B)."""
+    body = await env.db.fetchval("SELECT body FROM invoices WHERE id = 42")
+    return [
+        Check("invoice written by the current holder", body == "from B", f"invoice body: {body!r}")
+    ]
+
+
+def _two_holders_same_fence(records: Mapping[str, Record]) -> tuple[bool, str]:
+    ev = records["buggy"]["evidence"]
+    holders = ev.get("holders", [])
+    repeated = ev.get("fence_a") is not None and ev.get("fence_a") == ev.get("fence_b")
+    return len(holders) == 2 and repeated, f"buggy: holders {holders}"
+
+
+def _storage_fence_orders(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["fixed"]
+    ev = rec["evidence"]
+    ordered = (ev.get("fence_b") or 0) > (ev.get("fence_a") or 0)
+    ok = ordered and rec["outcomes"] == {"wrote": 1, "stale_write_rejected": 1}
+    return ok, f"fixed: fences A={ev.get('fence_a')} B={ev.get('fence_b')}, {rec['outcomes']}"
+
+
+def _wait_refuses(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["fixed-wait"]
+    holders = rec["evidence"].get("holders", [])
+    return rec["outcomes"] == {"wrote": 1, "lock_not_replicated": 1} and len(holders) == 1, (
+        f"fixed-wait: {rec['outcomes']}, holders {holders}"
+    )
+
+
+PUBLISHED = "replica chưa nhận lệnh SET lock được promote; người khác lấy được lock ngay"
+CLAIMS = (
+    Claim(
+        "DL-14",
+        "After failover two workers hold the lock and INCR repeats A's fence",
+        ("buggy",),
+        _two_holders_same_fence,
+        published=PUBLISHED,
+    ),
+    invariant_broken(
+        "DL-14",
+        "buggy",
+        "invoice written by the current holder",
+        "The rightful holder's write is rejected: the storage cannot order repeated fences",
+        published="Fencing token (INCR) cũng có thể bị lùi nếu INCR chưa replicate",
+    ),
+    Claim(
+        "DL-14",
+        "A storage-generated fence keeps increasing across the failover: B writes, A's stale write is rejected",
+        ("fixed",),
+        _storage_fence_orders,
+        published="fencing tốt nhất là số do storage sinh hoặc xác nhận",
+    ),
+    Claim(
+        "DL-14",
+        "WAIT 1 sees no replica acknowledge A's SET: A never proceeds, one holder",
+        ("fixed-wait",),
+        _wait_refuses,
+    ),
+    *(
+        invariants_hold("DL-14", v, f"{v}: the invoice is the current holder's")
+        for v in ("fixed", "fixed-wait")
+    ),
+)
+
+SCENARIO = Scenario(
+    id="redis-failover",
+    doc=__doc__ or "",
+    kind="script",
+    variants={"buggy": buggy, "fixed": fixed, "fixed-wait": fixed_wait},
+    outcomes=(
+        "wrote",
+        "write_rejected",
+        "stale_write_landed",
+        "stale_write_rejected",
+        "lock_not_replicated",
+    ),
+    claims=CLAIMS,
+    published={"buggy": PUBLISHED},
+    setup=setup,
+    invariant=invariant,
+    defaults=Defaults(n=2, run_timeout_s=60),
+    uses=frozenset({"pg"}),
+    sources=("DL",),
+)
