@@ -14,7 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 Record = Mapping[str, Any]
-Check = Callable[[Mapping[str, Record]], tuple[bool, str]]
+# (held, measured), or None when the run does not exercise the claim (e.g. a failure
+# mode the run left off): the claim is then not judged, as when a variant is missing.
+Check = Callable[[Mapping[str, Record]], tuple[bool, str] | None]
 PROFILES = ("quick", "published")
 
 
@@ -38,10 +40,13 @@ class Claim:
         return max(1, math.ceil(self.required * trials - 1e-9))
 
     def judge(self, records: Mapping[str, Record]) -> dict[str, Any] | None:
-        """The verdict, or None when the run lacks a variant the claim needs."""
+        """The verdict, or None when the run lacks a variant or does not exercise the claim."""
         if any(v not in records for v in self.variants):
             return None
-        held, measured = self.check(records)
+        verdict = self.check(records)
+        if verdict is None:
+            return None
+        held, measured = verdict
         return {
             "id": self.id,
             "text": self.text,

@@ -252,17 +252,17 @@ def run(
         log = err()
 
         def on_record(rec: dict[str, Any]) -> None:
-            if as_json:
-                sys.stdout.write(json.dumps(rec, default=str) + "\n")
-                sys.stdout.flush()
-            else:
+            if not as_json:
                 console.print(report.result_line(rec), markup=False, soft_wrap=True)
 
         with servers_for([sc], pg_dsn, redis_url, knobs.connect) as srv:
             report.servers(log, srv.infos(), srv.notes)
             with log.status(f"running {sc.id} ({', '.join(chosen)}), n={knobs.n} ..."):
                 records = asyncio.run(run_plan(plan, srv, on_record))
-        if not as_json:
+        if as_json:  # after every variant ran: claims comparing variants are in every record
+            for rec in records:
+                sys.stdout.write(json.dumps(rec, default=str) + "\n")
+        else:
             report.results_table(console, records)
             report.claims_table(console, records)
             if plan.write:
@@ -456,9 +456,7 @@ def compare(
         variants = list(sc.variants)
         plan = RunPlan(sc, variants, knobs, params, new_run_id(), write=not no_record)
         log = err()
-        with open_servers(
-            pg_dsn, redis_url, need_pg="pg" in sc.uses, need_redis="redis" in sc.uses
-        ) as srv:
+        with servers_for([sc], pg_dsn, redis_url, knobs.connect) as srv:
             report.servers(log, srv.infos(), srv.notes)
             with report.DelayedProgress(log, len(variants)) as bar:
                 bar.describe(f"{sc.id}: {variants[0]} (n={knobs.n})")
@@ -516,6 +514,7 @@ def verify(
             coverage,
             print_summary,
             print_verdicts,
+            profile_settings,
             save_verdicts,
             steps,
             summarize,
@@ -537,10 +536,10 @@ def verify(
         else:
             run_id = new_run_id()
             total = sum(steps(s, profile, trials) for s in chosen)
-            need_pg = any("pg" in s.uses for s in chosen)
-            need_redis = any("redis" in s.uses for s in chosen)
             results = []
-            with open_servers(pg_dsn, redis_url, need_pg=need_pg, need_redis=need_redis) as srv:
+            modes = [profile_settings(s, profile)[0].connect for s in chosen]
+            bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
+            with servers_for(chosen, pg_dsn, redis_url, bouncer) as srv:
                 report.servers(log, srv.infos(), srv.notes)
                 with report.DelayedProgress(log, total) as bar:
                     for sc in chosen:

@@ -19,11 +19,17 @@ def servers(console: Console, infos: Sequence[ServerInfo], notes: Sequence[str] 
         console.print(f"[dim]server[/dim] {info.line()}", highlight=False, soft_wrap=True)
 
 
+def headline(rec: dict[str, Any]) -> dict[str, Any]:
+    """The counters a scenario prints beside its outcomes (older records: attempts)."""
+    if "headline" in rec:
+        return dict(rec["headline"])
+    counters = rec.get("counters", {})
+    return {"attempts": counters["attempts"]} if "attempts" in counters else {}
+
+
 def result_line(rec: dict[str, Any]) -> str:
     """`buggy  {"ok":4,"40P01":196}  in 99403 ms`, the documents' notation."""
-    extra = ""
-    if "attempts" in rec.get("counters", {}):
-        extra = f" attempts={rec['counters']['attempts']}"
+    extra = "".join(f" {label}={value}" for label, value in headline(rec).items())
     return f"{rec['variant']:<18} {notation(rec['outcomes'])}{extra}  in {rec['wall_ms']:.0f} ms"
 
 

@@ -244,6 +244,7 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             "latency_ms": percentiles([x for v in latencies.values() for x in v]),
             "latency_ms_by_outcome": {k: percentiles(v) for k, v in sorted(latencies.items())},
             "counters": dict(env.counters),
+            "headline": {label: env.counters.get(k, 0) for k, label in scenario.headline.items()},
             "samples": {k: _summary(v) for k, v in env.samples.items()},
             "invariants": [c.to_json() for c in checks],
             "evidence": evidence,

@@ -79,6 +79,8 @@ class Scenario:
     param_help: Mapping[str, str] = field(default_factory=dict)
     uses: frozenset[str] = frozenset({"pg"})  # "pg", "redis"
     sources: tuple[str, ...] = ()  # "DL", "LC", "DP"
+    # counter -> label shown in result lines, the documents' way: GETs=2739, DB calls=1
+    headline: Mapping[str, str] = field(default_factory=dict)
     quick: Mapping[str, Any] = field(default_factory=dict)  # knob/param overrides for verify
 
     @property

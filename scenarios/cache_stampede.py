@@ -1,0 +1,575 @@
+"""Cache stampede: 500 requests miss one key and poll a Redis lock every 50 ms.
+
+Symptom:    a hot key expires and every request misses at once. The DB is safe (one
+            rebuild), but Redis takes a GET storm: every loser polls until the rebuild
+            ends, ~5.5x the GETs of the fix at 500 requests.
+Root cause: the document's code: GET; on a miss `SET lock 1 NX EX 10`; the winner
+            queries the DB, SETs the value and DELs the lock; a loser sleeps 50 ms and
+            calls itself again (GET, SET NX, ...). Nothing bounds the recursion, the lock
+            has no token (DEL removes a lock someone else took after ours expired), there
+            is no finally (a throwing rebuild leaves the lock for the whole TTL), no stale
+            copy to answer from, and nothing re-reads the cache after SET NX: a waiter
+            whose GET missed just before the write and whose SET NX lands after the DEL
+            rebuilds once more (counter rebuilds_after_fill; here in about 1 run of 4 at
+            n=500, where the client's event loop is saturated).
+Fix:        singleflight in-process (every miss of a process awaits one rebuild task),
+            token + Lua compare-and-delete in finally, a wait bounded at max_polls x
+            poll_ms x U(1,2) (10 x 50 ms: 500-1000 ms), then the stale copy (a second key
+            with a long TTL, -p stale=true) or a fallback answer.
+Published:  500 concurrent misses, rebuild 400 ms: recursive 50 ms poll GETs=2739, DB
+            calls=1, 597 ms; singleflight + bounded wait GETs=500, DB calls=1, 531 ms; at
+            5,000 waiters and a 1 s rebuild ~100k GET/s into Redis (Redis 7.4.11, Node 24)
+            — deadlock-distributed-lock-cron.vi.txt, "Cache rebuild lock: polling đệ quy".
+Profiles:   defaults are the published run; quick is -n 200. Scale (DL-20):
+            `locklab run cache-stampede -n 5000 -p rebuild_ms=1000`: evidence.wait_window
+            (first DB call to first cache write) gives the GET/s achieved, the demand
+            (waiters x 1000/poll_ms), the poll cycle per waiter, the client's and Redis's
+            CPU seconds per second and which side limits. There the fix's wait bound
+            (<= 1 s) is shorter than the rebuild: every request falls back unless
+            -p stale=true or a larger -p max_polls.
+Failures:   (DL-21) -p rebuild_fails=true -p lock_ttl_s=2: the first rebuild throws;
+            -p rebuild_ms=700 -p lock_ttl_s=0.5 -p max_polls=20: the rebuild outlives the
+            lock; -p stale=true: the fix keeps a stale copy; -p pods=2: two processes, one
+            singleflight each, the second waits on the Redis lock (fixed only).
+Counting:   counters redis_get/set/del/eval are the client's commands. INFO commandstats
+            (evidence.redis_commandstats) shows the same, plus the GET and DEL that run
+            inside the compare-and-delete EVAL, plus the lab's own: info (the commandstats
+            snapshot, `INFO cpu` at both ends of the window) and pttl (the lock probe after
+            a failed rebuild). Lock SETs use PX: the document's `EX 10` is `PX 10000`.
+Python:     each recursion level stays on the stack when the poll resumes; past ~1000
+            levels (50 s of polling) it raises RecursionError and the run fails loudly.
+See:        claims DL-19..DL-21; design.md on redis-py's pool and the event-loop limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lab.claims import Claim, Record
+from lab.outcome import notation
+from lab.scenario import Check, Defaults, Env, Scenario
+
+if TYPE_CHECKING:
+    import asyncpg
+
+KEY = "product:42"
+LOCK = "lock:product:42"
+STALE = "product:42:stale"
+CACHE_TTL_S = 300
+STALE_TTL_S = 86_400
+CONNECT_CONCURRENCY = 50
+OBSERVERS = 4  # connections for the lab's INFO cpu and PTTL probes and the flights
+PROBE_DELAY_S = 0.05  # after a failed rebuild, when the lab asks the server the lock's TTL
+RELEASE = (
+    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+)
+DEMAND_MET = 0.8  # share of the poll demand that counts as met
+SATURATED = 0.8  # CPU seconds per second of window: one core (nearly) busy
+
+
+class RebuildFailed(Exception):
+    """The fake DB query threw."""
+
+
+class LockBusy(Exception):
+    """Another process holds the rebuild lock and the bounded wait saw no value."""
+
+
+@dataclass
+class Window:
+    """From the first DB call to the first cache write: the waiters' time."""
+
+    t: list[float] = field(default_factory=list)  # perf_counter at open, close
+    cpu: list[float] = field(default_factory=list)  # process_time at open, close
+    redis_cpu: list[asyncio.Task[Any]] = field(default_factory=list)  # INFO cpu at open, close
+
+    @property
+    def open(self) -> bool:
+        return len(self.t) == 1
+
+    def mark(self, env: Env) -> None:
+        self.t.append(time.perf_counter())
+        self.cpu.append(time.process_time())
+        self.redis_cpu.append(asyncio.create_task(_info_cpu(env)))
+
+
+async def _info_cpu(env: Env) -> dict[str, Any]:
+    info: dict[str, Any] = await env.redis.info("cpu")
+    return info
+
+
+@dataclass
+class RunState:
+    """Per-run state: the fixed variant's in-process flights and the lab's bookkeeping."""
+
+    flights: dict[int, asyncio.Task[bytes]] = field(default_factory=dict)  # pod -> rebuild
+    window: Window = field(default_factory=Window)
+    rebuilding: int = 0
+    lock_owner: int | None = None  # who the lab last saw take the lock (buggy has no token)
+    failed: bool = False
+    probes: list[asyncio.Task[Any]] = field(default_factory=list)
+
+
+_RUNS: weakref.WeakKeyDictionary[Env, RunState] = weakref.WeakKeyDictionary()
+
+
+def _st(env: Env) -> RunState:
+    return _RUNS[env]
+
+
+async def setup(env: Env) -> None:
+    _RUNS[env] = RunState()
+    if env.params["stale"]:
+        await env.redis.set(env.key(STALE), b"product-42-v0", ex=STALE_TTL_S)
+    # Open the connections the run will use before the clock starts (design.md: connection
+    # setup inside the timed window is 10-13 % of a run): one per request, and the lab's.
+    # A few at a time: 5,000 connects at once overflow the server's accept backlog.
+    pool = env.redis.connection_pool
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+    async def open_one() -> Any:
+        async with gate:
+            return await pool.get_connection()  # type: ignore[no-untyped-call]
+
+    conns = await asyncio.gather(
+        *(open_one() for _ in range(min(env.n + OBSERVERS, pool.max_connections)))
+    )
+    for c in conns:
+        await pool.release(c)
+
+
+# --- the shared load: the fake DB and the lab's counting wrappers ----------------------
+
+
+async def _query_db(env: Env) -> bytes:
+    """The rebuild: a 400 ms query; with rebuild_fails the first one throws at the end."""
+    st = _st(env)
+    env.add("db_calls")
+    if not st.window.t:
+        st.window.mark(env)
+    elif not st.window.open:  # the cache was already filled: a waiter raced the write
+        env.add("rebuilds_after_fill")
+    st.rebuilding += 1
+    env.counters["max_concurrent_rebuilds"] = max(
+        env.counters["max_concurrent_rebuilds"], st.rebuilding
+    )
+    try:
+        await asyncio.sleep(env.params["rebuild_ms"] / 1000)
+    finally:
+        st.rebuilding -= 1
+    if env.params["rebuild_fails"] and not st.failed:
+        st.failed = True
+        env.add("rebuild_failed")
+        st.probes.append(asyncio.create_task(_probe_lock(env)))
+        raise RebuildFailed("the DB query failed")
+    return b"product-42-v1"
+
+
+async def _probe_lock(env: Env) -> None:
+    """Lab observer: is the lock still held just after the failed rebuild?"""
+    await asyncio.sleep(PROBE_DELAY_S)
+    pttl = await env.redis.pttl(env.key(LOCK))
+    env.extra_evidence["lock_pttl_after_failure_ms"] = int(pttl)
+
+
+async def _get(env: Env, key: str) -> bytes | None:
+    env.add("redis_get")
+    if _st(env).window.open:
+        env.add("redis_get_in_window")
+    value = await env.redis.get(env.key(key))
+    return value.encode() if isinstance(value, str) else value
+
+
+async def _take_lock(env: Env, actor: int, token: str) -> bool:
+    env.add("redis_set")
+    env.add("lock_attempts")
+    taken = bool(await env.redis.set(env.key(LOCK), token, nx=True, px=_lock_ttl_ms(env)))
+    if taken:
+        _st(env).lock_owner = actor
+    return taken
+
+
+async def _write(env: Env, key: str, value: bytes, ttl_s: int) -> None:
+    env.add("redis_set")
+    await env.redis.set(env.key(key), value, ex=ttl_s)
+    st = _st(env)
+    if key == KEY and st.window.open:
+        st.window.mark(env)
+
+
+def _lock_ttl_ms(env: Env) -> int:
+    return max(1, round(float(env.params["lock_ttl_s"]) * 1000))
+
+
+# --- buggy: the document's recursive poll ----------------------------------------------
+
+
+async def buggy(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
+    try:
+        await _get_polling(env, actor)
+    except RebuildFailed:
+        return "error"  # the request that ran the failing query answers 500
+    return "ok"
+
+
+async def _get_polling(env: Env, actor: int, depth: int = 0) -> bytes:
+    cached = await _get(env, KEY)
+    if cached is not None:
+        env.sample("polls_per_request", depth)
+        return cached
+    if await _take_lock(env, actor, "1"):
+        value = await _query_db(env)  # throws: no finally, the lock stays for the whole TTL
+        await _write(env, KEY, value, CACHE_TTL_S)
+        env.add("redis_del")
+        owner = _st(env).lock_owner  # lab bookkeeping: who took the lock last
+        deleted = await env.redis.delete(env.key(LOCK))  # no token: maybe someone else's lock
+        if deleted and owner != actor:
+            env.add("lock_deleted_foreign")
+        env.sample("polls_per_request", depth)
+        return value
+    env.add("polls")
+    await asyncio.sleep(env.params["poll_ms"] / 1000)
+    return await _get_polling(env, actor, depth + 1)
+
+
+# --- fixed: singleflight, token + compare-and-delete in finally, bounded wait, stale ---
+
+
+async def fixed(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
+    if await _get(env, KEY) is not None:
+        return "ok"
+    pod = actor % env.params["pods"]
+    flight = _st(env).flights.get(pod)
+    # A flight that finished well answers misses that raced its write; a failed one is redone.
+    leader = flight is None or (
+        flight.done() and (flight.cancelled() or flight.exception() is not None)
+    )
+    if flight is None or leader:
+        flight = _st(env).flights[pod] = asyncio.create_task(_rebuild_once(env, actor))
+    elif await _stale(env):
+        return "stale"  # the stale copy answers waiters at once
+    budget = env.params["max_polls"] * env.params["poll_ms"] / 1000 * env.rng(actor).uniform(1, 2)
+    try:
+        await asyncio.wait_for(asyncio.shield(flight), budget)
+    except (TimeoutError, LockBusy):
+        return "stale" if await _stale(env) else "fallback"
+    except RebuildFailed:
+        return "stale" if await _stale(env) else "error"
+    return "ok"
+
+
+async def _rebuild_once(env: Env, actor: int) -> bytes:
+    """One rebuild per process; across processes the Redis lock, with a token."""
+    token = uuid.uuid4().hex
+    if await _take_lock(env, actor, token):
+        try:
+            value = await _query_db(env)
+            await _write(env, KEY, value, CACHE_TTL_S)
+            await _write(env, STALE, value, STALE_TTL_S)
+            return value
+        finally:
+            env.add("redis_eval")
+            released = await env.redis.eval(RELEASE, 1, env.key(LOCK), token)
+            env.add("lock_released" if released else "lock_expired_before_release")
+    rng = env.rng(-1 - actor)
+    for _ in range(env.params["max_polls"]):  # another process rebuilds: bounded wait
+        await asyncio.sleep(env.params["poll_ms"] / 1000 * rng.uniform(1, 2))
+        env.add("polls")
+        if (found := await _get(env, KEY)) is not None:
+            return found
+    raise LockBusy
+
+
+async def _stale(env: Env) -> bool:
+    """With the stale copy kept (-p stale=true): is one there to answer from?"""
+    if not env.params["stale"] or await _get(env, STALE) is None:
+        return False
+    env.add("stale_reads")
+    return True
+
+
+# --- after the run: one rebuild at a time, and the wait window's rates --------------------
+
+
+async def invariant(env: Env) -> list[Check]:
+    """The lock's purpose: at most one rebuild at a time. Also records the wait window."""
+    st = _st(env)
+    pending = [*st.flights.values(), *st.probes, *st.window.redis_cpu]
+    if pending:  # flights outlive the requests that gave up on them; let them end
+        _, late = await asyncio.wait(pending, timeout=env.params["rebuild_ms"] / 1000 + 5)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    env.extra_evidence["wait_window"] = _window_evidence(env, st.window)
+    most = env.counters["max_concurrent_rebuilds"]
+    return [Check("at most one rebuild at a time", most <= 1, f"{most} concurrent rebuilds")]
+
+
+def _window_evidence(env: Env, w: Window) -> dict[str, Any]:
+    if len(w.t) < 2 or any(r.cancelled() or r.exception() for r in w.redis_cpu):
+        return {}
+    seconds = w.t[1] - w.t[0]
+    cpu = [r.result() for r in w.redis_cpu]
+    redis_s = sum(cpu[1][k] - cpu[0][k] for k in ("used_cpu_user", "used_cpu_sys"))
+    gets = env.counters["redis_get_in_window"]
+    achieved = gets / seconds
+    pollers = env.n - 1 if env.variant == "buggy" else env.params["pods"] - 1  # fixed: leaders
+    demand = pollers * 1000 / env.params["poll_ms"]
+    client = (w.cpu[1] - w.cpu[0]) / seconds
+    server = redis_s / seconds
+    if achieved >= DEMAND_MET * demand:
+        limit = "none: the poll interval sets the rate"
+    elif client >= SATURATED and client >= 2 * server:
+        limit = "client CPU: the Python event loop is saturated"
+    elif client >= 2 * server:
+        limit = "client: round trips through a busy event loop; Redis idles"
+    elif server >= 2 * client:
+        limit = "Redis CPU"
+    else:
+        limit = "unclear"
+    return {
+        "ms": round(seconds * 1000, 1),
+        "gets": gets,
+        "get_per_s": round(achieved),
+        "demand_get_per_s": round(demand),
+        "poll_cycle_ms": round(pollers * seconds * 1000 / gets, 1) if gets else None,
+        "client_cpu_per_s": round(client, 3),
+        "redis_cpu_per_s": round(server, 3),
+        "limit": limit,
+    }
+
+
+# --- claims ---------------------------------------------------------------------------
+
+
+def _c(rec: Record, name: str) -> int:
+    return int(rec.get("counters", {}).get(name, 0))
+
+
+def _failure_mode(rec: Record) -> bool:
+    p = rec["params"]
+    return bool(p["rebuild_fails"]) or p["rebuild_ms"] >= p["lock_ttl_s"] * 1000
+
+
+def _one_rebuild(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Until the cache is filled the lock admits one rebuild. The document's code re-checks
+    nothing after SET NX, so a waiter whose GET missed just before the write and whose SET NX
+    came after the DEL rebuilds once more: counted apart as rebuilds_after_fill."""
+    if any(_failure_mode(r) for r in records.values()):
+        return None
+    parts, ok = [], True
+    for v, rec in records.items():
+        calls, late = _c(rec, "db_calls"), _c(rec, "rebuilds_after_fill")
+        ok = ok and calls - late == 1 and (v != "fixed" or calls == 1)
+        raced = f" ({late} after the cache was filled: GET missed before the write, SET NX after the DEL)"
+        parts.append(f"{v}: DB calls={calls}" + (raced if late else ""))
+    return ok, "; ".join(parts)
+
+
+def _poll_multiplies_gets(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Every buggy waiter makes the miss and at least one poll, at most one poll per poll
+    interval of the rebuild plus the final hit; fixed makes one GET per request."""
+    if any(_failure_mode(r) for r in records.values()):
+        return None
+    b, f = records["buggy"], records["fixed"]
+    n, p = b["knobs"]["n"], b["params"]
+    gb, gf = _c(b, "redis_get"), _c(f, "redis_get")
+    floor, ceiling = 2 * n - 1, round(n * (2 + p["rebuild_ms"] / p["poll_ms"]))
+    plain = f["params"]["pods"] == 1 and not f["params"]["stale"]
+    seen = (
+        f"buggy: GETs={gb}, DB calls={_c(b, 'db_calls')}, {b['wall_ms']:.0f} ms; fixed: GETs={gf}, "
+        f"DB calls={_c(f, 'db_calls')}, {f['wall_ms']:.0f} ms; {gb / max(gf, 1):.1f}x "
+        f"(buggy bounds {floor}..{ceiling})"
+    )
+    return floor <= gb <= ceiling and (gf == f["knobs"]["n"] or not plain), seen
+
+
+def _server_counts_agree(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """commandstats also counts the GET and DEL run inside the compare-and-delete EVAL."""
+    parts, ok = [], True
+    for v, rec in records.items():
+        stats = rec["evidence"].get("redis_commandstats", {})
+        evals, released = _c(rec, "redis_eval"), _c(rec, "lock_released")
+        want = {
+            "get": _c(rec, "redis_get") + evals,
+            "set": _c(rec, "redis_set"),
+            "del": _c(rec, "redis_del") + released,
+            "eval": evals,
+        }
+        got = {k: int(stats.get(k, 0)) for k in want}
+        ok = ok and got == want
+        lab = {k: n for k, n in stats.items() if k not in want}
+        inner = f" (incl. {evals} GET, {released} DEL inside EVAL)" if evals else ""
+        counts = ", ".join(f"{k} {want[k]}/{got[k]}" for k in want if want[k] or got[k])
+        parts.append(f"{v}: client/server {counts}{inner}; lab's own {lab}")
+    return ok, "; ".join(parts)
+
+
+def _get_rate(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    rec = records["buggy"]
+    w = rec["evidence"].get("wait_window") or {}
+    if not w or _failure_mode(rec):
+        return None
+    seen = (
+        f"buggy n={rec['knobs']['n']}, rebuild {rec['params']['rebuild_ms']:.0f} ms: "
+        f"{w['get_per_s']} GET/s of {w['demand_get_per_s']} demanded over {w['ms']} ms "
+        f"(a poll every {w['poll_cycle_ms']} ms per waiter, asked {rec['params']['poll_ms']:.0f}); "
+        f"client CPU {w['client_cpu_per_s']:.2f} s/s, Redis CPU {w['redis_cpu_per_s']:.2f} s/s; "
+        f"limit: {w['limit']}"
+    )
+    return w["limit"] != "unclear", seen
+
+
+def _no_finally(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    b, f = records["buggy"], records["fixed"]
+    if not b["params"]["rebuild_fails"]:
+        return None
+    ttl_ms = b["params"]["lock_ttl_s"] * 1000
+    held_b = b["evidence"].get("lock_pttl_after_failure_ms", -2)
+    held_f = f["evidence"].get("lock_pttl_after_failure_ms", -2)
+    p50_b = b["latency_ms"].get("p50", 0)
+    max_f = f["latency_ms"].get("max", 0)
+    seen = (
+        f"buggy: lock PTTL {held_b} ms after the failure, p50 {p50_b:.0f} ms, "
+        f"{notation(b['outcomes'])}; fixed: PTTL {held_f} (no lock), max {max_f:.0f} ms, "
+        f"{notation(f['outcomes'])}"
+    )
+    return held_b > 0 and p50_b >= ttl_ms and held_f < 0 and max_f < ttl_ms, seen
+
+
+def _no_token(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    b, f = records["buggy"], records["fixed"]
+    p = b["params"]
+    if p["rebuild_fails"] or p["rebuild_ms"] < p["lock_ttl_s"] * 1000:
+        return None
+    seen = (
+        f"buggy: DB calls={_c(b, 'db_calls')}, DELs of another's lock="
+        f"{_c(b, 'lock_deleted_foreign')}, concurrent rebuilds={_c(b, 'max_concurrent_rebuilds')}; "
+        f"fixed: DB calls={_c(f, 'db_calls')}, compare-and-delete found the lock expired "
+        f"{_c(f, 'lock_expired_before_release')}x and deleted nothing"
+    )
+    return (
+        _c(b, "db_calls") >= 2
+        and _c(b, "lock_deleted_foreign") >= 1
+        and _c(f, "db_calls") == 1
+        and _c(f, "lock_released") == 0
+    ), seen
+
+
+def _stale_answers_at_once(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Stale answers end before the rebuild could have (they did not wait for it); buggy
+    requests, all started with the rebuild, end after it."""
+    b, f = records["buggy"], records["fixed"]
+    if not f["params"]["stale"] or _failure_mode(f):
+        return None
+    rebuild = f["params"]["rebuild_ms"]
+    p50_s = f["latency_ms_by_outcome"].get("stale", {}).get("p50", rebuild)
+    p50_b = b["latency_ms"].get("p50", 0)
+    seen = (
+        f"fixed: {notation(f['outcomes'])}, stale answers p50 {p50_s:.0f} ms; "
+        f"buggy: {notation(b['outcomes'])}, p50 {p50_b:.0f} ms; rebuild {rebuild:.0f} ms"
+    )
+    stale = f["outcomes"].get("stale", 0)
+    return stale == f["knobs"]["n"] - 1 and p50_s < rebuild <= p50_b, seen
+
+
+BOTH = ("buggy", "fixed")
+PUBLISHED = {
+    "buggy": "recursive 50ms poll (Notion) 500 concurrent misses: redis GETs=2739, DB calls=1, 597 ms",
+    "fixed": "singleflight + bounded wait 500 concurrent misses: redis GETs=500, DB calls=1, 531 ms",
+}
+CLAIMS = (
+    Claim(
+        "DL-19",
+        "Until the cache is filled the lock admits one rebuild; fixed makes exactly one DB call",
+        BOTH,
+        _one_rebuild,
+        published="DB calls=1 (both)",
+    ),
+    Claim(
+        "DL-19",
+        "Polling multiplies GETs (a miss, then a GET per poll until the rebuild ends); "
+        "singleflight makes one GET per request",
+        BOTH,
+        _poll_multiplies_gets,
+        published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; 500 waiter poll mỗi 50 ms tạo 5.5x số GET",
+    ),
+    Claim(
+        "DL-19",
+        "INFO commandstats counts the client's GET/SET/DEL/EVAL, plus the GET and DEL inside EVAL",
+        BOTH,
+        _server_counts_agree,
+    ),
+    Claim(
+        "DL-20",
+        "Waiters ask for waiters x 1000/poll_ms GET/s; what is achieved is met or limited by "
+        "an identified side (client or Redis CPU)",
+        ("buggy",),
+        _get_rate,
+        published="ở 5,000 waiter và rebuild 1s là ~100k GET/s vào Redis",
+    ),
+    Claim(
+        "DL-21",
+        "No finally: a throwing rebuild leaves the lock for its TTL and the waiters wait it out; "
+        "the fix releases it in finally and nobody waits a TTL",
+        BOTH,
+        _no_finally,
+        published="không finally (queryDB throw → mọi người chờ 10s)",
+    ),
+    Claim(
+        "DL-21",
+        "No token: a rebuild slower than the lock TTL lets a second rebuild start and the first "
+        "one's DEL removes the second's lock; the fix keeps one rebuild and deletes nothing",
+        BOTH,
+        _no_token,
+        published="không token (DEL xoá lock của người khác khi queryDB > 10s)",
+    ),
+    Claim(
+        "DL-21",
+        "No stale fallback: with a stale copy the fix answers every waiter at once",
+        BOTH,
+        _stale_answers_at_once,
+        published="giữ bản stale (key phụ TTL dài hoặc stale-while-revalidate) để waiter trả ngay",
+    ),
+)
+
+SCENARIO = Scenario(
+    id="cache-stampede",
+    doc=__doc__ or "",
+    kind="actors",
+    variants={"buggy": buggy, "fixed": fixed},
+    outcomes=("ok", "stale", "fallback", "error"),
+    claims=CLAIMS,
+    published=PUBLISHED,
+    setup=setup,
+    invariant=invariant,
+    defaults=Defaults(n=500, arrival="burst", actor_timeout_s=120, run_timeout_s=300),
+    params={
+        "rebuild_ms": 400.0,
+        "poll_ms": 50.0,
+        "lock_ttl_s": 10.0,
+        "max_polls": 10,
+        "rebuild_fails": False,
+        "stale": False,
+        "pods": 1,
+    },
+    param_help={
+        "rebuild_ms": "the fake DB query's duration (published 400; scale profile 1000)",
+        "poll_ms": "buggy: poll interval; fixed: the bounded wait's step (x1..2 jitter)",
+        "lock_ttl_s": "the rebuild lock's TTL (the document's EX 10); smaller = fast DL-21 runs",
+        "max_polls": "fixed: the wait is bounded at max_polls x poll_ms x U(1,2)",
+        "rebuild_fails": "the first rebuild throws (DL-21: no finally)",
+        "stale": "fixed keeps a stale copy and answers from it; one is left from before",
+        "pods": "fixed: processes sharing Redis, each with its own singleflight",
+    },
+    uses=frozenset({"redis"}),
+    sources=("DL",),
+    quick={"n": 200},
+    headline={"redis_get": "GETs", "db_calls": "DB calls"},
+)

@@ -1,0 +1,133 @@
+"""cache-stampede on real Redis: the poll storm, one rebuild, and the failure modes of DL-21."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scenarios.cache_stampede import SCENARIO
+from tests.conftest import RunFn
+
+N = 20  # small enough that the event loop is not saturated: every waiter polls on time
+REBUILD_MS = 400.0
+POLL_MS = 50.0
+POLLS_PER_WAITER = REBUILD_MS / POLL_MS  # 8 polls while the rebuild runs
+
+
+def claims(records: dict[str, dict[str, Any]]) -> dict[str, list[bool]]:
+    """Claim id -> verdicts over the run's records, each claim once."""
+    seen: dict[tuple[str, str], bool] = {}
+    for rec in records.values():
+        for c in rec["claims"]:
+            seen[(c["id"], c["text"])] = c["held"]
+    out: dict[str, list[bool]] = {}
+    for (cid, _), held in seen.items():
+        out.setdefault(cid, []).append(held)
+    return out
+
+
+async def test_polling_multiplies_gets_not_db_calls(run_scenario: RunFn) -> None:
+    """20 misses: one rebuild before the fill in both; buggy makes ~1 + 8 GETs per request."""
+    records = await run_scenario(SCENARIO, n=N)
+    b, f = records["buggy"]["counters"], records["fixed"]["counters"]
+    assert b["db_calls"] - b.get("rebuilds_after_fill", 0) == 1
+    assert f["db_calls"] == 1
+    assert f["redis_get"] == N  # one GET per request: the miss
+    waiters = N - 1
+    assert waiters * POLLS_PER_WAITER / 2 <= b["polls"] <= waiters * (POLLS_PER_WAITER + 1)
+    assert b["redis_get"] >= N + waiters * POLLS_PER_WAITER / 2
+    assert records["buggy"]["outcomes"] == records["fixed"]["outcomes"] == {"ok": N}
+    verdicts = claims(records)
+    assert set(verdicts) == {"DL-19", "DL-20"}  # DL-21's failure modes are off: not judged
+    assert all(all(v) for v in verdicts.values()), verdicts
+
+
+async def test_commandstats_match_client_counts(run_scenario: RunFn) -> None:
+    """The server counts the client's commands, plus EVAL's inner GET/DEL and the lab's INFO."""
+    records = await run_scenario(SCENARIO, n=N)
+    for rec in records.values():
+        stats, c = rec["evidence"]["redis_commandstats"], rec["counters"]
+        assert stats["get"] == c["redis_get"] + c.get("redis_eval", 0)
+        assert stats["set"] == c["redis_set"]
+        assert stats["info"] == 3  # the commandstats snapshot and INFO cpu at both window ends
+    fixed = records["fixed"]["evidence"]["redis_commandstats"]
+    assert fixed["eval"] == 1 and fixed["del"] == 1  # the compare-and-delete's DEL
+
+
+async def test_quick_profile_over_100_connections(run_scenario: RunFn) -> None:
+    """200 requests (past redis-py's default 100-connection pool): every quick claim holds."""
+    records = await run_scenario(SCENARIO, **SCENARIO.quick)
+    assert all(r["outcomes"] == {"ok": 200} for r in records.values())
+    verdicts = [c for r in records.values() for c in r["claims"]]
+    failed = [c for c in verdicts if not c["held"] and "quick" in c["profiles"]]
+    assert verdicts and not failed, failed
+    window = records["buggy"]["evidence"]["wait_window"]
+    assert window["demand_get_per_s"] == 199 * 1000 / POLL_MS
+    assert (
+        abs(window["get_per_s"] - window["gets"] / window["ms"] * 1000) <= 1 + window["gets"] / 1000
+    )
+    assert window["client_cpu_per_s"] > window["redis_cpu_per_s"]
+
+
+async def test_throwing_rebuild_buggy_waits_out_the_lock(run_scenario: RunFn) -> None:
+    """DL-21 no finally: buggy waiters wait the 1.5 s lock out; fixed releases it at once."""
+    params = {"rebuild_fails": True, "rebuild_ms": 200.0, "lock_ttl_s": 1.5}
+    records = await run_scenario(SCENARIO, n=N, params=params)
+    b, f = records["buggy"], records["fixed"]
+    assert b["outcomes"] == {"ok": N - 1, "error": 1}
+    assert b["evidence"]["lock_pttl_after_failure_ms"] > 1000  # still held after the throw
+    assert b["latency_ms_by_outcome"]["ok"]["min"] >= 1500
+    assert f["outcomes"] == {"error": N}  # no stale copy: fail fast, no TTL wait
+    assert f["evidence"]["lock_pttl_after_failure_ms"] == -2  # released in finally
+    assert f["latency_ms"]["max"] < 1000
+    assert claims(records)["DL-21"] == [True]
+
+
+async def test_rebuild_slower_than_lock_ttl(run_scenario: RunFn) -> None:
+    """DL-21 no token: the lock expires mid-rebuild, a second rebuild starts, DEL hits its lock."""
+    # The second holder takes the lock at 500 ms, keeps it until 1000 ms, and the first
+    # one's DEL comes at 700 ms: 200-300 ms of margin on either side for a loaded machine.
+    params = {"rebuild_ms": 700.0, "lock_ttl_s": 0.5, "max_polls": 20}
+    records = await run_scenario(SCENARIO, n=N, params=params)
+    b, f = records["buggy"], records["fixed"]
+    assert b["counters"]["db_calls"] >= 2
+    assert b["counters"].get("lock_deleted_foreign", 0) >= 1
+    assert [i["held"] for i in b["invariants"]] == [False]  # two rebuilds at once
+    assert f["counters"]["db_calls"] == 1
+    assert f["counters"].get("lock_expired_before_release") == 1  # compare-and-delete: no DEL
+    assert [i["held"] for i in f["invariants"]] == [True]
+    assert f["outcomes"] == {"ok": N}
+    assert claims(records)["DL-21"] == [True]
+
+
+async def test_stale_copy_answers_waiters_at_once(run_scenario: RunFn) -> None:
+    """DL-21 stale fallback: fixed waiters answer from the stale copy, buggy ones poll."""
+    records = await run_scenario(SCENARIO, n=N, params={"stale": True})
+    b, f = records["buggy"], records["fixed"]
+    assert f["outcomes"] == {"ok": 1, "stale": N - 1}
+    assert f["latency_ms_by_outcome"]["stale"]["max"] < REBUILD_MS / 2
+    assert b["outcomes"] == {"ok": N}
+    assert b["latency_ms"]["min"] >= REBUILD_MS
+    assert claims(records)["DL-21"] == [True]
+
+
+async def test_second_pod_waits_bounded_on_the_lock(run_scenario: RunFn) -> None:
+    """Two pods: one rebuild in all; the other pod's leader polls the value a bounded time."""
+    params = {"pods": 2}
+    rec = (await run_scenario(SCENARIO, ["fixed"], n=N, params=params))["fixed"]
+    c = rec["counters"]
+    assert c["db_calls"] == 1
+    assert c["lock_attempts"] == 2  # one singleflight per pod
+    assert 1 <= c["polls"] <= SCENARIO.params["max_polls"]
+    assert c["redis_get"] == N + c["polls"]
+    assert rec["outcomes"] == {"ok": N}
+
+
+async def test_scale_profile_client_is_the_limit(run_scenario: RunFn) -> None:
+    """1,000 waiters, 1 s rebuild: the poll demand is not met and the client's CPU is why."""
+    params = {"rebuild_ms": 1000.0}
+    rec = (await run_scenario(SCENARIO, ["buggy"], n=1000, params=params))["buggy"]
+    window = rec["evidence"]["wait_window"]
+    assert window["demand_get_per_s"] == 999 * 1000 / POLL_MS
+    assert window["get_per_s"] < window["demand_get_per_s"]
+    assert window["limit"].startswith("client")
+    assert rec["counters"]["db_calls"] - rec["counters"].get("rebuilds_after_fill", 0) == 1
