@@ -25,6 +25,7 @@ from lab.servers import Servers
 from lab.workload import (
     Knobs,
     connections_needed,
+    hard_limit,
     percentiles,
     run_actors,
     server_connections_needed,
@@ -198,7 +199,7 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             script: Script = scenario.variants[variant]
             env.t0 = time.perf_counter()
             try:
-                await asyncio.wait_for(script(env), knobs.run_timeout_s)
+                await hard_limit(script(env), knobs.run_timeout_s)
             except TimeoutError:
                 env.outcome(TIMEOUT)
             wall_ms = (time.perf_counter() - env.t0) * 1000

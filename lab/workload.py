@@ -12,9 +12,9 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -23,6 +23,7 @@ from lab.outcome import TIMEOUT, classify
 from lab.scenario import Actor, Env
 
 CONNECT_CONCURRENCY = 20
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -136,10 +137,10 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
             if pool is not None:
                 async with pool.acquire() as pooled:
                     pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
-                    word = await asyncio.wait_for(actor(env, pconn, i), knobs.actor_timeout_s)
+                    word = await hard_limit(actor(env, pconn, i), knobs.actor_timeout_s)
             else:
                 conn = conns[i] if conns else None
-                word = await asyncio.wait_for(actor(env, conn, i), knobs.actor_timeout_s)
+                word = await hard_limit(actor(env, conn, i), knobs.actor_timeout_s)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
@@ -172,6 +173,34 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
         await _cancel(tasks)
         await _close(conns, pool)
     return ActorsResult(outcomes, wall_ms, latencies)
+
+
+async def hard_limit(coro: Awaitable[T], limit_s: float) -> T:
+    """`coro`'s result, or TimeoutError after `limit_s` with the task really ended.
+
+    asyncio.wait_for trusts one cancel(); redis-py can swallow a cancellation that lands
+    mid-command, and a polling actor then runs on past its limit. So cancel until it ends.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limit_s)
+    except asyncio.CancelledError:
+        await _insist_cancel(task)
+        raise
+    if task in done:
+        return task.result()
+    await _insist_cancel(task)
+    raise TimeoutError(f"hard limit of {limit_s} s")
+
+
+async def _insist_cancel(task: asyncio.Future[Any], rounds: int = 100) -> None:
+    for _ in range(rounds):
+        if task.done():
+            break
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: it ended past its limit, its result does not count
 
 
 async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:

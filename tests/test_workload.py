@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 
 from lab.errors import LabError
 from lab.outcome import classify, notation, ordered
-from lab.workload import connections_needed, parse_arrival, parse_connect, start_offsets
+from lab.workload import (
+    connections_needed,
+    hard_limit,
+    parse_arrival,
+    parse_connect,
+    start_offsets,
+)
 
 
 def test_burst_starts_everyone_at_zero() -> None:
@@ -39,7 +47,9 @@ def test_poisson_is_seeded() -> None:
     assert 0.1 < a[-1] < 0.5  # 49 gaps of mean 5 ms
 
 
-@pytest.mark.parametrize("spec", ["", "stagger", "stagger:-1", "stagger:5~x", "poisson:0", "wave:3"])
+@pytest.mark.parametrize(
+    "spec", ["", "stagger", "stagger:-1", "stagger:5~x", "poisson:0", "wave:3"]
+)
 def test_bad_arrival(spec: str) -> None:
     """A malformed --arrival is a user error, not a crash."""
     with pytest.raises(LabError):
@@ -69,3 +79,35 @@ def test_notation_is_the_documents() -> None:
     counts = ordered({"40P01": 196, "ok": 4}, ("ok", "40P01"))
     assert notation(counts) == '{"ok":4,"40P01":196}'
     assert notation(ordered({"40P01": 3}, ("ok", "40P01"))) == '{"40P01":3}'
+
+
+async def test_hard_limit_ends_an_actor_that_swallows_one_cancellation() -> None:
+    """A task that ignores the first cancel (as redis-py can, mid-command) still ends."""
+    ended = asyncio.Event()
+
+    async def stubborn() -> str:
+        swallowed = False
+        try:
+            while True:
+                try:
+                    await asyncio.sleep(0.01)
+                except asyncio.CancelledError:
+                    if swallowed:
+                        raise
+                    swallowed = True  # lose the first cancellation, keep polling
+        finally:
+            ended.set()
+
+    with pytest.raises(TimeoutError):
+        await hard_limit(stubborn(), 0.05)
+    assert ended.is_set()
+
+
+async def test_hard_limit_returns_the_result_in_time() -> None:
+    """Within the limit, the coroutine's own result comes back."""
+
+    async def quick() -> str:
+        await asyncio.sleep(0)
+        return "ok"
+
+    assert await hard_limit(quick(), 1.0) == "ok"
