@@ -1,0 +1,141 @@
+"""lab/interleave.py on a real server: blocked sessions count as arrived, waits are bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from lab.interleave import (
+    InterleaveTimeout,
+    Rendezvous,
+    done_or_blocked,
+    lock_waiters,
+    wait_blocked,
+)
+from lab.servers import Servers
+
+
+@pytest.fixture
+async def database(servers: Servers) -> AsyncIterator[str]:
+    """A throwaway database with one row to fight over; its name."""
+    assert servers.pg is not None
+    name = f"locklab_interleave_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(servers.pg.dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        conn = await asyncpg.connect(servers.pg.dsn, database=name)
+        await conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
+        await conn.execute("INSERT INTO t VALUES (1, 0)")
+        await conn.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db(servers: Servers, database: str) -> AsyncIterator[asyncpg.Pool]:
+    """The observer: a small pool on the throwaway database."""
+    assert servers.pg is not None
+    pool = await asyncpg.create_pool(servers.pg.dsn, database=database, min_size=1, max_size=3)
+    assert pool is not None
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def sessions(servers: Servers, database: str) -> AsyncIterator[list[asyncpg.Connection]]:
+    """Two sessions of their own on the throwaway database."""
+    assert servers.pg is not None
+    conns = [await asyncpg.connect(servers.pg.dsn, database=database) for _ in range(2)]
+    try:
+        yield conns
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def test_a_party_blocked_on_a_lock_counts_as_arrived(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """Party 0 holds the row; party 1 blocks in its UPDATE; party 0 goes on, commits, then 1 ends."""
+    a, b = sessions
+    rv = Rendezvous(db, 2, ("write",), timeout=5)
+    order: list[str] = []
+    first_wrote = asyncio.Event()
+
+    async def party(i: int, conn: asyncpg.Connection) -> None:
+        with rv.party(i, conn.get_server_pid()):
+            async with conn.transaction():
+                if i == 1:
+                    await first_wrote.wait()  # party 0 takes the row first
+                await conn.execute("UPDATE t SET v = v + 1 WHERE id = 1")
+                order.append(f"{i} wrote")
+                first_wrote.set()
+                blocked = await rv.arrive(i, "write")
+                order.append(f"{i} passed, saw blocked {sorted(blocked)}")
+            order.append(f"{i} committed")
+
+    await asyncio.gather(party(0, a), party(1, b))
+    assert order == [
+        "0 wrote",
+        "0 passed, saw blocked [1]",
+        "0 committed",
+        "1 wrote",
+        "1 passed, saw blocked []",
+        "1 committed",
+    ]
+    assert rv.waited == {0: set(), 1: {"write"}}
+    assert await db.fetchval("SELECT v FROM t") == 2
+
+
+async def test_parties_wait_for_each_other_without_locks(db: asyncpg.Pool) -> None:
+    """With no lock involved the rendezvous is a plain barrier: nobody passes before the last."""
+    rv = Rendezvous(db, 3, ("read",), timeout=5)
+    order: list[str] = []
+
+    async def party(i: int) -> None:
+        with rv.party(i, 1_000_000 + i):  # pids no backend has: never blocked
+            await asyncio.sleep(0.02 * i)
+            order.append(f"arrive {i}")
+            await rv.arrive(i, "read")
+            order.append(f"pass {i}")
+
+    await asyncio.gather(*(party(i) for i in range(3)))
+    assert order[:3] == ["arrive 0", "arrive 1", "arrive 2"]
+    assert sorted(order[3:]) == ["pass 0", "pass 1", "pass 2"]
+
+
+async def test_a_party_that_never_comes_is_a_loud_timeout(db: asyncpg.Pool) -> None:
+    """A party neither arriving, leaving nor blocked fails the wait with InterleaveTimeout."""
+    rv = Rendezvous(db, 2, ("read",), timeout=0.2)
+    with rv.party(0, 1_000_000), pytest.raises(InterleaveTimeout, match=r"never joined"):
+        await rv.arrive(0, "read")
+
+
+async def test_done_or_blocked_and_wait_blocked_name_the_blocker(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """A session waiting on a row lock is reported with the pid holding it; a done event wins."""
+    holder, waiter = sessions
+    tx = holder.transaction()
+    await tx.start()
+    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+    task = asyncio.create_task(waiter.execute("UPDATE t SET v = 10 WHERE id = 1"))
+    never = asyncio.Event()
+    by = await done_or_blocked(db, waiter.get_server_pid(), never, timeout=5)
+    assert by == [holder.get_server_pid()]
+    waits = await wait_blocked(db, [waiter.get_server_pid()], timeout=5)
+    assert waits == {waiter.get_server_pid(): [holder.get_server_pid()]}
+    assert await lock_waiters(db, [holder.get_server_pid()]) == {}
+    await tx.commit()
+    await task
+    done = asyncio.Event()
+    done.set()
+    assert await done_or_blocked(db, waiter.get_server_pid(), done) is None
