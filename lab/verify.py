@@ -88,6 +88,7 @@ class Summary:
     held: int
     not_held: int
     not_judged: int
+    not_exercised: int
     skipped: int
     errors: int
     scenarios: int
@@ -103,6 +104,8 @@ class Summary:
         extra = []
         if self.not_judged:
             extra.append(f"{self.not_judged} not judged")
+        if self.not_exercised:
+            extra.append(f"{self.not_exercised} not exercised by these settings")
         if self.errors:
             extra.append(f"{self.errors} scenario run(s) failed")
         if self.skipped:
@@ -117,6 +120,7 @@ class Summary:
             "held": self.held,
             "not_held": self.not_held,
             "not_judged": self.not_judged,
+            "not_exercised": self.not_exercised,
             "skipped": self.skipped,
             "errors": self.errors,
             "scenarios": self.scenarios,
@@ -197,27 +201,37 @@ def variants_for_trial(scenario: Scenario, claims: Sequence[Claim], k: int) -> l
 def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str, Any]]:
     """Every claim's verdict over the trials it asks for (pure: records in, verdicts out).
 
-    A claim whose variants are missing, or that asks for more trials than there are, is
-    reported as not judged (held False, judged False) rather than silently dropped.
+    Each verdict has a `status`: "held", "not held", "not judged" (a variant's record is
+    missing, or fewer trials than the claim asks for) or "not exercised" (the check says
+    this run's settings do not exercise it, e.g. a failure mode left off). Nothing is
+    silently dropped.
     """
     out: list[dict[str, Any]] = []
     for c in claims:
         runs = [t for t in trials[: c.trials] if all(v in t.records for v in c.variants)]
         verdict = judge_trials(c, [t.records for t in runs], [t.seed for t in runs])
-        if verdict is None or len(runs) < c.trials:
+        exercised = len(verdict["trials"]) if verdict is not None else 0
+        if not runs:
             missing = sorted({v for t in trials for v in c.variants if v not in t.records})
-            why = (
-                f"needs {c.trials} trials, {len(runs)} recorded"
-                if verdict is not None or not missing
-                else f"no record of {', '.join(missing)}"
-            )
-            verdict = {**_bare(c), "held": False, "measured": f"not judged: {why}"}
-            verdict["judged"] = False
+            why = f"no record of {', '.join(missing) or 'any variant'}"
+            verdict = {**_bare(c), "held": False, "status": "not judged", "measured": why}
+        elif verdict is None:
+            why = "this run's settings do not exercise it"
+            verdict = {**_bare(c), "held": False, "status": "not exercised", "measured": why}
+        elif exercised < c.trials:
+            why = f"asks for {c.trials} trials, {exercised} recorded; {verdict['measured']}"
+            verdict = {**verdict, "held": False, "status": "not judged", "measured": why}
         else:
-            verdict["judged"] = True
+            verdict["status"] = "held" if verdict["held"] else "not held"
+        verdict["judged"] = verdict["status"] in ("held", "not held")
         verdict["trials_asked"] = c.trials
         out.append(verdict)
     return out
+
+
+def status_of(v: Mapping[str, Any]) -> str:
+    """A verdict's status; records written before statuses existed have only `held`."""
+    return str(v.get("status") or ("held" if v.get("held") else "not held"))
 
 
 def _bare(c: Claim) -> dict[str, Any]:
@@ -233,9 +247,10 @@ def _bare(c: Claim) -> dict[str, Any]:
 def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
     verdicts = [v for r in results for v in r.verdicts]
     return Summary(
-        held=sum(1 for v in verdicts if v["held"]),
-        not_held=sum(1 for v in verdicts if not v["held"] and v.get("judged", True)),
-        not_judged=sum(1 for v in verdicts if not v.get("judged", True)),
+        held=sum(1 for v in verdicts if status_of(v) == "held"),
+        not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
+        not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
+        not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
         skipped=sum(len(r.skipped) for r in results),
         errors=sum(1 for r in results if r.error),
         scenarios=len(results),
@@ -250,7 +265,7 @@ def _id_key(cid: str) -> tuple[str, int]:
 
 def coverage(results: Sequence[ScenarioVerdicts], catalogue: Sequence[Scenario]) -> str:
     """Which document claims this verify re-checked, and which no scenario reaches yet."""
-    checked = {v["id"] for r in results for v in r.verdicts if v.get("judged", True)}
+    checked = {v["id"] for r in results for v in r.verdicts if status_of(v) in ("held", "not held")}
     reached = {c.id for s in catalogue for c in s.claims}
     parts, missing = [], []
     for doc, count in DOCUMENT_CLAIMS.items():
@@ -335,9 +350,8 @@ async def verify_scenario(
 
             def step(rec: dict[str, Any], k: int = k) -> None:
                 if on_step is not None:
-                    on_step(
-                        f"{scenario.id} {rec['variant']}" + (f" trial {k}" if k_max > 1 else "")
-                    )
+                    trial = f" (trial {k}/{k_max})" if k_max > 1 else ""
+                    on_step(f"{scenario.id}: {rec['variant']}{trial} done")
 
             records = await run_plan(plan, servers, step)
             for rec in records:
@@ -345,6 +359,7 @@ async def verify_scenario(
                     "profile": profile,
                     "trial": k,
                     "trials": k_max,
+                    "trials_override": trials,
                     "seed": trial_knobs.seed,
                 }
                 if write:
@@ -355,8 +370,8 @@ async def verify_scenario(
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
         result.verdicts = [
-            {**_bare(c), "held": False, "judged": True, "trials_asked": c.trials,
-             "measured": f"run failed: {result.error}"}
+            {**_bare(c), "held": False, "judged": True, "status": "not held",
+             "trials_asked": c.trials, "measured": f"run failed: {result.error}"}
             for c in claims
         ]  # fmt: skip
         result.wall_s = time.perf_counter() - started
@@ -402,31 +417,35 @@ def verify_recorded(
     catalogue: Mapping[str, Scenario],
     profile: str | None = None,
     only: Sequence[str] = (),
+    trials: int | None = None,
 ) -> list[ScenarioVerdicts]:
     """Judge the claims again on a recorded run, no server needed.
 
     The profile is the one the run was recorded with (verify records say), else `profile`,
-    else quick.
+    else quick; the trial count `trials`, else the `--trials` the run was made with, else
+    each claim's own.
     """
     folder = run_folder(ref)
     found = recorded_trials(folder)
     if not found:
         raise LabError(f"run {ref!r} has no records")
     results = []
-    for sc_id, trials in found.items():
+    for sc_id, runs in found.items():
         if only and sc_id not in only:
             continue
-        first = next(iter(trials[0].records.values()))
-        prof = (first.get("verify") or {}).get("profile") or profile or "quick"
+        first = next(iter(runs[0].records.values()))
+        meta = first.get("verify") or {}
+        prof = meta.get("profile") or profile or "quick"
+        override = trials or meta.get("trials_override")
         scenario = catalogue.get(sc_id)
         if scenario is None:
             results.append(
                 ScenarioVerdicts(sc_id, first.get("title", ""), prof, first.get("knobs", {}),
-                                 first.get("params", {}), len(trials), [],
+                                 first.get("params", {}), len(runs), [],
                                  error=f"scenario {sc_id!r} is not in the catalogue")
             )  # fmt: skip
             continue
-        claims, skipped = claims_for(scenario, check_profile(prof))
+        claims, skipped = claims_for(scenario, check_profile(prof), override)
         results.append(
             ScenarioVerdicts(
                 scenario=sc_id,
@@ -434,8 +453,8 @@ def verify_recorded(
                 profile=prof,
                 knobs=dict(first.get("knobs", {})),
                 params=dict(first.get("params", {})),
-                trials=len(trials),
-                verdicts=evaluate(claims, trials),
+                trials=len(runs),
+                verdicts=evaluate(claims, runs),
                 skipped=[{**_bare(c), "trials_asked": c.trials} for c in skipped],
             )
         )
@@ -478,9 +497,12 @@ def load_verdicts(folder: Path) -> list[ScenarioVerdicts] | None:
 
 def held_word(v: Mapping[str, Any]) -> str:
     """The verdict as a word (colour is a bonus: NO_COLOR and pipes keep the word)."""
-    if not v.get("judged", True):
-        return "[yellow]NOT JUDGED[/yellow]"
-    return "[green]held[/green]" if v["held"] else "[red]NOT HELD[/red]"
+    return {
+        "held": "[green]held[/green]",
+        "not held": "[red]NOT HELD[/red]",
+        "not judged": "[yellow]NOT JUDGED[/yellow]",
+        "not exercised": "[dim]not exercised[/dim]",
+    }.get(status_of(v), escape(status_of(v)))
 
 
 def trials_text(v: Mapping[str, Any]) -> str:
