@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from lab.outcome import notation
@@ -91,7 +92,13 @@ def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
                 continue
             seen.add(key)
             held = "[green]held[/green]" if c["held"] else "[red]NOT HELD[/red]"
-            table.add_row(c["id"], held, c["text"], c["measured"], c.get("published", ""))
+            table.add_row(
+                c["id"],
+                held,
+                escape(c["text"]),
+                escape(c["measured"]),
+                escape(c.get("published", "")),
+            )
     if seen:
         console.print(table)
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 import asyncpg
 
-from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority
+from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.scenario import Check, Defaults, Env, Scenario
 
 SKUS = ("A-1", "B-2")
@@ -113,12 +113,17 @@ CLAIMS = (
         ("buggy",),
         _no_early_40p01,
     ),
-    majority(
-        "DL-3",
-        "buggy",
-        "40P01",
-        "Cart order: most checkouts fail with 40P01",
-        published='{"ok":4,"40P01":196} in 99403 ms',
+    # How many carts deadlock depends on scheduling: judged over trials, not one lucky run.
+    repeated(
+        majority(
+            "DL-3",
+            "buggy",
+            "40P01",
+            "Cart order: most checkouts fail with 40P01",
+            published='{"ok":4,"40P01":196} in 99403 ms',
+        ),
+        trials=3,
+        required=2 / 3,
     ),
     deadlocks("DL-3", "buggy", "Cart order: the server reports deadlocks", expect=True),
     *(
@@ -127,13 +132,17 @@ CLAIMS = (
     ),
     *(deadlocks("DL-3", v, f"{v}: zero deadlocks", expect=False) for v in FIXES),
     *(invariants_hold("DL-3", v, f"{v}: stock moved once per commit") for v in ("buggy", *FIXES)),
-    Claim(
-        "DL-4",
-        "Under load the parsed cycles include more than 2 processes",
-        ("buggy",),
-        _long_cycles,
-        published="4 processes with ExclusiveLock on tuple hops",
-        profiles=("published",),
+    repeated(
+        Claim(
+            "DL-4",
+            "Under load the parsed cycles include more than 2 processes",
+            ("buggy",),
+            _long_cycles,
+            published="4 processes with ExclusiveLock on tuple hops",
+            profiles=("published",),
+        ),
+        trials=3,
+        required=2 / 3,
     ),
 )
 
