@@ -34,6 +34,9 @@ class Claim:
     # and holds when it held in at least `required` of them (a fraction, 1.0 = every trial).
     trials: int = 1
     required: float = 1.0
+    # The settings the claim is judged under: "" is the profile's own, other names are the
+    # scenario's `cases` (e.g. a failure mode switched on).
+    cases: tuple[str, ...] = ("",)
 
     def needed(self, trials: int) -> int:
         """How many of `trials` trials must hold for the claim to hold."""

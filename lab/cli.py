@@ -518,6 +518,7 @@ def verify(
             save_verdicts,
             steps,
             summarize,
+            verify_plan,
             verify_recorded,
             verify_scenario,
         )
@@ -542,16 +543,17 @@ def verify(
             with servers_for(chosen, pg_dsn, redis_url, bouncer) as srv:
                 report.servers(log, srv.infos(), srv.notes)
                 with report.DelayedProgress(log, total) as bar:
-                    for sc in chosen:
-                        bar.describe(f"verify {profile}: {sc.id}")
+                    for sc, case in verify_plan(chosen, profile, trials):
+                        name = f"{sc.id} [{case}]" if case else sc.id
+                        bar.describe(f"verify {profile}: {name}")
                         res = asyncio.run(
                             verify_scenario(
                                 sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
-                                write=not no_record, on_step=bar.advance,
+                                write=not no_record, on_step=bar.advance, case=case,
                             )
                         )  # fmt: skip
                         if res.error:
-                            log.print(f"locklab: {sc.id} failed: {res.error}", markup=False)
+                            log.print(f"locklab: {name} failed: {res.error}", markup=False)
                         results.append(res)
         summary = summarize(results, results[0].profile if results else profile)
         wall = time.perf_counter() - started

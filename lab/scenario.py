@@ -81,7 +81,12 @@ class Scenario:
     sources: tuple[str, ...] = ()  # "DL", "LC", "DP"
     # counter -> label shown in result lines, the documents' way: GETs=2739, DB calls=1
     headline: Mapping[str, str] = field(default_factory=dict)
-    quick: Mapping[str, Any] = field(default_factory=dict)  # knob/param overrides for verify
+    quick: Mapping[str, Any] = field(default_factory=dict)
+    # Named settings verify runs besides the profile's own (knob or param overrides applied
+    # on top of it), for claims only they exercise: failure modes, other isolation levels.
+    cases: Mapping[str, Mapping[str, Any]] = field(
+        default_factory=dict
+    )  # knob/param overrides for verify
 
     @property
     def title(self) -> str:

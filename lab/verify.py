@@ -38,6 +38,7 @@ KNOB_FIELDS = ("n", "arrival", "connect", "deadlock_timeout_ms", "actor_timeout_
 # How many claims each source document makes (ids DL-1..DL-21 etc. in shared/claims.md).
 DOCUMENT_CLAIMS = {"DL": 21, "LC": 25, "DP": 7}
 TRIAL_DIR = "trial-{k}"
+CASE_DIR = "case-{case}"
 VERDICTS_FILE = Path("verify") / "verdicts.json"
 
 
@@ -63,10 +64,12 @@ class ScenarioVerdicts:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # claims of other profiles
     error: str | None = None
     wall_s: float = 0.0
+    case: str = ""  # "" = the profile's own settings, else one of the scenario's cases
 
     def to_json(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
+            "case": self.case,
             "title": self.title,
             "profile": self.profile,
             "knobs": self.knobs,
@@ -138,10 +141,30 @@ def check_profile(profile: str) -> str:
     return profile
 
 
+def _override(
+    scenario: Scenario,
+    what: str,
+    overrides: Mapping[str, Any],
+    knobs: dict[str, Any],
+    params: dict[str, Any],
+) -> None:
+    for key, value in overrides.items():
+        if key in KNOB_FIELDS:
+            knobs[key] = value
+        elif key in params:
+            params[key] = value
+        else:
+            raise LabError(
+                f"{scenario.id}: {what} {key!r} is neither a knob "
+                f"({', '.join(KNOB_FIELDS)}) nor a parameter ({', '.join(params) or 'none'})"
+            )
+
+
 def profile_settings(
-    scenario: Scenario, profile: str, seed: int = 1
+    scenario: Scenario, profile: str, seed: int = 1, case: str = ""
 ) -> tuple[Knobs, dict[str, Any]]:
-    """The knobs and parameters a profile runs `scenario` with."""
+    """The knobs and parameters a profile (and optionally one of the scenario's cases)
+    runs `scenario` with."""
     check_profile(profile)
     d = scenario.defaults
     knobs: dict[str, Any] = {
@@ -155,21 +178,18 @@ def profile_settings(
     }
     params = dict(scenario.params)
     if profile == "quick":
-        for key, value in scenario.quick.items():
-            if key in KNOB_FIELDS:
-                knobs[key] = value
-            elif key in params:
-                params[key] = value
-            else:
-                raise LabError(
-                    f"{scenario.id}: quick override {key!r} is neither a knob "
-                    f"({', '.join(KNOB_FIELDS)}) nor a parameter ({', '.join(params) or 'none'})"
-                )
+        _override(scenario, "quick override", scenario.quick, knobs, params)
+    if case:
+        if case not in scenario.cases:
+            raise LabError(
+                f"{scenario.id} has no case {case!r} ({', '.join(scenario.cases) or 'none'})"
+            )
+        _override(scenario, f"case {case!r}", scenario.cases[case], knobs, params)
     return Knobs(**knobs), params
 
 
 def claims_for(
-    scenario: Scenario, profile: str, trials: int | None = None
+    scenario: Scenario, profile: str, trials: int | None = None, case: str = ""
 ) -> tuple[list[Claim], list[Claim]]:
     """(claims judged in `profile`, claims that belong to other profiles only).
 
@@ -179,6 +199,8 @@ def claims_for(
     judged: list[Claim] = []
     skipped: list[Claim] = []
     for c in scenario.claims:
+        if case not in c.cases:
+            continue  # judged under other settings of this scenario
         if profile not in c.profiles:
             skipped.append(c)
         else:
@@ -301,12 +323,29 @@ def _ranges(ids: Sequence[str]) -> str:
 # --- running -----------------------------------------------------------------------------
 
 
+def verify_plan(
+    scenarios: Sequence[Scenario], profile: str, trials: int | None = None
+) -> list[tuple[Scenario, str]]:
+    """(scenario, case) pairs verify runs: each scenario's own settings, then every case
+    that has a claim to judge under this profile."""
+    plan: list[tuple[Scenario, str]] = []
+    for sc in scenarios:
+        plan.append((sc, ""))
+        plan += [(sc, c) for c in sc.cases if claims_for(sc, profile, trials, c)[0]]
+    return plan
+
+
 def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
-    """How many variant runs verify makes for `scenario` (for the progress bar)."""
-    claims, _ = claims_for(scenario, profile, trials)
-    return sum(
-        len(variants_for_trial(scenario, claims, k)) for k in range(1, trial_count(claims) + 1)
-    )
+    """How many variant runs verify makes for `scenario`, cases included (progress bar)."""
+    total = 0
+    for case in ("", *scenario.cases):
+        claims, _ = claims_for(scenario, profile, trials, case)
+        if case and not claims:
+            continue
+        total += sum(
+            len(variants_for_trial(scenario, claims, k)) for k in range(1, trial_count(claims) + 1)
+        )
+    return total
 
 
 async def verify_scenario(
@@ -319,6 +358,7 @@ async def verify_scenario(
     trials: int | None = None,
     write: bool = True,
     on_step: Callable[[str], None] | None = None,
+    case: str = "",
 ) -> ScenarioVerdicts:
     """Run the trials `scenario`'s claims need under `profile`, then judge them.
 
@@ -327,12 +367,15 @@ async def verify_scenario(
     bad input and unreachable servers (LabError) stop verify.
     """
     started = time.perf_counter()
-    knobs, params = profile_settings(scenario, profile, seed)
-    claims, skipped = claims_for(scenario, profile, trials)
+    knobs, params = profile_settings(scenario, profile, seed, case)
+    claims, skipped = claims_for(scenario, profile, trials, case)
     k_max = trial_count(claims)
+    if case:
+        run_id = f"{run_id}/{CASE_DIR.format(case=case)}"
     done: list[Trial] = []
     result = ScenarioVerdicts(
         scenario=scenario.id,
+        case=case,
         title=scenario.title,
         profile=profile,
         knobs=knobs.to_json(),
@@ -524,7 +567,8 @@ def print_verdicts(console: Console, results: Sequence[ScenarioVerdicts]) -> Non
     table.add_column("published", overflow="fold", style="dim", ratio=2)
     for r in results:
         first = True
-        label = f"{r.scenario}\n[dim]{_knobs_line(r.knobs)}[/dim]"
+        name = f"{r.scenario} [{r.case}]" if r.case else r.scenario
+        label = f"{escape(name)}\n[dim]{_knobs_line(r.knobs)}[/dim]"
         if r.error and not r.verdicts:
             table.add_row(label, "-", "[red]ERROR[/red]", "-", "", escape(r.error), "")
         for v in sorted(r.verdicts, key=lambda v: _id_key(v["id"])):

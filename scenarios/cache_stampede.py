@@ -521,6 +521,7 @@ CLAIMS = (
         BOTH,
         _no_finally,
         published="không finally (queryDB throw → mọi người chờ 10s)",
+        cases=("rebuild-fails",),
     ),
     Claim(
         "DL-21",
@@ -529,6 +530,7 @@ CLAIMS = (
         BOTH,
         _no_token,
         published="không token (DEL xoá lock của người khác khi queryDB > 10s)",
+        cases=("slow-rebuild",),
     ),
     Claim(
         "DL-21",
@@ -536,6 +538,7 @@ CLAIMS = (
         BOTH,
         _stale_answers_at_once,
         published="giữ bản stale (key phụ TTL dài hoặc stale-while-revalidate) để waiter trả ngay",
+        cases=("stale",),
     ),
 )
 
@@ -571,5 +574,10 @@ SCENARIO = Scenario(
     uses=frozenset({"redis"}),
     sources=("DL",),
     quick={"n": 200},
+    cases={  # the failure modes of DL-21, each run by verify with its claim
+        "rebuild-fails": {"rebuild_fails": True, "lock_ttl_s": 2},
+        "slow-rebuild": {"rebuild_ms": 700, "lock_ttl_s": 0.5, "max_polls": 20},
+        "stale": {"stale": True},
+    },
     headline={"redis_get": "GETs", "db_calls": "DB calls"},
 )

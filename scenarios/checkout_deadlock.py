@@ -98,6 +98,12 @@ def _no_early_40p01(records: Mapping[str, Record]) -> tuple[bool, str]:
     )
 
 
+def _deadlocks_here(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["buggy"]
+    n40 = rec["outcomes"].get("40P01", 0)
+    return n40 > 0, f"buggy at {rec['params']['isolation']}: {rec['outcomes']}"
+
+
 def _long_cycles(records: Mapping[str, Record]) -> tuple[bool, str]:
     dl = records["buggy"]["evidence"].get("deadlocks") or {}
     return dl.get("max_cycle", 0) > 2, (
@@ -106,7 +112,18 @@ def _long_cycles(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 
 FIXES = ("fixed", "fixed-lock-first")
+# Two reversed carts with a long pause between their updates: each takes its first row
+# lock long before the other asks for it, so the cycle is forced at any isolation level.
+FORCED = {"n": 2, "step_pause_ms": 200.0}
 CLAIMS = (
+    Claim(
+        "DL-2",
+        "Lowering or raising isolation does not help: cart order deadlocks at every level",
+        ("buggy",),
+        _deadlocks_here,
+        published="Deadlock row-lock không liên quan isolation level",
+        cases=("", "repeatable-read", "serializable"),
+    ),
     Claim(
         "DL-1",
         "No 40P01 comes before the waiter has waited deadlock_timeout",
@@ -167,4 +184,8 @@ SCENARIO = Scenario(
     },
     sources=("DL", "LC"),
     quick={"n": 40, "deadlock_timeout_ms": 100},
+    cases={
+        "repeatable-read": {**FORCED, "isolation": "repeatable_read"},
+        "serializable": {**FORCED, "isolation": "serializable"},
+    },
 )

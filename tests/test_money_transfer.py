@@ -1,0 +1,111 @@
+"""money-transfer on real servers: the retry storm, the fix, idempotency, business errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.claims import judge_trials
+from scenarios.money_transfer import INITIAL_BALANCE, SCENARIO
+from tests.conftest import RunFn, claims_of
+
+# Two opposite transfers with a long fraud pause: each takes its first row lock long before
+# either asks for its second, so the cycle is forced, not left to chance.
+FORCED = {"fraud_ms": 300.0}
+FAST_DETECT = {"deadlock_timeout_ms": 100}
+TOO_MUCH = INITIAL_BALANCE + 50_000  # more than any account holds
+
+
+def held(rec: dict[str, Any]) -> dict[str, bool]:
+    return {i["name"]: i["held"] for i in rec["invariants"]}
+
+
+async def test_buggy_loser_retries_whole_transaction(run_scenario: RunFn) -> None:
+    """LC-2: the 40P01 loser reruns the transaction from its first read and commits."""
+    rec = (await run_scenario(SCENARIO, ["buggy"], n=2, params=FORCED, **FAST_DETECT))["buggy"]
+    assert rec["outcomes"] == {"ok": 2}
+    assert rec["counters"]["attempts"] == 3
+    assert rec["counters"]["retried_40P01"] == 1
+    assert rec["counters"]["ok_after_retry"] == 1
+    assert rec["evidence"]["pg_stat_deadlocks"] == 1
+    assert rec["evidence"]["deadlocks"]["cycle_lengths"] == {"2": 1}
+    assert all(held(rec).values()), rec["invariants"]
+    assert claims_of(rec)["LC-2"] == [True]
+
+
+async def test_fixed_same_interleaving_no_deadlock(run_scenario: RunFn) -> None:
+    """The same two opposite transfers under the fix: both commit first time, zero deadlocks."""
+    rec = (await run_scenario(SCENARIO, ["fixed"], n=2, params=FORCED, **FAST_DETECT))["fixed"]
+    assert rec["outcomes"] == {"ok": 2}
+    assert rec["counters"]["attempts"] == 2
+    assert rec["evidence"]["pg_stat_deadlocks"] == 0
+    assert rec["evidence"]["deadlocks"]["reports"] == 0
+    assert rec["evidence"]["balances"] == {"1": INITIAL_BALANCE, "2": INITIAL_BALANCE}
+    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+
+
+async def test_business_error_retried_by_buggy_only(run_scenario: RunFn) -> None:
+    """DL-9: insufficient funds ends fixed at once; buggy retries the CHECK violation 5 times."""
+    params = {"amount": TOO_MUCH, "fraud_ms": 1.0}
+    recs = await run_scenario(SCENARIO, ["buggy", "fixed"], n=1, params=params, **FAST_DETECT)
+    buggy, fixed = recs["buggy"], recs["fixed"]
+    assert buggy["outcomes"] == {"23514": 1}
+    assert buggy["counters"]["attempts"] == 6
+    assert buggy["counters"]["retried_23514"] == 5
+    assert fixed["outcomes"] == {"insufficient_funds": 1}
+    assert fixed["counters"]["attempts"] == 1
+    assert not [k for k in fixed["counters"] if k.startswith("retried_")]
+    assert claims_of(fixed)["DL-9"] == [True]
+    assert claims_of(buggy)["DL-9"] == [True]
+    for rec in (buggy, fixed):
+        assert rec["evidence"]["balances"] == {"1": INITIAL_BALANCE, "2": INITIAL_BALANCE}
+        assert rec["evidence"]["ledger_rows"] == 0
+        assert all(held(rec).values()), rec["invariants"]
+
+
+async def test_replayed_key_moves_money_once(run_scenario: RunFn) -> None:
+    """Four copies of one request: fixed moves money once (3 duplicates), buggy four times."""
+    params = {"idem_keys": 1}
+    recs = await run_scenario(SCENARIO, ["buggy", "fixed"], n=4, params=params, **FAST_DETECT)
+    amount = SCENARIO.params["amount"]
+    fixed, buggy = recs["fixed"], recs["buggy"]
+    assert fixed["outcomes"] == {"ok": 1, "duplicate": 3}
+    assert fixed["counters"]["attempts"] == 4
+    assert fixed["evidence"]["balances"] == {
+        "1": INITIAL_BALANCE - amount,
+        "2": INITIAL_BALANCE + amount,
+    }
+    assert fixed["evidence"]["ledger_rows"] == 1
+    assert all(held(fixed).values()), fixed["invariants"]
+    assert buggy["outcomes"] == {"ok": 4}
+    assert buggy["evidence"]["balances"] == {
+        "1": INITIAL_BALANCE - 4 * amount,
+        "2": INITIAL_BALANCE + 4 * amount,
+    }
+    assert held(buggy) == {
+        "total balance stays 200000": True,
+        "balances moved once per committed transfer": True,
+        "no request moved money twice": False,
+    }
+
+
+async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:
+    """10 transfers, deadlock_timeout 100 ms: every quick claim holds over the trials it asks."""
+    claims = [c for c in SCENARIO.claims if "quick" in c.profiles]
+    trials = [await run_scenario(SCENARIO, seed=1, **SCENARIO.quick)]
+    for k in range(2, max(c.trials for c in claims) + 1):  # later trials: only what is needed
+        need = [
+            v for v in SCENARIO.variants if any(c.trials >= k and v in c.variants for c in claims)
+        ]
+        trials.append(await run_scenario(SCENARIO, need, seed=k, **SCENARIO.quick))
+    verdicts = {(c.id, c.text): judge_trials(c, trials[: c.trials]) for c in claims}
+    not_exercised = {key for key, v in verdicts.items() if v is None}
+    assert {cid for cid, _ in not_exercised} <= {"DL-9"}, not_exercised  # needs amount > balance
+    failed = [v for v in verdicts.values() if v is not None and not v["held"]]
+    assert not failed, failed
+    assert {cid for cid, _ in verdicts} - {cid for cid, _ in not_exercised} >= {
+        "DL-7",
+        "DL-8",
+        "LC-2",
+    }
+    for rec in trials[0].values():
+        assert rec["invariants"] and all(held(rec).values()), rec["invariants"]
