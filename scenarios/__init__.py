@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 from lab.scenario import Scenario
-from scenarios import advisory_pgbouncer, redis_failover
-from scenarios import lost_update
-from scenarios import cache_stampede, checkout_deadlock, cron_rerun, lease_gc_pause, money_transfer
+from scenarios import (
+    advisory_pgbouncer,
+    cache_stampede,
+    checkout_deadlock,
+    cron_rerun,
+    fk_lock_modes,
+    hot_row,
+    id_sort_order,
+    job_queue,
+    lease_gc_pause,
+    lock_order_prevention,
+    lock_queue,
+    lock_wait_modes,
+    lost_update,
+    money_transfer,
+    redis_failover,
+    upsert_idempotency,
+)
 
 SCENARIOS: tuple[Scenario, ...] = (
     checkout_deadlock.SCENARIO,
+    id_sort_order.SCENARIO,
     money_transfer.SCENARIO,
     cache_stampede.SCENARIO,
     cron_rerun.SCENARIO,
@@ -16,6 +32,13 @@ SCENARIOS: tuple[Scenario, ...] = (
     advisory_pgbouncer.SCENARIO,
     redis_failover.SCENARIO,
     lost_update.SCENARIO,
+    job_queue.SCENARIO,
+    upsert_idempotency.SCENARIO,
+    fk_lock_modes.SCENARIO,
+    lock_queue.SCENARIO,
+    lock_wait_modes.SCENARIO,
+    hot_row.SCENARIO,
+    lock_order_prevention.SCENARIO,
 )
 
 
