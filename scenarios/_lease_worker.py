@@ -1,0 +1,174 @@
+"""The code under test of lease-gc-pause: a Redis lease around a fenced storage write.
+
+One implementation, run two ways: in the lab's own event loop (B, C, and A in
+``pause_mode=sleep``), or as this module's ``__main__`` in a process of its own, with its
+own Redis and PostgreSQL connections, so that the lab can freeze it for real (A in
+``pause_mode=sigstop``). The process speaks JSON lines: it reads its config and then
+``go`` on stdin, and writes one line per step on stdout. At its pause point it stops
+itself with SIGSTOP, the way a stop-the-world GC halts every thread at a safepoint; the
+lab decides how long it stays frozen and resumes it with SIGCONT (or kills it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncpg
+    import redis.asyncio as aioredis
+
+INVOICE_ID = 42
+RELEASES = {"del": "plain DEL", "cad": "compare-and-delete", "get-del": "GET-then-DEL"}
+# The document's release script: atomic in Redis, "DEL only if the value is still mine".
+COMPARE_AND_DELETE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) "
+    "else return 0 end"
+)
+WRITE_PLAIN = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42"
+WRITE_FENCED = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42 AND fence < $1"
+
+Report = Callable[..., None]  # report(event, **fields): one line of the trace
+Hook = Callable[[], Awaitable[None]]
+
+
+async def noop() -> None:
+    """A hook that does nothing (no stall, no work)."""
+    return None
+
+
+@dataclass
+class Lease:
+    """`SET key token NX PX ttl` + `INCR key:fence`, a write, and one of three releases."""
+
+    redis: aioredis.Redis
+    conn: asyncpg.Connection
+    key: str
+    fence_key: str
+    ttl_ms: int
+    token: str
+    release_kind: str  # "del" | "cad" | "get-del"
+    fenced: bool
+    report: Report
+
+    async def acquire(self) -> int | None:
+        """The fence number when the lock was free, None when it was busy."""
+        if not await self.redis.set(self.key, self.token, nx=True, px=self.ttl_ms):
+            return None
+        return int(await self.redis.incr(self.fence_key))
+
+    async def write(self, fence: int, body: str) -> int:
+        """Rows the storage write changed (the fenced write refuses an older fence)."""
+        status = await self.conn.execute(WRITE_FENCED if self.fenced else WRITE_PLAIN, fence, body)
+        return int(status.split()[-1])
+
+    async def release(self, window: Hook = noop) -> int:
+        """What the release command returned: 1 when it deleted the key, else 0.
+
+        `window` runs where the release can be interleaved: between GET and DEL; the two
+        one-command releases are atomic in Redis, so it can only run before them.
+        """
+        if self.release_kind == "del":
+            await window()
+            return int(await self.redis.delete(self.key))
+        if self.release_kind == "cad":
+            await window()
+            return int(await self.redis.eval(COMPARE_AND_DELETE, 1, self.key, self.token))
+        value = await self.redis.get(self.key)  # GET-then-DEL: the check runs in the client
+        mine = value in (self.token, self.token.encode())
+        self.report("GET", mine=mine)
+        if not mine:
+            return 0
+        await window()
+        return int(await self.redis.delete(self.key))
+
+
+async def hold(
+    lease: Lease, who: str, *, pause_at: str | None, stall: Hook, work: Hook = noop
+) -> str:
+    """One worker: take the lease, write with its fence, work, release in `finally`.
+
+    `pause_at` is where this worker stalls: "work" (after acquiring, before the write),
+    "release" (inside the release: between GET and DEL, or before the one command), or None.
+    """
+    fence = await lease.acquire()
+    if fence is None:
+        lease.report("lock busy")
+        return "lock_busy"
+    lease.report("got lock", fence=fence)
+    rows = 0
+    try:
+        if pause_at == "work":
+            await stall()
+        rows = await lease.write(fence, f"from {who}")
+        lease.report("write", fence=fence, rows=rows)
+        await work()
+    finally:
+        result = await lease.release(stall if pause_at == "release" else noop)
+        lease.report("release", result=result, how=RELEASES[lease.release_kind])
+    return "wrote" if rows else "write_rejected"
+
+
+# --- the worker process --------------------------------------------------------------------
+
+
+def _emit(event: str, **fields: Any) -> None:
+    # Stamped here: perf_counter is the system-wide monotonic clock the lab's trace uses too.
+    sys.stdout.write(json.dumps({"event": event, "t": time.perf_counter(), **fields}) + "\n")
+    sys.stdout.flush()
+
+
+async def _stop_self() -> None:
+    """Freeze this whole process (every thread, the event loop, its timers) until SIGCONT."""
+    before = time.monotonic()
+    _emit("stall", pid=os.getpid())
+    os.kill(os.getpid(), signal.SIGSTOP)
+    _emit("resume", frozen_ms=round((time.monotonic() - before) * 1000, 1))
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when the lab dies, even while it is stopped."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+async def _main() -> None:
+    import asyncpg
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    cfg = json.loads(await asyncio.to_thread(sys.stdin.readline))
+    # No silent retries: a lock client that retries hides what the server answered.
+    redis = aioredis.Redis.from_url(cfg["redis_url"], retry=Retry(NoBackoff(), 0))
+    conn = await asyncpg.connect(cfg["dsn"])
+    try:
+        await redis.ping()
+        lease = Lease(
+            redis, conn, cfg["key"], cfg["fence_key"], cfg["ttl_ms"], cfg["token"],
+            cfg["release"], cfg["fenced"], _emit,
+        )  # fmt: skip
+        _emit("ready", pid=os.getpid())
+        if (await asyncio.to_thread(sys.stdin.readline)).strip() != "go":
+            return
+        outcome = await hold(lease, cfg["who"], pause_at=cfg["pause_at"], stall=_stop_self)
+        _emit("done", outcome=outcome)
+    finally:
+        await conn.close()
+        await redis.aclose()
+
+
+if __name__ == "__main__":
+    _die_with_parent()
+    asyncio.run(_main())
