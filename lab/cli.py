@@ -16,7 +16,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
-from lab import report
+from lab import report, timeline
 from lab.errors import LabError, ScenarioFailure
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
@@ -90,8 +90,10 @@ def find_scenario(name: str) -> Scenario:
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
 
 
-def parse_params(scenario: Scenario, items: list[str]) -> dict[str, Any]:
-    params = dict(scenario.params)
+def parse_params(
+    scenario: Scenario, items: list[str], base: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    params = dict(scenario.params if base is None else base)
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or key not in params:
@@ -133,8 +135,9 @@ def make_knobs(
     seed: int,
     actor_timeout: float | None,
     run_timeout: float | None,
+    base: Knobs | None = None,
 ) -> Knobs:
-    d = scenario.defaults
+    d = base or scenario.defaults
     knobs = Knobs(
         n=d.n if n is None else n,
         arrival=arrival or d.arrival,
@@ -208,7 +211,10 @@ def run(
     arrival: Annotated[
         str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")
     ] = None,
-    connect: Annotated[str | None, typer.Option(help="per-actor | pool:<size>.")] = None,
+    connect: Annotated[
+        str | None,
+        typer.Option(help="per-actor | pool:<size> | pgbouncer-transaction | pgbouncer-session."),
+    ] = None,
     deadlock_timeout: Annotated[
         int | None,
         typer.Option(
@@ -216,6 +222,12 @@ def run(
         ),
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 1,
+    case: Annotated[
+        str | None,
+        typer.Option(
+            "--case", help="Start from one of the scenario's named settings (`locklab show`)."
+        ),
+    ] = None,
     actor_timeout: Annotated[
         float | None, typer.Option(help="Hard limit per actor, seconds (then: timeout).")
     ] = None,
@@ -240,13 +252,15 @@ def run(
 
     def body() -> None:
         from lab.results import new_run_id
+        from lab.verify import profile_settings
 
         sc = find_scenario(scenario)
         chosen = variants_of(sc, variant)
+        base, base_params = profile_settings(sc, "published", seed, case or "")
         knobs = make_knobs(
-            sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout
+            sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
         )
-        params = parse_params(sc, param or [])
+        params = parse_params(sc, param or [], base_params)
         plan = RunPlan(sc, chosen, knobs, params, new_run_id(), write=not no_record)
         console = out()
         log = err()
@@ -264,6 +278,8 @@ def run(
                 sys.stdout.write(json.dumps(rec, default=str) + "\n")
         else:
             report.results_table(console, records)
+            for rec in records:  # scenarios with a lease timeline: belief vs Redis
+                timeline.render(console, rec)
             report.claims_table(console, records)
             if plan.write:
                 console.print(f"[dim]records: results/{plan.run_id}/[/dim]")
@@ -287,6 +303,11 @@ def show(scenario: Annotated[str, typer.Argument(help="Scenario id.")]) -> None:
         )
         for k, v in sc.params.items():
             console.print(f"  -p {k}={v}  {sc.param_help.get(k, '')}", markup=False)
+        for name, overrides in sc.cases.items():
+            settings = " ".join(f"{k}={v}" for k, v in overrides.items())
+            console.print(
+                f"case {name}: {settings}  (locklab run {sc.id} --case {name})", markup=False
+            )
         for c in sc.claims:
             console.print(f"claim {c.id} [{', '.join(c.variants)}] {c.text}", markup=False)
 
