@@ -212,9 +212,12 @@ def trial_count(claims: Iterable[Claim]) -> int:
     return max((c.trials for c in claims), default=1)
 
 
-def variants_for_trial(scenario: Scenario, claims: Sequence[Claim], k: int) -> list[str]:
-    """Trial 1 runs every variant; later trials only those a repeated claim still needs."""
-    if k == 1:
+def variants_for_trial(
+    scenario: Scenario, claims: Sequence[Claim], k: int, case: str = ""
+) -> list[str]:
+    """Trial 1 of the profile's own settings runs every variant (the record of a whole
+    run); a case, and later trials, run only the variants their claims still need."""
+    if k == 1 and not case:
         return list(scenario.variants)
     need = {v for c in claims if c.trials >= k for v in c.variants}
     return [v for v in scenario.variants if v in need]
@@ -343,7 +346,8 @@ def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
         if case and not claims:
             continue
         total += sum(
-            len(variants_for_trial(scenario, claims, k)) for k in range(1, trial_count(claims) + 1)
+            len(variants_for_trial(scenario, claims, k, case))
+            for k in range(1, trial_count(claims) + 1)
         )
     return total
 
@@ -386,7 +390,7 @@ async def verify_scenario(
     )
     try:
         for k in range(1, k_max + 1):
-            variants = variants_for_trial(scenario, claims, k)
+            variants = variants_for_trial(scenario, claims, k, case)
             trial_knobs = replace(knobs, seed=seed + k - 1)
             rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
             plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False)

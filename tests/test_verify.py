@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from lab.verify import (
     steps,
     summarize,
     variants_for_trial,
+    verify_plan,
     verify_recorded,
 )
 
@@ -404,3 +406,13 @@ def test_verify_bad_input_is_one_line(tmp_path: Path) -> None:
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and pattern in lines[0], proc.stderr
         assert proc.stdout == ""
+
+
+def test_cases_run_only_the_variants_their_claims_need() -> None:
+    """A case (e.g. another isolation level) runs the variants its claims read, not all."""
+    claims = [replace(c, cases=("rr",)) for c in CLAIMS if c.variants == ("buggy",)][:1]
+    toy = replace(TOY, claims=tuple(claims), cases={"rr": {}})
+    judged, _ = claims_for(toy, "quick", case="rr")
+    assert variants_for_trial(toy, judged, 1, case="rr") == ["buggy"]
+    assert claims_for(toy, "quick")[0] == []  # nothing left for the profile's own settings
+    assert verify_plan([toy], "quick") == [(toy, ""), (toy, "rr")]
