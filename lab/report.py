@@ -34,17 +34,21 @@ def result_line(rec: dict[str, Any]) -> str:
     return f"{rec['variant']:<18} {notation(rec['outcomes'])}{extra}  in {rec['wall_ms']:.0f} ms"
 
 
+def run_title(rec: dict[str, Any]) -> str:
+    """The scenario and every knob its variants shared."""
+    knobs = rec["knobs"]
+    return (
+        f"{rec['scenario']}  n={knobs['n']} arrival={knobs['arrival']} "
+        f"connect={knobs['connect']} deadlock_timeout={knobs['deadlock_timeout_ms']}ms "
+        f"seed={knobs['seed']}"
+    )
+
+
 def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
     """Variants side by side with the published numbers, invariants and claim verdicts."""
     if not records:
         return
-    first = records[0]
-    knobs = first["knobs"]
-    title = (
-        f"{first['scenario']}  n={knobs['n']} arrival={knobs['arrival']} "
-        f"connect={knobs['connect']} deadlock_timeout={knobs['deadlock_timeout_ms']}ms "
-        f"seed={knobs['seed']}"
-    )
+    title = run_title(records[0])
     table = Table(title=title, title_justify="left", show_lines=False)
     table.add_column("variant")
     table.add_column("measured", overflow="fold")
@@ -154,13 +158,7 @@ def compare_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
         return
     from rich.markup import escape
 
-    first = records[0]
-    knobs = first["knobs"]
-    title = (
-        f"{first['scenario']}  n={knobs['n']} arrival={knobs['arrival']} "
-        f"connect={knobs['connect']} deadlock_timeout={knobs['deadlock_timeout_ms']}ms "
-        f"seed={knobs['seed']}"
-    )
+    title = run_title(records[0])
     with_attempts = any(attempts_text(r) != "-" for r in records)
     table = Table(title=escape(title), title_justify="left")
     table.add_column("variant", no_wrap=True)

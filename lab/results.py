@@ -29,20 +29,26 @@ def record_path(run_id: str, scenario: str, variant: str, root: Path | None = No
     return (root or results_root()) / run_id / f"{scenario}.{variant}.json"
 
 
-def write_record(record: dict[str, Any], root: Path | None = None) -> Path:
-    """Write via a temporary file and rename, so no reader ever sees half a record."""
-    path = record_path(record["run_id"], record["scenario"], record["variant"], root)
+def write_json(path: Path, data: Any) -> Path:
+    """Write via a temporary file and rename, so no reader ever sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=2, sort_keys=False, default=str)
+            json.dump(data, f, indent=2, default=str)
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_record(record: dict[str, Any], root: Path | None = None) -> Path:
+    """One record, atomically: a reader sees the whole record or none (Ctrl-C included)."""
+    return write_json(
+        record_path(record["run_id"], record["scenario"], record["variant"], root), record
+    )
 
 
 def load_run(ref: str, root: Path | None = None) -> list[dict[str, Any]]:

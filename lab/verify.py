@@ -13,9 +13,7 @@ a verify run under ``results/<run-id>/verify/verdicts.json``.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -28,7 +26,7 @@ from rich.table import Table
 
 from lab.claims import PROFILES, Claim, Record, judge_trials
 from lab.errors import LabError
-from lab.results import results_root, write_record
+from lab.results import results_root, write_json, write_record
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers
@@ -513,18 +511,8 @@ def verify_recorded(
 def save_verdicts(run_id: str, results: Sequence[ScenarioVerdicts], summary: Summary) -> Path:
     """Write the verdicts beside the run's records (atomically), for `locklab report`."""
     path = results_root() / run_id / VERDICTS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
     data = {"summary": summary.to_json(), "scenarios": [r.to_json() for r in results]}
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_json(path, data)
 
 
 def load_verdicts(folder: Path) -> list[ScenarioVerdicts] | None:

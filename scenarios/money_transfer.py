@@ -22,6 +22,13 @@ See:        claims DL-7..DL-9, LC-2; deadlock-prevention.zh.txt (ordering, backo
             jitter). Measured here: jitter alone cuts failures at 10 transfers but not at
             20 or 40, where every retry still meets a queue of opposite transfers; the
             published seconds are not reproduced (here 20-65 s vs 435 s; the shape is).
+Gap:        435 s is ~2.1 s per failed attempt, as if each deadlock were detected alone.
+            Here the transfers start together, their deadlock timers fire together and
+            PostgreSQL breaks the cycles in waves (6-10 deadlocks/s). Fewer connections
+            serialise detection: --connect pool:10 (node-postgres' default pool size) gave
+            13 ok, 207 attempts in 61 s; pool:2 detects one deadlock at a time (~1.07 s
+            each) but then every transfer succeeds (40 ok, 68 attempts, 30 s). What
+            stretched the published run further is not in the document.
 """
 
 from __future__ import annotations

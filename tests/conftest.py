@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers
 from lab.servers.embedded import find_pgbouncer
+from lab.verify import profile_settings
 from lab.workload import Knobs
 
 RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
@@ -43,18 +45,9 @@ def servers() -> Iterator[Servers]:
 
 
 def knobs_for(scenario: Scenario, **overrides: Any) -> Knobs:
-    d = scenario.defaults
-    base: dict[str, Any] = {
-        "n": d.n,
-        "arrival": d.arrival,
-        "connect": d.connect,
-        "deadlock_timeout_ms": d.deadlock_timeout_ms,
-        "seed": 1,
-        "actor_timeout_s": d.actor_timeout_s,
-        "run_timeout_s": d.run_timeout_s,
-    }
-    base.update(overrides)
-    return Knobs(**base)
+    """The scenario's published knobs (seed 1), with `overrides` replacing some."""
+    knobs, _ = profile_settings(scenario, "published")
+    return replace(knobs, **overrides)
 
 
 @pytest.fixture

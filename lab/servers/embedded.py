@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -256,27 +257,9 @@ class EmbeddedRedis:
             args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
             args += list(self.extra_args)
-            proc = (
-                subprocess.Popen(  # logs go to its file; inheriting our pipes would hold them open
-                    args,
-                    start_new_session=True,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-            self.pid = proc.pid
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    break
-                if _redis_ping(self.port):
-                    return
-                time.sleep(0.01)
-            stop_pid(self.pid)
-            text = log.read_text(errors="replace") if log.exists() else ""
-            if "in use" not in text:
-                raise LabError(f"Redis did not start: {text.strip().splitlines()[-1:]}")
+            self.pid = _spawn_until_ready(args, lambda: _redis_ping(self.port), log, "Redis")
+            if self.pid:
+                return
         raise LabError(f"Redis did not start after {START_ATTEMPTS} port collisions")
 
     def stop(self) -> None:
@@ -291,6 +274,36 @@ class EmbeddedRedis:
             source=self.source,
         )
         return RedisServer(info=info, url=f"redis://127.0.0.1:{self.port}/0")
+
+
+def _spawn_until_ready(args: list[str], ready: Callable[[], bool], log: Path, what: str) -> int:
+    """Start a server in its own session and wait until `ready()`: its PID, or 0 when its
+    port was taken (the caller picks another); any other failure is the log's last line."""
+    proc = subprocess.Popen(  # logs go to its file; inheriting our pipes would hold them open
+        args,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and proc.poll() is None:
+        if ready():
+            return proc.pid
+        time.sleep(0.01)
+    stop_pid(proc.pid)
+    text = log.read_text(errors="replace") if log.exists() else ""
+    if "in use" not in text:
+        raise LabError(f"{what} did not start: {text.strip().splitlines()[-1:]}")
+    return 0
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def _redis_ping(port: int) -> bool:
@@ -402,27 +415,11 @@ class EmbeddedPgBouncer:
     def start(self) -> None:
         for _ in range(START_ATTEMPTS):
             self.port = free_port()
-            proc = subprocess.Popen(
-                [str(self.binary), "-q", str(self._ini())],
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            self.pid = proc.pid
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and proc.poll() is None:
-                with (
-                    contextlib.suppress(OSError),
-                    socket.create_connection(("127.0.0.1", self.port), timeout=0.2),
-                ):
-                    return
-                time.sleep(0.01)
-            stop_pid(self.pid)
             log = self.base / f"pgbouncer-{self.mode}.log"
-            text = log.read_text(errors="replace") if log.exists() else ""
-            if "in use" not in text:
-                raise LabError(f"PgBouncer did not start: {text.strip().splitlines()[-1:]}")
+            args = [str(self.binary), "-q", str(self._ini())]
+            self.pid = _spawn_until_ready(args, lambda: _accepts(self.port), log, "PgBouncer")
+            if self.pid:
+                return
         raise LabError(f"PgBouncer did not start after {START_ATTEMPTS} port collisions")
 
     def stop(self) -> None:
