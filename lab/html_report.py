@@ -27,7 +27,7 @@ from typing import Any
 from lab.diff import servers_text
 from lab.outcome import notation
 from lab.report import REDIS_HARNESS
-from lab.verify import ScenarioVerdicts, load_verdicts, run_folder, status_of
+from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, run_folder, status_of
 
 Record = Mapping[str, Any]
 
@@ -867,7 +867,7 @@ def render(
     by: dict[str, list[Record]] = {}
     for r in sorted(records, key=_variant_order):
         by.setdefault(str(r["scenario"]), []).append(r)
-    vmap = {v.scenario: v for v in verdicts or []}
+    vmap = {v.scenario: v for v in merge_cases(verdicts or [])}
     first = records[0] if records else {}
     lab = first.get("lab") or {}
     started = min((str(r.get("started_at", "")) for r in records), default="")

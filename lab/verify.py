@@ -508,6 +508,19 @@ def verify_recorded(
     return results
 
 
+def merge_cases(results: Sequence[ScenarioVerdicts]) -> list[ScenarioVerdicts]:
+    """One entry per scenario: each case's verdicts folded into its scenario's own, the
+    case named in the claim text (for views keyed by scenario, such as the report)."""
+    merged: dict[str, ScenarioVerdicts] = {}
+    for r in results:
+        tagged = [{**v, "text": f"[{r.case}] {v['text']}"} if r.case else v for v in r.verdicts]
+        if r.scenario not in merged:
+            merged[r.scenario] = replace(r, case="", verdicts=list(tagged))
+        else:
+            merged[r.scenario].verdicts.extend(tagged)
+    return list(merged.values())
+
+
 def save_verdicts(run_id: str, results: Sequence[ScenarioVerdicts], summary: Summary) -> Path:
     """Write the verdicts beside the run's records (atomically), for `locklab report`."""
     path = results_root() / run_id / VERDICTS_FILE

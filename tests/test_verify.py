@@ -30,6 +30,7 @@ from lab.verify import (
     coverage,
     evaluate,
     load_verdicts,
+    merge_cases,
     print_verdicts,
     profile_settings,
     recorded_trials,
@@ -416,3 +417,13 @@ def test_cases_run_only_the_variants_their_claims_need() -> None:
     assert variants_for_trial(toy, judged, 1, case="rr") == ["buggy"]
     assert claims_for(toy, "quick")[0] == []  # nothing left for the profile's own settings
     assert verify_plan([toy], "quick") == [(toy, ""), (toy, "rr")]
+
+
+def test_merge_cases_keeps_every_verdict_under_its_scenario() -> None:
+    """Views keyed by scenario (the HTML report) see a case's verdicts, tagged with the case."""
+    v = {"id": "DL-2", "text": "deadlocks", "held": True, "status": "held"}
+    base = ScenarioVerdicts("s", "t", "quick", {}, {}, 1, [v])
+    case = ScenarioVerdicts("s", "t", "quick", {}, {}, 1, [v], case="rr")
+    (merged,) = merge_cases([base, case])
+    assert [x["text"] for x in merged.verdicts] == ["deadlocks", "[rr] deadlocks"]
+    assert base.verdicts == [v]  # the inputs are not modified
