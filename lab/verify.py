@@ -402,6 +402,7 @@ async def verify_scenario(
             for rec in records:
                 rec["verify"] = {
                     "profile": profile,
+                    "case": case,
                     "trial": k,
                     "trials": k_max,
                     "trials_override": trials,
@@ -429,24 +430,30 @@ async def verify_scenario(
 # --- recorded runs -----------------------------------------------------------------------
 
 
-def recorded_trials(folder: Path) -> dict[str, list[Trial]]:
-    """Scenario id -> its trials, from a run folder (trial 1) and its trial-<k>/ folders."""
-    by: dict[str, dict[int, dict[str, Any]]] = {}
-    seeds: dict[tuple[str, int], int] = {}
-    paths = sorted(folder.glob("*.json")) + sorted(folder.glob("trial-*/*.json"))
-    for path in paths:
+def recorded_trials(folder: Path) -> dict[tuple[str, str], list[Trial]]:
+    """(scenario id, case) -> its trials, from a run folder (trial 1), its trial-<k>/
+    folders and its case-<name>/ folders (each with their own trials)."""
+    by: dict[tuple[str, str], dict[int, dict[str, Any]]] = {}
+    seeds: dict[tuple[str, str, int], int] = {}
+    patterns = ("*.json", "trial-*/*.json", "case-*/*.json", "case-*/trial-*/*.json")
+    for path in (p for pattern in patterns for p in sorted(folder.glob(pattern))):
         try:
             rec = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             raise LabError(f"{path}: not a readable record ({exc})") from None
         if not isinstance(rec, dict) or "scenario" not in rec or "variant" not in rec:
             continue
-        k = int((rec.get("verify") or {}).get("trial", 1))
-        by.setdefault(rec["scenario"], {}).setdefault(k, {})[rec["variant"]] = rec
-        seeds[(rec["scenario"], k)] = int((rec.get("knobs") or {}).get("seed", 0))
+        meta = rec.get("verify") or {}
+        case_dir = next(
+            (p.name for p in path.relative_to(folder).parents if p.name.startswith("case-")), ""
+        )
+        case = str(meta.get("case", case_dir.removeprefix("case-")))
+        k = int(meta.get("trial", 1))
+        by.setdefault((rec["scenario"], case), {}).setdefault(k, {})[rec["variant"]] = rec
+        seeds[(rec["scenario"], case, k)] = int((rec.get("knobs") or {}).get("seed", 0))
     return {
-        sc: [Trial(seeds[(sc, k)], trials[k]) for k in sorted(trials)]
-        for sc, trials in sorted(by.items())
+        key: [Trial(seeds[(*key, k)], trials[k]) for k in sorted(trials)]
+        for key, trials in sorted(by.items())
     }
 
 
@@ -475,7 +482,7 @@ def verify_recorded(
     if not found:
         raise LabError(f"run {ref!r} has no records")
     results = []
-    for sc_id, runs in found.items():
+    for (sc_id, case), runs in found.items():
         if only and sc_id not in only:
             continue
         first = next(iter(runs[0].records.values()))
@@ -486,14 +493,17 @@ def verify_recorded(
         if scenario is None:
             results.append(
                 ScenarioVerdicts(sc_id, first.get("title", ""), prof, first.get("knobs", {}),
-                                 first.get("params", {}), len(runs), [],
+                                 first.get("params", {}), len(runs), [], case=case,
                                  error=f"scenario {sc_id!r} is not in the catalogue")
             )  # fmt: skip
             continue
-        claims, skipped = claims_for(scenario, check_profile(prof), override)
+        if case and case not in scenario.cases:
+            continue  # a case the scenario no longer has
+        claims, skipped = claims_for(scenario, check_profile(prof), override, case)
         results.append(
             ScenarioVerdicts(
                 scenario=sc_id,
+                case=case,
                 title=scenario.title,
                 profile=prof,
                 knobs=dict(first.get("knobs", {})),

@@ -278,7 +278,7 @@ def test_verify_recorded_run_with_trials_on_disk(tmp_path: Path) -> None:
         write_record(make_record("buggy", buggy, run_id=rid, seed=k, verify=meta), tmp_path)
         if k == 1:
             write_record(make_record("fixed", {"ok": 40}, run_id=rid, verify=meta), tmp_path)
-    trials = recorded_trials(tmp_path / run)["toy-deadlock"]
+    trials = recorded_trials(tmp_path / run)[("toy-deadlock", "")]
     assert [t.seed for t in trials] == [1, 2, 3]
     assert set(trials[0].records) == {"buggy", "fixed"} and set(trials[2].records) == {"buggy"}
 
@@ -427,3 +427,21 @@ def test_merge_cases_keeps_every_verdict_under_its_scenario() -> None:
     (merged,) = merge_cases([base, case])
     assert [x["text"] for x in merged.verdicts] == ["deadlocks", "[rr] deadlocks"]
     assert base.verdicts == [v]  # the inputs are not modified
+
+
+def test_recorded_case_folders_are_judged_as_their_case(tmp_path: Path) -> None:
+    """A case's records (case-<name>/) are judged again with the claims of that case only."""
+    claim = replace(CLAIMS[1], cases=("rr",))
+    toy = replace(TOY, claims=(CLAIMS[2], claim), cases={"rr": {}})
+    write_record(make_record("fixed", {"ok": 40}, run_id="r"), tmp_path)
+    meta = {"profile": "quick", "trial": 1, "trials": 1, "seed": 1, "case": "rr"}
+    write_record(
+        make_record("buggy", {"ok": 1, "40P01": 1}, run_id="r/case-rr", verify=meta), tmp_path
+    )
+    assert set(recorded_trials(tmp_path / "r")) == {("toy-deadlock", ""), ("toy-deadlock", "rr")}
+    base, case = verify_recorded(str(tmp_path / "r"), {"toy-deadlock": toy})
+    assert (base.case, [v["text"] for v in base.verdicts]) == ("", ["every checkout succeeds"])
+    assert (case.case, [v["text"] for v in case.verdicts]) == (
+        "rr",
+        ["the server reports deadlocks"],
+    )
