@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -11,7 +14,7 @@ import pytest
 from lab.errors import LabError
 from lab.servers import Servers, docker, open_servers
 from lab.servers.base import check_url, redact
-from lab.servers.embedded import pid_alive
+from lab.servers.embedded import make_base_dir, pid_alive
 
 
 @pytest.fixture
@@ -78,3 +81,18 @@ def test_malformed_dsn(url: str) -> None:
 def test_redact_drops_user_and_password() -> None:
     """Records keep scheme, host, port and path only."""
     assert redact("postgresql://u:p@db.example:5433/shop") == "postgresql://db.example:5433/shop"
+
+
+def test_base_dir_avoids_private_parents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As root, a TMPDIR under a 0700 folder is not used: the server user could not enter it."""
+    if os.geteuid() != 0:
+        pytest.skip("only root hands the folder to another user")
+    private = tmp_path / "p"
+    private.mkdir(mode=0o700)
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    base = make_base_dir()
+    try:
+        assert not base.is_relative_to(private)
+        assert base.stat().st_uid != 0  # handed to the unprivileged server user
+    finally:
+        shutil.rmtree(base)

