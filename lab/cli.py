@@ -18,6 +18,7 @@ from rich.console import Console
 
 from lab import report, timeline
 from lab.errors import LabError, ScenarioFailure
+from lab.results import results_root
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers, servers_down, servers_up, state_path
@@ -282,7 +283,7 @@ def run(
                 timeline.render(console, rec)
             report.claims_table(console, records)
             if plan.write:
-                console.print(f"[dim]records: results/{plan.run_id}/[/dim]")
+                console.print(f"[dim]records: {results_root() / plan.run_id}/[/dim]")
 
     guarded(body)
 
@@ -495,7 +496,7 @@ def compare(
         report.compare_table(console, records)
         report.claims_table(console, records)
         if plan.write:
-            console.print(f"[dim]records: results/{plan.run_id}/[/dim]")
+            console.print(f"[dim]records: {results_root() / plan.run_id}/[/dim]")
 
     guarded(body)
 
@@ -594,7 +595,7 @@ def verify(
             print_verdicts(console, results)
             console.print(coverage(results, SCENARIOS), markup=False)
             if run_id and not no_record:
-                console.print(f"[dim]records: results/{run_id}/[/dim]")
+                console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
             print_summary(console, summary, wall)
         if not summary.ok:
             raise typer.Exit(1)

@@ -250,3 +250,46 @@ def test_servers_up_are_reused_then_stopped(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert not any(pid_alive(p) for p in pids)
     assert not Path(state["base"]).exists()
+
+
+def test_ctrl_c_stops_a_scenario_with_worker_processes(tmp_path: Path) -> None:
+    """SIGINT during cron-rerun (pods are processes): exit 130, no pod, server or record left."""
+    env = {
+        **os.environ,
+        "LOCKLAB_RESULTS": str(tmp_path),
+        "LOCKLAB_SERVERS": "embedded",
+        "NO_COLOR": "1",
+    }
+    errfile = tmp_path / "stderr.txt"
+    with open(errfile, "w") as errout:
+        proc = subprocess.Popen(
+            [*LAB, "run", "cron-rerun", "-v", "buggy", "-p", "trials=100000"],
+            stdout=subprocess.DEVNULL, stderr=errout, env=env, cwd=ROOT,
+        )  # fmt: skip
+    try:
+        pods = _wait_for_children(proc.pid, "_billing_worker")  # trials are under way
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    assert errfile.read_text().strip().splitlines()[-1].startswith("locklab: interrupted")
+    deadline = time.monotonic() + 10
+    while any(pid_alive(p) for p in pods) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(pid_alive(p) for p in pods)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def _wait_for_children(parent: int, marker: str) -> list[int]:
+    """PIDs of `parent`'s children whose command line contains `marker`, once there are some."""
+    for _ in range(600):
+        out = subprocess.run(
+            ["ps", "-o", "pid=,args=", "--ppid", str(parent)], capture_output=True, text=True
+        )
+        pids = [int(line.split()[0]) for line in out.stdout.splitlines() if marker in line]
+        if pids:
+            return pids
+        time.sleep(0.05)
+    raise AssertionError(f"no {marker} child appeared")
