@@ -37,6 +37,9 @@ class Claim:
     # The settings the claim is judged under: "" is the profile's own, other names are the
     # scenario's `cases` (e.g. a failure mode switched on).
     cases: tuple[str, ...] = ("",)
+    # A claim that compares cases (the same run at two settings) is judged once, on records
+    # named "<variant>@<case>"; its `variants` use those names, its `cases` list the cases.
+    across: bool = False
 
     def needed(self, trials: int) -> int:
         """How many of `trials` trials must hold for the claim to hold."""

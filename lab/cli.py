@@ -534,6 +534,7 @@ def verify(
         from lab.verify import (
             check_profile,
             coverage,
+            judge_across,
             print_summary,
             print_verdicts,
             profile_settings,
@@ -577,6 +578,9 @@ def verify(
                         if res.error:
                             log.print(f"locklab: {name} failed: {res.error}", markup=False)
                         results.append(res)
+            for sc in chosen:  # claims that compare a scenario's cases
+                if (across := judge_across(sc, profile, results)) is not None:
+                    results.append(across)
         summary = summarize(results, results[0].profile if results else profile)
         wall = time.perf_counter() - started
         if run_id and not no_record:

@@ -63,6 +63,8 @@ class ScenarioVerdicts:
     error: str | None = None
     wall_s: float = 0.0
     case: str = ""  # "" = the profile's own settings, else one of the scenario's cases
+    # trial 1's records by variant, for claims that compare cases (not serialised)
+    records: Mapping[str, Record] = field(default_factory=dict, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -197,13 +199,50 @@ def claims_for(
     judged: list[Claim] = []
     skipped: list[Claim] = []
     for c in scenario.claims:
-        if case not in c.cases:
-            continue  # judged under other settings of this scenario
+        if c.across or case not in c.cases:
+            continue  # judged under other settings of this scenario, or across them
         if profile not in c.profiles:
             skipped.append(c)
         else:
             judged.append(replace(c, trials=trials) if trials else c)
     return judged, skipped
+
+
+def across_claims(scenario: Scenario, profile: str) -> list[Claim]:
+    """Claims that compare the scenario's cases, judged once all of them have run."""
+    return [c for c in scenario.claims if c.across and profile in c.profiles]
+
+
+def across_variants(scenario: Scenario, profile: str, case: str) -> set[str]:
+    """Variants a case must run for the claims that compare it with other cases."""
+    keys = (v.split("@", 1) for c in across_claims(scenario, profile) for v in c.variants)
+    return {variant for variant, of_case in keys if of_case == case}
+
+
+def judge_across(
+    scenario: Scenario, profile: str, results: Sequence[ScenarioVerdicts]
+) -> ScenarioVerdicts | None:
+    """The verdicts of claims comparing cases, from the runs of those cases (`records`)."""
+    claims = across_claims(scenario, profile)
+    if not claims:
+        return None
+    combined = {
+        f"{variant}@{r.case}": rec
+        for r in results
+        if r.scenario == scenario.id
+        for variant, rec in r.records.items()
+    }
+    cases = sorted({c for claim in claims for c in claim.cases})
+    return ScenarioVerdicts(
+        scenario=scenario.id,
+        title=scenario.title,
+        profile=profile,
+        knobs={},
+        params={},
+        trials=1,
+        verdicts=evaluate(claims, [Trial(0, combined)]),
+        case=" vs ".join(c or "profile" for c in cases),
+    )
 
 
 def trial_count(claims: Iterable[Claim]) -> int:
@@ -332,19 +371,31 @@ def verify_plan(
     plan: list[tuple[Scenario, str]] = []
     for sc in scenarios:
         plan.append((sc, ""))
-        plan += [(sc, c) for c in sc.cases if claims_for(sc, profile, trials, c)[0]]
+        plan += [
+            (sc, c)
+            for c in sc.cases
+            if claims_for(sc, profile, trials, c)[0] or across_variants(sc, profile, c)
+        ]
     return plan
+
+
+def run_variants(
+    scenario: Scenario, profile: str, claims: Sequence[Claim], k: int, case: str
+) -> list[str]:
+    """The variants trial k of (scenario, case) runs: its claims' and cross-case claims'."""
+    need = set(variants_for_trial(scenario, claims, k, case))
+    if k == 1:
+        need |= across_variants(scenario, profile, case)
+    return [v for v in scenario.variants if v in need]
 
 
 def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
     """How many variant runs verify makes for `scenario`, cases included (progress bar)."""
     total = 0
-    for case in ("", *scenario.cases):
-        claims, _ = claims_for(scenario, profile, trials, case)
-        if case and not claims:
-            continue
+    for sc, case in verify_plan([scenario], profile, trials):
+        claims, _ = claims_for(sc, profile, trials, case)
         total += sum(
-            len(variants_for_trial(scenario, claims, k, case))
+            len(run_variants(sc, profile, claims, k, case))
             for k in range(1, trial_count(claims) + 1)
         )
     return total
@@ -388,7 +439,7 @@ async def verify_scenario(
     )
     try:
         for k in range(1, k_max + 1):
-            variants = variants_for_trial(scenario, claims, k, case)
+            variants = run_variants(scenario, profile, claims, k, case)
             trial_knobs = replace(knobs, seed=seed + k - 1)
             rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
             plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False)
@@ -411,6 +462,8 @@ async def verify_scenario(
                 if write:
                     write_record(rec)
             done.append(Trial(trial_knobs.seed, {r["variant"]: r for r in records}))
+            if k == 1:
+                result.records = done[0].records
     except LabError:
         raise
     except Exception as exc:
@@ -510,11 +563,17 @@ def verify_recorded(
                 params=dict(first.get("params", {})),
                 trials=len(runs),
                 verdicts=evaluate(claims, runs),
+                records=runs[0].records,
                 skipped=[{**_bare(c), "trials_asked": c.trials} for c in skipped],
             )
         )
     if only and not results:
         raise LabError(f"run {ref!r} has no records of {', '.join(only)}")
+    for sc_id in dict.fromkeys(r.scenario for r in results):
+        if (scenario := catalogue.get(sc_id)) is not None:
+            across = judge_across(scenario, results[0].profile, results)
+            if across is not None and across.verdicts:
+                results.append(across)
     return results
 
 

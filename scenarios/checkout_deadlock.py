@@ -104,6 +104,16 @@ def _deadlocks_here(records: Mapping[str, Record]) -> tuple[bool, str]:
     return n40 > 0, f"buggy at {rec['params']['isolation']}: {rec['outcomes']}"
 
 
+def _scales_with_timeout(records: Mapping[str, Record]) -> tuple[bool, str]:
+    short, long = records[f"buggy@{SHORT}"], records[f"buggy@{LONG}"]
+    ratio = long["wall_ms"] / max(short["wall_ms"], 1.0)
+    return ratio >= MIN_SLOWDOWN, (
+        f"buggy, {short['knobs']['n']} carts: {short['wall_ms']:.0f} ms at deadlock_timeout "
+        f"{short['knobs']['deadlock_timeout_ms']} ms, {long['wall_ms']:.0f} ms at "
+        f"{long['knobs']['deadlock_timeout_ms']} ms: x{ratio:.1f}"
+    )
+
+
 def _long_cycles(records: Mapping[str, Record]) -> tuple[bool, str]:
     dl = records["buggy"]["evidence"].get("deadlocks") or {}
     return dl.get("max_cycle", 0) > 2, (
@@ -115,7 +125,21 @@ FIXES = ("fixed", "fixed-lock-first")
 # Two reversed carts with a long pause between their updates: each takes its first row
 # lock long before the other asks for it, so the cycle is forced at any isolation level.
 FORCED = {"n": 2, "step_pause_ms": 200.0}
+# DL-5: the same batch with a 4x longer deadlock_timeout. Every cycle waits the timeout
+# before it is detected, so the batch grows with it (measured x2.6-x5.8 at 20 carts).
+SHORT, LONG = "timeout-250", "timeout-1000"
+MIN_SLOWDOWN = 1.5
 CLAIMS = (
+    Claim(
+        "DL-5",
+        f"Each cycle costs deadlock_timeout: 4x the timeout makes the buggy batch at least "
+        f"{MIN_SLOWDOWN}x longer",
+        (f"buggy@{SHORT}", f"buggy@{LONG}"),
+        _scales_with_timeout,
+        published="cả batch mất 99 giây, vì mỗi vòng chờ tốn ít nhất deadlock_timeout = 1s",
+        cases=(SHORT, LONG),
+        across=True,
+    ),
     Claim(
         "DL-2",
         "Lowering or raising isolation does not help: cart order deadlocks at every level",
@@ -185,6 +209,8 @@ SCENARIO = Scenario(
     sources=("DL", "LC"),
     quick={"n": 40, "deadlock_timeout_ms": 100},
     cases={
+        SHORT: {"n": 20, "deadlock_timeout_ms": 250},
+        LONG: {"n": 20, "deadlock_timeout_ms": 1000},
         "repeatable-read": {**FORCED, "isolation": "repeatable_read"},
         "serializable": {**FORCED, "isolation": "serializable"},
     },

@@ -29,6 +29,7 @@ from lab.verify import (
     claims_for,
     coverage,
     evaluate,
+    judge_across,
     load_verdicts,
     merge_cases,
     print_verdicts,
@@ -445,3 +446,32 @@ def test_recorded_case_folders_are_judged_as_their_case(tmp_path: Path) -> None:
         "rr",
         ["the server reports deadlocks"],
     )
+
+
+def test_claims_across_cases_are_judged_on_both_cases_records() -> None:
+    """A claim comparing two cases sees records named variant@case, and only those."""
+
+    def slower(records: Mapping[str, Record]) -> tuple[bool, str]:
+        a, b = records["buggy@short"]["wall_ms"], records["buggy@long"]["wall_ms"]
+        return b >= 2 * a, f"{a} -> {b}"
+
+    claim = Claim(
+        "DL-5",
+        "scales",
+        ("buggy@short", "buggy@long"),
+        slower,
+        cases=("short", "long"),
+        across=True,
+    )
+    toy = replace(TOY, claims=(CLAIMS[2], claim), cases={"short": {}, "long": {}})
+    assert claims_for(toy, "quick", case="short")[0] == []  # never judged inside one case
+    assert verify_plan([toy], "quick") == [(toy, ""), (toy, "short"), (toy, "long")]
+    runs = [
+        ScenarioVerdicts("toy-deadlock", "t", "quick", {}, {}, 1, [], case=case,
+                         records={"buggy": make_record("buggy", {"40P01": 2}, wall_ms=ms)})
+        for case, ms in (("short", 500.0), ("long", 2000.0))
+    ]  # fmt: skip
+    across = judge_across(toy, "quick", runs)
+    assert across is not None and across.case == "long vs short"
+    (v,) = across.verdicts
+    assert (v["status"], v["measured"]) == ("held", "500.0 -> 2000.0")
