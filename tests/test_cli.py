@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -139,33 +141,8 @@ def test_json_prints_only_records(servers: Servers, tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_servers_and_writes_nothing(tmp_path: Path) -> None:
     """SIGINT mid-run: exit 130, the embedded servers it started are gone, no record written."""
-    env = {
-        **os.environ,
-        "LOCKLAB_RESULTS": str(tmp_path),
-        "LOCKLAB_SERVERS": "embedded",
-        "NO_COLOR": "1",
-    }
-    errfile = tmp_path / "stderr.txt"
-    with open(errfile, "w") as errout:  # a file, not a pipe: a full pipe would block the lab
-        proc = subprocess.Popen(
-            [
-                *LAB,
-                "run",
-                "checkout-deadlock",
-                "--variant",
-                "buggy",
-                "-n",
-                "200",
-                "--arrival",
-                "stagger:5ms",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=errout,
-            text=True,
-            env=env,
-            cwd=ROOT,
-        )
-    try:
+    args = ["run", "checkout-deadlock", "-v", "buggy", "-n", "200", "--arrival", "stagger:5ms"]
+    with interruptible(tmp_path, *args) as (_, errfile):
         port = None
         for _ in range(600):
             if m := re.search(
@@ -175,24 +152,49 @@ def test_ctrl_c_stops_servers_and_writes_nothing(tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
         assert port, "the run did not report its server"
-        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        data_dir, postmaster = _wait_for_lock_waiters(dsn)
+        data_dir, postmaster = _wait_for_lock_waiters(
+            f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        )
+    stderr = errfile.read_text()
+    assert "Traceback" not in stderr and "never retrieved" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
+    assert_gone([postmaster])
+    assert not Path(data_dir).exists()
+    assert not list(tmp_path.rglob("*.json")) and not list(tmp_path.rglob(".tmp-*"))
+    assert len(list(tmp_path.iterdir())) == 1  # only stderr.txt
+
+
+@contextlib.contextmanager
+def interruptible(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """Run `locklab *args` on its own embedded servers; SIGINT it when the block ends and
+    require exit 130. Its stderr goes to a file: a full pipe would block the lab."""
+    env = {
+        **os.environ,
+        "LOCKLAB_RESULTS": str(tmp_path),
+        "LOCKLAB_SERVERS": "embedded",
+        "NO_COLOR": "1",
+    }
+    errfile = tmp_path / "stderr.txt"
+    with open(errfile, "w") as errout:
+        proc = subprocess.Popen(
+            [*LAB, *args], stdout=subprocess.DEVNULL, stderr=errout, text=True, env=env, cwd=ROOT
+        )
+    try:
+        yield proc, errfile
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130
-    stderr = errfile.read_text()
-    assert "Traceback" not in stderr and "never retrieved" not in stderr, stderr
-    assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
-    deadline = time.monotonic() + 10
-    while pid_alive(postmaster) and time.monotonic() < deadline:
+    assert proc.returncode == 130, errfile.read_text()
+
+
+def assert_gone(pids: list[int], wait_s: float = 10) -> None:
+    """Every one of `pids` has exited within `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not pid_alive(postmaster)
-    assert not Path(data_dir).exists()
-    assert not list(tmp_path.rglob("*.json")) and not list(tmp_path.rglob(".tmp-*"))
-    assert len(list(tmp_path.iterdir())) == 1  # only stderr.txt
+    assert not any(pid_alive(p) for p in pids), pids
 
 
 def _wait_for_lock_waiters(dsn: str) -> tuple[str, int]:
@@ -245,40 +247,17 @@ def test_servers_up_are_reused_then_stopped(tmp_path: Path) -> None:
     finally:
         down = locklab("servers", "down", results=results, **env)
     assert down.returncode == 0
-    deadline = time.monotonic() + 10
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(pid_alive(p) for p in pids)
+    assert_gone(pids)
     assert not Path(state["base"]).exists()
 
 
 def test_ctrl_c_stops_a_scenario_with_worker_processes(tmp_path: Path) -> None:
     """SIGINT during cron-rerun (pods are processes): exit 130, no pod, server or record left."""
-    env = {
-        **os.environ,
-        "LOCKLAB_RESULTS": str(tmp_path),
-        "LOCKLAB_SERVERS": "embedded",
-        "NO_COLOR": "1",
-    }
-    errfile = tmp_path / "stderr.txt"
-    with open(errfile, "w") as errout:
-        proc = subprocess.Popen(
-            [*LAB, "run", "cron-rerun", "-v", "buggy", "-p", "trials=100000"],
-            stdout=subprocess.DEVNULL, stderr=errout, env=env, cwd=ROOT,
-        )  # fmt: skip
-    try:
+    args = ["run", "cron-rerun", "-v", "buggy", "-p", "trials=100000"]
+    with interruptible(tmp_path, *args) as (proc, errfile):
         pods = _wait_for_children(proc.pid, "_billing_worker")  # trials are under way
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130
     assert errfile.read_text().strip().splitlines()[-1].startswith("locklab: interrupted")
-    deadline = time.monotonic() + 10
-    while any(pid_alive(p) for p in pods) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not any(pid_alive(p) for p in pods)
+    assert_gone(pods)
     assert not list(tmp_path.rglob("*.json"))
 
 
