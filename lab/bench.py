@@ -24,6 +24,7 @@ import asyncpg
 from lab.errors import LabError
 from lab.runner import RunPlan, admin_connect, database_name, run_plan
 from lab.servers import Servers
+from lab.servers.base import with_database
 from lab.workload import Knobs
 
 TARGET_RATIO = 1.3
@@ -101,12 +102,10 @@ async def _pgbench_round(servers: Servers, pgbench: Path, n: int, run_id: str) -
             )
         finally:
             await conn.close()
-        from lab.runner import _with_database
-
         script = await asyncio.to_thread(_write_script, pgbench_script(SKUS, 5.0))
         try:
             cmd = [str(pgbench), "-n", "-c", str(n), "-j", "2", "-t", "1", "-f", script]
-            cmd.append(_with_database(servers.pg.dsn, database))
+            cmd.append(with_database(servers.pg.dsn, database))
             proc = await asyncio.create_subprocess_exec(
                 *cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )

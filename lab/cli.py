@@ -321,7 +321,7 @@ def doctor() -> None:
 
     def body() -> None:
         from lab.servers import docker
-        from lab.servers.embedded import _usable_bindir, find_redis_server, pg_bindir_candidates
+        from lab.servers.embedded import find_redis_server, pg_bindir_candidates, usable_bindir
 
         console = out()
         console.print(f"python {sys.version.split()[0]}, euid {os.geteuid()}")
@@ -331,7 +331,7 @@ def doctor() -> None:
         reason = docker.docker_unavailable()
         console.print(f"docker: {'engine answers' if reason is None else reason}")
         for bindir, source in pg_bindir_candidates():
-            version = _usable_bindir(bindir)
+            version = usable_bindir(bindir)
             state = f"PostgreSQL {version}" if version else "not usable"
             console.print(f"postgresql candidate: {bindir} ({source}): {state}", markup=False)
         try:
@@ -369,9 +369,9 @@ def servers_status_cmd() -> None:
     """Show the kept servers, if any."""
 
     def body() -> None:
-        from lab.servers import _kept_servers
+        from lab.servers import kept_servers
 
-        kept = _kept_servers()
+        kept = kept_servers()
         if kept is None:
             out().print("no kept servers (start them with `locklab servers up`)")
         else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import asyncpg
@@ -31,7 +30,3 @@ def ordered(counts: Mapping[str, int], declared: Iterable[str] = ()) -> dict[str
 def notation(counts: Mapping[str, int]) -> str:
     """`{"ok":4,"40P01":196}`: the documents' compact notation."""
     return json.dumps(dict(counts), separators=(",", ":"))
-
-
-def tally(words: Iterable[str]) -> Counter[str]:
-    return Counter(words)

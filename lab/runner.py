@@ -22,6 +22,7 @@ from lab.outcome import TIMEOUT, notation, ordered
 from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Scenario, Script
 from lab.servers import Servers
+from lab.servers.base import with_database
 from lab.workload import (
     Knobs,
     connections_needed,
@@ -171,7 +172,7 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
         env = Env(
             scenario=scenario.id,
             variant=variant,
-            dsn=_with_database(dsn, database) if dsn else "",
+            dsn=with_database(dsn, database) if dsn else "",
             database=database,
             db=pool,
             redis=rclient,
@@ -181,7 +182,7 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
             n=knobs.n,
             connect_kwargs={},
             redis_url=servers.redis.url if (uses_redis and servers.redis) else "",
-            pgbouncer={m: _with_database(d, database) for m, d in servers.pgbouncer.items()},
+            pgbouncer={m: with_database(d, database) for m, d in servers.pgbouncer.items()},
         )
         if scenario.setup is not None:
             await scenario.setup(env)
@@ -274,13 +275,6 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
                     await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
             with contextlib.suppress(Exception):
                 await admin.close()
-
-
-def _with_database(dsn: str, database: str) -> str:
-    import urllib.parse
-
-    parts = urllib.parse.urlsplit(dsn)
-    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}"))
 
 
 async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expected: int) -> int:

@@ -103,7 +103,7 @@ def open_servers(
         if mode == "external" and (want_pg or want_redis):
             raise LabError("LOCKLAB_SERVERS=external needs --pg-dsn and --redis-url")
         if (want_pg or want_redis) and mode == "auto":
-            kept = _kept_servers()
+            kept = kept_servers()
             if kept is not None:
                 if want_pg:
                     servers.pg, want_pg = kept.pg, False
@@ -199,7 +199,7 @@ def _pgbouncers(servers: Servers) -> None:
 
 def servers_up() -> Servers:
     """Start embedded PostgreSQL and Redis and leave them running (recorded by PID)."""
-    if (kept := _kept_servers()) is not None:
+    if (kept := kept_servers()) is not None:
         return kept
     servers = Servers()
     try:
@@ -220,7 +220,7 @@ def servers_up() -> Servers:
     tmp.write_text(json.dumps(state, indent=2))
     tmp.replace(state_path())
     servers.stops.clear()  # kept: `servers down` stops them
-    return _kept_servers() or servers
+    return kept_servers() or servers
 
 
 def servers_down() -> list[str]:
@@ -244,7 +244,7 @@ def servers_down() -> list[str]:
     return stopped
 
 
-def _kept_servers() -> Servers | None:
+def kept_servers() -> Servers | None:
     path = state_path()
     if not path.exists():
         return None

@@ -84,6 +84,12 @@ def redact(url: str) -> str:
     return f"{parts.scheme}://{host}{port}{path}"
 
 
+def with_database(dsn: str, database: str) -> str:
+    """The same DSN pointing at another database."""
+    parts = urllib.parse.urlsplit(dsn)
+    return urllib.parse.urlunsplit(parts._replace(path=f"/{database}"))
+
+
 def check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
     """Reject a malformed DSN or URL before anything tries to connect with it."""
     try:

@@ -52,7 +52,7 @@ def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def _usable_bindir(bindir: Path) -> str | None:
+def usable_bindir(bindir: Path) -> str | None:
     """The server version if the server user can run ``postgres`` from bindir, else None."""
     postgres = bindir / "postgres"
     if not (postgres.is_file() and (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file()):
@@ -91,7 +91,7 @@ def find_pg_bindir() -> tuple[Path, str, str]:
     """(bindir, source, version) of the first PostgreSQL the server user can run."""
     tried = []
     for bindir, source in pg_bindir_candidates():
-        version = _usable_bindir(bindir)
+        version = usable_bindir(bindir)
         if version:
             return bindir, source, version
         tried.append(str(bindir))
