@@ -7,12 +7,14 @@ import difflib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
 from typing import Annotated, Any, TypeVar
 
+import asyncpg
 import typer
 from rich.console import Console
 
@@ -57,8 +59,16 @@ def guarded(body: Callable[[], T]) -> T:
     except ScenarioFailure as exc:
         _fail(f"locklab: scenario failed: {exc}")
         raise typer.Exit(3) from None
+    except (OSError, subprocess.SubprocessError, asyncpg.PostgresError, ValueError) as exc:
+        # The environment refused something (a file, a binary, a privilege on the server):
+        # the user's to fix, so one line like any other bad input.
+        _fail(f"locklab: {type(exc).__name__}: {exc}")
+        raise typer.Exit(2) from None
     except KeyboardInterrupt:
-        _fail("locklab: interrupted; servers the lab started are stopped, no partial record")
+        _fail(
+            "locklab: interrupted; servers the lab started are stopped, "
+            "no half-written record (variants that had finished keep theirs)"
+        )
         raise typer.Exit(130) from None
 
 

@@ -126,6 +126,19 @@ async def redis_client(servers: Servers, size: int) -> Any:
 
 
 async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
+    """One variant's record. Anything a scenario raises that is neither bad input (LabError)
+    nor a declared failure becomes a ScenarioFailure naming scenario and variant."""
+    try:
+        return await _run_variant(plan, variant, servers)
+    except (LabError, ScenarioFailure):
+        raise
+    except Exception as exc:
+        raise ScenarioFailure(
+            f"{plan.scenario.id} / {variant}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
     scenario, knobs = plan.scenario, plan.knobs
     if variant not in scenario.variants:
         raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")

