@@ -10,6 +10,7 @@ shared machine hits both; the ratio of medians is what we report.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import shutil
 import statistics
@@ -24,7 +25,7 @@ import asyncpg
 from lab.errors import LabError
 from lab.runner import RunPlan, admin_connect, database_name, run_plan
 from lab.servers import Servers
-from lab.servers.base import with_database
+from lab.servers.base import with_database, without_password
 from lab.workload import Knobs
 
 TARGET_RATIO = 1.3
@@ -105,9 +106,10 @@ async def _pgbench_round(servers: Servers, pgbench: Path, n: int, run_id: str) -
         script = await asyncio.to_thread(_write_script, pgbench_script(SKUS, 5.0))
         try:
             cmd = [str(pgbench), "-n", "-c", str(n), "-j", "2", "-t", "1", "-f", script]
-            cmd.append(with_database(servers.pg.dsn, database))
+            dsn, password = without_password(with_database(servers.pg.dsn, database))
+            env = {**os.environ, **({"PGPASSWORD": password} if password else {})}
             proc = await asyncio.create_subprocess_exec(
-                *cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                *cmd, dsn, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
             )
             out, errout = await proc.communicate()
         finally:

@@ -13,7 +13,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.servers import Servers, docker, open_servers
-from lab.servers.base import check_url, redact
+from lab.servers.base import check_url, redact, without_password
 from lab.servers.embedded import make_base_dir, pid_alive
 
 
@@ -96,3 +96,12 @@ def test_base_dir_avoids_private_parents(tmp_path: Path, monkeypatch: pytest.Mon
         assert base.stat().st_uid != 0  # handed to the unprivileged server user
     finally:
         shutil.rmtree(base)
+
+
+def test_no_password_in_messages_or_command_lines() -> None:
+    """A malformed DSN's error hides the password; a child gets it through PGPASSWORD."""
+    with pytest.raises(LabError) as caught:
+        check_url("postgresql://u:S3CRET@h:abc/db", ("postgresql",), "PostgreSQL DSN")
+    assert "S3CRET" not in str(caught.value) and "h:abc" in str(caught.value)
+    assert without_password("postgresql://u:p%40ss@h:5/db") == ("postgresql://u@h:5/db", "p@ss")
+    assert without_password("postgresql://u@h:5/db") == ("postgresql://u@h:5/db", None)

@@ -76,12 +76,24 @@ def free_port() -> int:
 
 
 def redact(url: str) -> str:
-    """host:port/db of a DSN or URL, without user or password."""
+    """host:port/db of a DSN or URL, without user or password (even when malformed)."""
     parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or "localhost"
-    port = f":{parts.port}" if parts.port else ""
+    hostport = parts.netloc.rpartition("@")[2] or "localhost"
     path = parts.path if parts.path not in ("", "/") else ""
-    return f"{parts.scheme}://{host}{port}{path}"
+    return f"{parts.scheme}://{hostport}{path}"
+
+
+def without_password(dsn: str) -> tuple[str, str | None]:
+    """(the DSN without its password, the password): for a child process's command line,
+    which anyone on the machine can read, the password goes through PGPASSWORD instead."""
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.password is None:
+        return dsn, None
+    userinfo = parts.netloc.rpartition("@")[0].split(":", 1)[0]
+    netloc = f"{userinfo}@{parts.netloc.rpartition('@')[2]}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc)), urllib.parse.unquote(
+        parts.password
+    )
 
 
 def with_database(dsn: str, database: str) -> str:
@@ -96,7 +108,7 @@ def check_url(url: str, schemes: tuple[str, ...], what: str) -> None:
         parts = urllib.parse.urlsplit(url)
         _ = parts.port  # raises ValueError on a non-numeric port
     except ValueError as exc:
-        raise LabError(f"{what} {url!r} is malformed: {exc}") from None
+        raise LabError(f"{what} {redact(url)!r} is malformed: {exc}") from None
     if parts.scheme not in schemes or not (parts.hostname or parts.path or parts.query):
         raise LabError(
             f"{what} {redact(url)!r} is malformed: expected {schemes[0]}://host:port/..."
