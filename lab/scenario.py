@@ -184,8 +184,9 @@ class Env:
         stopped by the harness after the run, whatever Redis the run itself uses."""
         from lab.servers.embedded import RedisPair
 
-        pair = await asyncio.to_thread(RedisPair.start)
-        self.cleanups.append(pair.close)
+        pair = RedisPair.prepare()
+        self.cleanups.append(pair.close)  # before start: a failed start stops what did start
+        await asyncio.to_thread(pair.start)
         return pair
 
     def key(self, name: str) -> str:

@@ -116,6 +116,7 @@ class ActorsResult:
 async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> ActorsResult:
     """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails."""
     kind, size = parse_connect(knobs.connect)
+    offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
     conns: list[asyncpg.Connection] = []
     pool: asyncpg.Pool | None = None
     if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
@@ -124,7 +125,6 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
         pool = await asyncpg.create_pool(
             env.dsn, min_size=size, max_size=size, **env.connect_kwargs
         )
-    offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)
     outcomes: Counter[str] = Counter()
     latencies: dict[str, list[float]] = {}
     failure: list[BaseException] = []

@@ -14,7 +14,7 @@ import pytest
 from lab.errors import LabError
 from lab.servers import Servers, docker, open_servers
 from lab.servers.base import check_url, redact, without_password
-from lab.servers.embedded import make_base_dir, pid_alive
+from lab.servers.embedded import RedisPair, make_base_dir, pid_alive
 
 
 @pytest.fixture
@@ -105,3 +105,19 @@ def test_no_password_in_messages_or_command_lines() -> None:
     assert "S3CRET" not in str(caught.value) and "h:abc" in str(caught.value)
     assert without_password("postgresql://u:p%40ss@h:5/db") == ("postgresql://u@h:5/db", "p@ss")
     assert without_password("postgresql://u@h:5/db") == ("postgresql://u@h:5/db", None)
+
+
+def test_redis_pair_failing_half_way_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If the replica cannot start, closing the pair still stops the primary it started."""
+    pair = RedisPair.prepare()
+
+    def refuse() -> None:
+        raise LabError("replica refused")
+
+    monkeypatch.setattr(pair.replica, "start", refuse)
+    with pytest.raises(LabError):
+        pair.start()
+    assert pid_alive(pair.primary.pid)
+    pair.close()
+    assert not pid_alive(pair.primary.pid)
+    assert not pair.base.exists()

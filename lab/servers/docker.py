@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import Any
 
 from lab.servers.base import PgServer, RedisServer, ServerInfo
 from lab.servers.embedded import PG_SETTINGS
@@ -24,6 +26,16 @@ def docker_unavailable() -> str | None:
     return None
 
 
+def _start(container: Any) -> None:
+    """Start a container; if it never gets ready, do not leave it running."""
+    try:
+        container.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            container.stop()
+        raise
+
+
 def start_postgres() -> tuple[PgServer, Callable[[], None]]:
     from testcontainers.postgres import PostgresContainer
 
@@ -32,7 +44,7 @@ def start_postgres() -> tuple[PgServer, Callable[[], None]]:
         PG_IMAGE, username="postgres", password="locklab", dbname="postgres"
     )
     container.with_command(f"postgres {flags}")
-    container.start()
+    _start(container)
     host, port = container.get_container_host_ip(), container.get_exposed_port(5432)
     raw = container.get_wrapped_container()
     info = ServerInfo("postgresql", "docker", PG_IMAGE.split(":")[1], f"{host}:{port}", PG_IMAGE)
@@ -49,7 +61,7 @@ def start_redis() -> tuple[RedisServer, Callable[[], None]]:
     from testcontainers.redis import RedisContainer
 
     container = RedisContainer(REDIS_IMAGE)
-    container.start()
+    _start(container)
     host, port = container.get_container_host_ip(), container.get_exposed_port(6379)
     info = ServerInfo("redis", "docker", REDIS_IMAGE.split(":")[1], f"{host}:{port}", REDIS_IMAGE)
     return RedisServer(info=info, url=f"redis://{host}:{port}/0"), container.stop

@@ -454,20 +454,22 @@ class RedisPair:
     replica: EmbeddedRedis
 
     @classmethod
-    def start(cls) -> RedisPair:
+    def prepare(cls) -> RedisPair:
+        """Both servers found and configured, none started: register `close` first."""
         base = make_base_dir()
         try:
             # A replica's first full sync waits repl-diskless-sync-delay (5 s) by default.
             primary = EmbeddedRedis.create(base, "primary", ("--repl-diskless-sync-delay", "0"))
-            primary.start()
-            replica = EmbeddedRedis.create(
-                base, "replica", ("--replicaof", "127.0.0.1", str(primary.port))
-            )
-            replica.start()
+            replica = EmbeddedRedis.create(base, "replica")
         except BaseException:
             shutil.rmtree(base, ignore_errors=True)
             raise
         return cls(base, primary, replica)
+
+    def start(self) -> None:
+        self.primary.start()
+        self.replica.extra_args = ("--replicaof", "127.0.0.1", str(self.primary.port))
+        self.replica.start()
 
     def url(self, which: str) -> str:
         return f"redis://127.0.0.1:{getattr(self, which).port}/0"
