@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lab.claims import Claim, Record
+from lab.errors import LabError
 from lab.outcome import notation
 from lab.scenario import Check, Defaults, Env, Scenario
 
@@ -124,6 +125,11 @@ def _st(env: Env) -> RunState:
 
 
 async def setup(env: Env) -> None:
+    p = env.params
+    if p["pods"] < 1 or p["poll_ms"] <= 0 or p["max_polls"] < 0:
+        raise LabError("-p pods must be >= 1, poll_ms > 0, max_polls >= 0")
+    if p["rebuild_ms"] < 0 or p["lock_ttl_s"] <= 0:
+        raise LabError("-p rebuild_ms must be >= 0 and lock_ttl_s > 0")
     _RUNS[env] = RunState()
     if env.params["stale"]:
         await env.redis.set(env.key(STALE), b"product-42-v0", ex=STALE_TTL_S)

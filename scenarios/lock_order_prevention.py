@@ -66,6 +66,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
 from lab.claims import Claim, Record, invariants_hold
+from lab.errors import LabError
 from lab.outcome import notation
 from lab.scenario import Check, Defaults, Env, Scenario
 
@@ -223,6 +224,11 @@ def _int(value: bytes | str | None) -> int:
 
 
 async def setup(env: Env) -> None:
+    p = env.params
+    if p["lock_ttl_ms"] < 1 or p["max_tries"] < 1 or p["observe_ms"] <= 0:
+        raise LabError("-p lock_ttl_ms and max_tries must be >= 1, observe_ms > 0")
+    if min(p["poll_ms"], p["critical_ms"], p["lock_timeout_ms"], p["barrier_ms"]) < 0:
+        raise LabError("-p poll_ms, critical_ms, lock_timeout_ms and barrier_ms must be >= 0")
     st = _RUNS[env] = RunState()
     await env.redis.mset({_balance(env, a): INITIAL_BALANCE for a in range(env.n + env.n % 2)})
     pool = env.redis.connection_pool  # one connection per worker, opened before the clock

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeated
+from lab.errors import LabError
 from lab.outcome import notation
 from lab.scenario import Check, Defaults, Env, Scenario
 
@@ -79,6 +80,8 @@ def transfer_of(env: Env, actor: int) -> Transfer:
 
 
 async def setup(env: Env) -> None:
+    if env.params["amount"] < 1 or env.params["fraud_ms"] < 0 or env.params["idem_keys"] < 0:
+        raise LabError("-p amount must be >= 1, fraud_ms >= 0, idem_keys >= 0")
     await env.db.execute(
         "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))"
     )

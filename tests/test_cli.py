@@ -303,3 +303,31 @@ def test_a_missing_server_binary_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(
         proc, r"LOCKLAB_REDIS_SERVER=.*no-such-redis-server: not an executable file", tmp_path
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (
+            ["checkout-deadlock", "-p", "isolation=foo"],
+            r"-p isolation='foo': one of read_committed",
+        ),
+        (["cache-stampede", "-p", "poll_ms=0"], r"poll_ms > 0"),
+        (
+            ["lock-order-prevention", "-p", "lock_ttl_ms=0"],
+            r"lock_ttl_ms and max_tries must be >= 1",
+        ),
+        (["money-transfer", "-p", "amount=0"], r"-p amount must be >= 1"),
+    ],
+)
+def test_impossible_scenario_knobs(
+    servers: Servers, tmp_path: Path, args: list[str], pattern: str
+) -> None:
+    """A scenario knob it cannot run with: one line from the scenario, exit 2, no record."""
+    assert servers.pg is not None and servers.redis is not None
+    proc = locklab(
+        "run", *args, "-n", "2", "--pg-dsn", servers.pg.dsn, "--redis-url", servers.redis.url,
+        results=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert_one_line_error(proc, pattern, tmp_path)
