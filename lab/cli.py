@@ -647,8 +647,7 @@ def diff(
 
     def body() -> None:
         from lab.diff import diff_runs, print_diff
-        from lab.results import load_run
-        from lab.verify import run_folder
+        from lab.results import load_run, run_folder
 
         fa, fb = run_folder(run_a), run_folder(run_b)
         d = diff_runs(load_run(str(fa)), load_run(str(fb)), fa.name, fb.name)

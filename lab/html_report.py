@@ -27,7 +27,8 @@ from typing import Any
 from lab.diff import servers_text
 from lab.outcome import notation
 from lab.report import REDIS_HARNESS
-from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, run_folder, status_of
+from lab.results import load_run, run_folder, write_text
+from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, status_of
 
 Record = Mapping[str, Any]
 
@@ -934,14 +935,8 @@ def render(
 
 def write_report(ref: str, out: Path | None = None) -> Path:
     """Render a recorded run (its id or folder) to `out`, default `<run folder>/report.html`."""
-    from lab.results import load_run
 
     folder = run_folder(ref)
     records = load_run(str(folder))
     page = render(records, folder.name, load_verdicts(folder))
-    path = out or folder / "report.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return write_text(out or folder / "report.html", page)

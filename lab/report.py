@@ -72,9 +72,8 @@ def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
         cl = f"{held}/{len(claims)}" if claims else "-"
         if claims:
             cl = f"[green]{cl}[/green]" if held == len(claims) else f"[red]{cl}[/red]"
-        measured = f"{notation(rec['outcomes'])} in {rec['wall_ms']:.0f} ms"
-        if "attempts" in rec.get("counters", {}):
-            measured += f" attempts={rec['counters']['attempts']}"
+        extra = "".join(f" {label}={value}" for label, value in headline(rec).items())
+        measured = f"{notation(rec['outcomes'])}{extra} in {rec['wall_ms']:.0f} ms"
         p = f"{lat.get('p50', 0):.0f}/{lat.get('p99', 0):.0f}" if lat else "-"
         table.add_row(rec["variant"], measured, p, inv, cl, rec.get("published") or "")
     console.print(table)

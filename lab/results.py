@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -29,19 +30,22 @@ def record_path(run_id: str, scenario: str, variant: str, root: Path | None = No
     return (root or results_root()) / run_id / f"{scenario}.{variant}.json"
 
 
-def write_json(path: Path, data: Any) -> Path:
+def write_text(path: Path, text: str) -> Path:
     """Write via a temporary file and rename, so no reader ever sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, default=str)
-            f.write("\n")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_json(path: Path, data: Any) -> Path:
+    return write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def write_record(record: dict[str, Any], root: Path | None = None) -> Path:
@@ -51,17 +55,26 @@ def write_record(record: dict[str, Any], root: Path | None = None) -> Path:
     )
 
 
-def load_run(ref: str, root: Path | None = None) -> list[dict[str, Any]]:
-    """Every record of a run, given its id or its folder."""
+def run_folder(ref: str, root: Path | None = None) -> Path:
+    """A recorded run's folder, given its id or the folder itself."""
     folder = Path(ref) if Path(ref).is_dir() else (root or results_root()) / ref
     if not folder.is_dir():
         raise LabError(f"no recorded run {ref!r} (see `locklab results`)")
-    records = []
-    for path in sorted(folder.glob("*.json")):
-        try:
-            records.append(upgrade(json.loads(path.read_text())))
-        except (OSError, ValueError) as exc:
-            raise LabError(f"{path}: not a readable record ({exc})") from None
+    return folder
+
+
+def read_record(path: Path) -> dict[str, Any]:
+    """One record, upgraded to the current schema; one clear line if it is not one."""
+    try:
+        return upgrade(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{path}: not a readable record ({exc})") from None
+
+
+def load_run(ref: str, root: Path | None = None) -> list[dict[str, Any]]:
+    """Every record of a run, given its id or its folder."""
+    folder = run_folder(ref, root)
+    records = [read_record(path) for path in sorted(folder.glob("*.json"))]
     if not records:
         raise LabError(f"run {ref!r} has no records")
     return records
@@ -80,6 +93,7 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+@functools.cache
 def git_commit() -> str | None:
     try:
         out = subprocess.run(

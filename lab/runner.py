@@ -193,7 +193,6 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             params=plan.params,
             seed=knobs.seed,
             n=knobs.n,
-            connect_kwargs={},
             redis_url=servers.redis.url if (uses_redis and servers.redis) else "",
             pgbouncer={m: with_database(d, database) for m, d in servers.pgbouncer.items()},
         )

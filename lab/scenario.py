@@ -127,7 +127,6 @@ class Env:
         params: Mapping[str, Any],
         seed: int,
         n: int,
-        connect_kwargs: Mapping[str, Any],
         redis_url: str = "",
         pgbouncer: Mapping[str, str] | None = None,
     ) -> None:
@@ -143,7 +142,6 @@ class Env:
         self.params = dict(params)
         self.seed = seed
         self.n = n
-        self.connect_kwargs = dict(connect_kwargs)
         self.counters: Counter[str] = Counter()
         self.samples: dict[str, list[float]] = {}
         self.outcomes: Counter[str] = Counter()
@@ -167,7 +165,7 @@ class Env:
 
     async def connect(self, **kwargs: Any) -> asyncpg.Connection:
         """A new connection to the run's database, with the run's settings."""
-        return await asyncpg.connect(self.dsn, **{**self.connect_kwargs, **kwargs})
+        return await asyncpg.connect(self.dsn, **kwargs)
 
     async def connect_via(self, pool_mode: str, **kwargs: Any) -> asyncpg.Connection:
         """A connection to the run's database through PgBouncer in `pool_mode`
@@ -176,7 +174,7 @@ class Env:
             raise ScenarioFailure(f"{self.scenario}: no PgBouncer in {pool_mode} mode for this run")
         return await asyncpg.connect(
             self.pgbouncer[pool_mode],
-            **{"statement_cache_size": 0, **self.connect_kwargs, **kwargs},
+            **{"statement_cache_size": 0, **kwargs},
         )
 
     async def redis_pair(self) -> RedisPair:

@@ -26,7 +26,7 @@ from rich.table import Table
 
 from lab.claims import PROFILES, Claim, Record, judge_trials
 from lab.errors import LabError
-from lab.results import results_root, write_json, write_record
+from lab.results import read_record, results_root, run_folder, write_json, write_record
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers
@@ -490,10 +490,7 @@ def recorded_trials(folder: Path) -> dict[tuple[str, str], list[Trial]]:
     seeds: dict[tuple[str, str, int], int] = {}
     patterns = ("*.json", "trial-*/*.json", "case-*/*.json", "case-*/trial-*/*.json")
     for path in (p for pattern in patterns for p in sorted(folder.glob(pattern))):
-        try:
-            rec = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise LabError(f"{path}: not a readable record ({exc})") from None
+        rec = read_record(path)
         if not isinstance(rec, dict) or "scenario" not in rec or "variant" not in rec:
             continue
         meta = rec.get("verify") or {}
@@ -508,13 +505,6 @@ def recorded_trials(folder: Path) -> dict[tuple[str, str], list[Trial]]:
         key: [Trial(seeds[(*key, k)], trials[k]) for k in sorted(trials)]
         for key, trials in sorted(by.items())
     }
-
-
-def run_folder(ref: str) -> Path:
-    folder = Path(ref) if Path(ref).is_dir() else results_root() / ref
-    if not folder.is_dir():
-        raise LabError(f"no recorded run {ref!r} (see `locklab results`)")
-    return folder
 
 
 def verify_recorded(

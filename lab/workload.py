@@ -122,9 +122,7 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
     if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
         conns = await _open_connections(env, knobs.n, PGBOUNCER_MODES.get(kind))
     elif uses_pg:
-        pool = await asyncpg.create_pool(
-            env.dsn, min_size=size, max_size=size, **env.connect_kwargs
-        )
+        pool = await asyncpg.create_pool(env.dsn, min_size=size, max_size=size)
     outcomes: Counter[str] = Counter()
     latencies: dict[str, list[float]] = {}
     failure: list[BaseException] = []
@@ -234,9 +232,7 @@ async def _open_connections(
 
 
 def _app_name(env: Env, i: int) -> dict[str, str]:
-    settings = dict(env.connect_kwargs.get("server_settings", {}))
-    settings["application_name"] = f"locklab/{env.scenario}/{env.variant}/{i}"[:63]
-    return settings
+    return {"application_name": f"locklab/{env.scenario}/{env.variant}/{i}"[:63]}
 
 
 async def _close(conns: list[asyncpg.Connection], pool: asyncpg.Pool | None) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
+from lab.results import write_json
 from lab.servers import docker
 from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
 from lab.servers.embedded import (
@@ -216,9 +217,7 @@ def servers_up() -> Servers:
         "redis_pid": redis.pid,
         "pg_bindir": str(pg.bindir),
     }
-    tmp = state_path().with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2))
-    tmp.replace(state_path())
+    write_json(state_path(), state)
     servers.stops.clear()  # kept: `servers down` stops them
     return kept_servers() or servers
 

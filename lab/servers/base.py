@@ -40,7 +40,6 @@ class PgServer:
     log_path: Path | None = None  # server log the lab can read for deadlock reports
     bindir: Path | None = None  # where pgbench comes from, when known
     max_connections: int = 100
-    reserved_connections: int = 3
     logs: Callable[[], bytes] | None = None  # whole server log, when not a file (docker)
 
     def log_size(self) -> int:
