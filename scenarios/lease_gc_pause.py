@@ -22,8 +22,8 @@ See:        claims DL-10..DL-13. Choreography: A takes the lease at 0 ms and sta
             `b_at_ms` but not before Redis reports A's lease gone; A wakes at `pause_ms` but
             not before B's turn is over; C tries at `c_at_ms` after A's release; B releases
             `b_work_ms` after its write, after C is done. Every variant runs these steps;
-            they differ in the release and the write, and fixed-get-then-del stalls A
-            between its GET and DEL (the race it has), fixed-holder-killed kills A instead
+            they differ in the release and the write, and buggy-get-then-del stalls A
+            between its GET and DEL (the race it has), holder-killed kills A instead
             of resuming it. The run ends when Redis holds no lease. The timeline shows
             when each worker *believed* it held the lock and when Redis held its token
             (polled GET+PTTL, see `Observer`). Cases for DL-13: ttl-1000 (TTL 1000 ms,
@@ -87,11 +87,11 @@ async def fixed(env: Env) -> None:
     await choreography(env, Code(release="cad", fenced=True))
 
 
-async def fixed_get_then_del(env: Env) -> None:
+async def buggy_get_then_del(env: Env) -> None:
     await choreography(env, Code(release="get-del", fenced=True, pause_at="release"))
 
 
-async def fixed_holder_killed(env: Env) -> None:
+async def holder_killed(env: Env) -> None:
     await choreography(env, Code(release="cad", fenced=True, killed=True))
 
 
@@ -704,7 +704,7 @@ def _pause_over_ttl(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
     """The dead holder's lease lasts its whole TTL from SET: whoever tries meanwhile is refused."""
-    rec = records["fixed-holder-killed"]
+    rec = records["holder-killed"]
     ttl = rec["params"]["ttl_ms"]
     got, killed, lease = (
         _ev(rec, "A", "got lock"),
@@ -712,7 +712,7 @@ def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
         _span(rec, "A", "redis"),
     )
     if not (got and killed and lease):
-        return False, "fixed-holder-killed: A was not killed after taking the lock"
+        return False, "holder-killed: A was not killed after taking the lock"
     tries = [e for e in rec["trace"] if e["who"] != "A" and e["event"] in ("got lock", "lock busy")]
     end = lease["end_ms"]
     lasted, dead = end - got["t_ms"], end - killed["t_ms"]
@@ -720,7 +720,7 @@ def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
             and all(e["event"] == "lock busy" for e in tries if e["t_ms"] < end))  # fmt: skip
     who = "; ".join(f"{e['who']} {e['event']} at {e['t_ms']:.0f} ms" for e in tries)
     return held, (
-        f"fixed-holder-killed: A got the lock at {got['t_ms']:.0f} ms, was killed at "
+        f"holder-killed: A got the lock at {got['t_ms']:.0f} ms, was killed at "
         f"{killed['t_ms']:.0f} ms; {_lease(rec, 'A')}, {lasted:.0f} ms after SET (TTL {ttl} ms), "
         f"{dead:.0f} ms of it for a dead worker; {who}"
     )
@@ -744,7 +744,7 @@ PUBLISHED_GET_DEL = (
 )
 PUBLISHED_TTL = "Tăng TTL lên 5 phút chỉ làm sự cố hiếm hơn"
 PUBLISHED_RECOVERY = "làm recovery khi worker chết chậm hơn 5 phút"
-FENCED = ("fixed", "fixed-get-then-del", "fixed-holder-killed")
+FENCED = ("fixed", "buggy-get-then-del", "holder-killed")
 TTL_CASES = ("", "ttl-1000", "ttl-above-pause")  # DL-13 is about the TTL: judged under each
 
 
@@ -774,13 +774,13 @@ CLAIMS = (
         Claim("DL-11", "Without fencing A's stale write lands over B's", ("buggy",), _stale_write),
         invariant_broken("DL-11", "buggy", FENCE_INVARIANT, "Without fencing the fence goes backwards"),
         Claim("DL-12", "GET-then-DEL: the lock expires and is taken between GET and DEL",
-              ("fixed-get-then-del",), _third_holder("fixed-get-then-del"), PUBLISHED_GET_DEL),
+              ("buggy-get-then-del",), _third_holder("buggy-get-then-del"), PUBLISHED_GET_DEL),
     )),
     *(invariants_hold("DL-11", v, f"{v}: the fence never goes backwards") for v in FENCED),
     Claim("DL-13", "A pause longer than the TTL overlaps whatever the TTL; a shorter one does not",
           ("fixed",), _pause_over_ttl, PUBLISHED_TTL, cases=TTL_CASES),
     Claim("DL-13", "A killed holder blocks the lock for its whole TTL",
-          ("fixed-holder-killed",), _killed_blocks, PUBLISHED_RECOVERY, cases=TTL_CASES),
+          ("holder-killed",), _killed_blocks, PUBLISHED_RECOVERY, cases=TTL_CASES),
 )  # fmt: skip
 
 SCENARIO = Scenario(
@@ -790,8 +790,8 @@ SCENARIO = Scenario(
     variants={
         "buggy": buggy,
         "fixed": fixed,
-        "fixed-get-then-del": fixed_get_then_del,
-        "fixed-holder-killed": fixed_holder_killed,
+        "buggy-get-then-del": buggy_get_then_del,
+        "holder-killed": holder_killed,
     },
     outcomes=("wrote", "write_rejected", "lock_busy", "killed"),
     claims=CLAIMS,

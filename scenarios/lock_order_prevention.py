@@ -16,9 +16,9 @@ Fix:        break one condition; every variant runs the same transfers and diffe
             and retry after 2**attempt * 10 + U(0, 50) ms, at most 10 attempts: no hold and
             wait (the document also sorts; here the order stays inconsistent, to show that
             release-all alone is enough). fixed-coarse: one `transfer-system` lock: nothing
-            to form a cycle with, and nothing runs in parallel. Not fixes: fixed-timeout
+            to form a cycle with, and nothing runs in parallel. Not fixes: timeout-only
             polls each lock at most lock_timeout_ms, then fails with `lock_timeout`: the
-            cycle still forms and costs the timeout. fixed-hierarchy applies the document's
+            cycle still forms and costs the timeout. hierarchy-check applies the document's
             HierarchicalLock check (a new lock's level must be greater than every level
             held; accounts are levels (ACCOUNT, id), since `level <= heldLevel` forbids two
             locks on one level) and rejects the reversed path with `hierarchy_violation`:
@@ -77,7 +77,7 @@ N_WORKERS = 10  # 5 pairs of accounts
 CRITICAL_MS = 50.0  # the transfer's work while it holds its locks
 POLL_MS = 5.0  # waiting for a lock: one SET NX every poll_ms x U(1, 2)
 LOCK_TTL_MS = 30_000  # a lease far longer than any run here: the freeze does not end by itself
-LOCK_TIMEOUT_MS = 300.0  # fixed-timeout (the document: acquireWithTimeout(..., 5000))
+LOCK_TIMEOUT_MS = 300.0  # timeout-only (the document: acquireWithTimeout(..., 5000))
 BARRIER_MS = 1000.0
 MAX_TRIES = 10  # acquireMultipleLocks(resources, maxRetries = 10)
 BACKOFF_BASE_MS = 10.0  # Math.pow(2, attempt) * 10 + Math.random() * 50
@@ -258,7 +258,7 @@ async def fixed(env: Env, conn: asyncpg.Connection | None, worker: int) -> str:
     return await _transfer(env, worker, ordered, _blocking)
 
 
-async def fixed_timeout(env: Env, conn: asyncpg.Connection | None, worker: int) -> str:
+async def timeout_only(env: Env, conn: asyncpg.Connection | None, worker: int) -> str:
     return await _transfer(env, worker, _source_first(worker), _timed)
 
 
@@ -270,7 +270,7 @@ async def fixed_coarse(env: Env, conn: asyncpg.Connection | None, worker: int) -
     return await _transfer(env, worker, [COARSE], _blocking)
 
 
-async def fixed_hierarchy(env: Env, conn: asyncpg.Connection | None, worker: int) -> str:
+async def hierarchy_check(env: Env, conn: asyncpg.Connection | None, worker: int) -> str:
     return await _transfer(env, worker, _source_first(worker), _checked)
 
 
@@ -594,7 +594,7 @@ def _ordered(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 
 def _timeout_is_a_net(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    rec = records["fixed-timeout"]
+    rec = records["timeout-only"]
     if not _pairs(rec):
         return None  # one worker alone: no pair, nothing to collide
     wait_ms = rec["params"]["lock_timeout_ms"]
@@ -636,7 +636,7 @@ def _ordered_keeps_parallelism(records: Mapping[str, Record]) -> tuple[bool, str
 
 
 def _hierarchy(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    rec = records["fixed-hierarchy"]
+    rec = records["hierarchy-check"]
     if not _pairs(rec):
         return None  # one worker alone: no pair, nothing to collide
     n, pairs = rec["knobs"]["n"], _pairs(rec)
@@ -649,10 +649,10 @@ def _hierarchy(records: Mapping[str, Record]) -> tuple[bool, str] | None:
 PUBLISHED = {
     "buggy": "死锁会导致永久冻结——没有崩溃，没有错误，只有沉默。",
     "fixed": "最实用的方法：通过保持顺序一致来打破循环等待。",
-    "fixed-timeout": "超时是安全网，不是解决方案。",
+    "timeout-only": "超时是安全网，不是解决方案。",
     "fixed-trylock": "3. Try-Lock 并退避（打破占有并等待条件）",
     "fixed-coarse": "Trade-off: Less parallelism, but no deadlock risk",
-    "fixed-hierarchy": "Cannot acquire ${level} while holding ${heldLevel}",
+    "hierarchy-check": "Cannot acquire ${level} while holding ${heldLevel}",
 }
 CLAIMS = (
     Claim(
@@ -677,9 +677,9 @@ CLAIMS = (
         "DP-3",
         "A lock timeout turns the freeze into lock_timeout errors (at least one per pair, none "
         "before the timeout): the cycle still forms",
-        ("fixed-timeout",),
+        ("timeout-only",),
         _timeout_is_a_net,
-        published=f"{PUBLISHED['fixed-timeout']} 超时只能缓解症状，死锁依然会发生。",
+        published=f"{PUBLISHED['timeout-only']} 超时只能缓解症状，死锁依然会发生。",
     ),
     Claim(
         "DP-4",
@@ -710,9 +710,9 @@ CLAIMS = (
         "DP-6",
         "The hierarchy check rejects the reversed path (level (ACCOUNT, 2k) while holding "
         "(ACCOUNT, 2k+1)); the ordered path completes",
-        ("fixed-hierarchy",),
+        ("hierarchy-check",),
         _hierarchy,
-        published=PUBLISHED["fixed-hierarchy"],
+        published=PUBLISHED["hierarchy-check"],
     ),
     Claim(
         "DP-7",
@@ -737,10 +737,10 @@ SCENARIO = Scenario(
     variants={
         "buggy": buggy,
         "fixed": fixed,
-        "fixed-timeout": fixed_timeout,
+        "timeout-only": timeout_only,
         "fixed-trylock": fixed_trylock,
         "fixed-coarse": fixed_coarse,
-        "fixed-hierarchy": fixed_hierarchy,
+        "hierarchy-check": hierarchy_check,
     },
     outcomes=("ok", "lock_timeout", "gave_up", "hierarchy_violation"),
     claims=CLAIMS,
@@ -763,7 +763,7 @@ SCENARIO = Scenario(
         "critical_ms": "the transfer's work while holding its locks",
         "poll_ms": "waiting for a lock: one SET NX every poll_ms x U(1,2)",
         "lock_ttl_ms": "the locks' lease (PX); longer than the hard limit keeps the freeze",
-        "lock_timeout_ms": "fixed-timeout: how long each lock is polled before lock_timeout",
+        "lock_timeout_ms": "timeout-only: how long each lock is polled before lock_timeout",
         "barrier_ms": "the forced interleaving: how long a worker waits for its partner",
         "max_tries": "fixed-trylock: attempts before gave_up",
         "observe_ms": "the detector's snapshot interval",

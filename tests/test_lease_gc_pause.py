@@ -89,7 +89,7 @@ async def test_every_claim_holds(published: Records) -> None:
 
 async def test_holder_is_frozen_by_sigstop_and_reaped(published: Records) -> None:
     """A is stopped by the kernel (state T) for the whole pause, and no worker process is left."""
-    for variant in ("buggy", "fixed", "fixed-get-then-del"):
+    for variant in ("buggy", "fixed", "buggy-get-then-del"):
         rec = published[variant]
         stall, resume = event(rec, "A", "stall"), event(rec, "A", "resume")
         assert stall["how"] == "SIGSTOP" and stall["process_state"] in ("T", "t")
@@ -115,7 +115,7 @@ async def test_timeline_belief_versus_redis(published: Records) -> None:
 
 async def test_get_then_del_deletes_the_new_holders_lock(published: Records) -> None:
     """DL-12: A's GET sees its token, the lease expires and B takes it, then A's DEL removes B's."""
-    rec = published["fixed-get-then-del"]
+    rec = published["buggy-get-then-del"]
     get, b_got, rel = (
         event(rec, "A", "GET"),
         event(rec, "B", "got lock"),
@@ -128,7 +128,7 @@ async def test_get_then_del_deletes_the_new_holders_lock(published: Records) -> 
 
 async def test_killed_holder_blocks_for_the_ttl(published: Records) -> None:
     """DL-13: a killed A never releases; its token stays until the TTL runs out, then B gets in."""
-    rec = published["fixed-holder-killed"]
+    rec = published["holder-killed"]
     (lease,) = spans(rec, "A", "redis")
     assert rec["outcomes"] == {"wrote": 1, "lock_busy": 1, "killed": 1}
     assert lease["ended"] == "expired" and "release" not in {
@@ -160,11 +160,11 @@ async def test_longer_ttl_still_overlaps(run_scenario: RunFn) -> None:
 async def test_ttl_above_the_pause_avoids_this_overlap(run_scenario: RunFn) -> None:
     """DL-13: with the TTL above the pause B finds A's lock busy; no one overlaps this time."""
     params = SCENARIO.cases["ttl-above-pause"]
-    records = await run_scenario(SCENARIO, ["fixed", "fixed-holder-killed"], params=params)
+    records = await run_scenario(SCENARIO, ["fixed", "holder-killed"], params=params)
     rec = records["fixed"]
     assert steps(rec) == [("A", "got lock", 1), ("B", "lock busy", None), ("A", "release", 1),
                           ("C", "got lock", 2), ("C", "release", 1)]  # fmt: skip
-    assert [e["event"] for e in records["fixed-holder-killed"]["trace"] if e["who"] == "B"] == [
+    assert [e["event"] for e in records["holder-killed"]["trace"] if e["who"] == "B"] == [
         "lock busy"  # A is dead, yet its lease keeps B out
     ]
     verdicts = [c for r in records.values() for c in r["claims"]]

@@ -68,8 +68,8 @@ async def test_every_variant_at_the_defaults(run_scenario: RunFn) -> None:
     assert records["buggy"]["outcomes"] == {"timeout": 10}
     for variant in ("fixed", "fixed-trylock", "fixed-coarse"):
         assert records[variant]["outcomes"] == {"ok": 10}, variant
-    assert records["fixed-hierarchy"]["outcomes"] == {"ok": 5, "hierarchy_violation": 5}
-    timed = records["fixed-timeout"]["outcomes"]
+    assert records["hierarchy-check"]["outcomes"] == {"ok": 5, "hierarchy_violation": 5}
+    timed = records["timeout-only"]["outcomes"]
     assert timed["lock_timeout"] >= 5 and "timeout" not in timed
     verdicts: dict[str, list[bool]] = {}
     for rec in records.values():
