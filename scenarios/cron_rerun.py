@@ -47,7 +47,7 @@ from scenarios._billing_worker import Billed, Job
 PERIOD = "2026-09"
 AMOUNT = 100
 WORKER = Path(__file__).with_name("_billing_worker.py")
-SCRAM_ROLE_PREFIX = "locklab_scram"  # the embedded server's pg_hba asks these roles for SCRAM
+SCRAM_ROLE_PREFIX = "locklab_scram"  # throwaway roles; TCP logins do SCRAM on the embedded server
 EVENT_TIMEOUT_S = 30.0  # a worker silent this long has failed
 RELEASE_TIMEOUT_S = 10.0  # the server must notice the killed session within this
 RELEASE_POLL_S = 0.001
@@ -199,8 +199,8 @@ def _trace_event(env: Env, job: Job, ev: Mapping[str, Any]) -> None:
 
 @contextlib.asynccontextmanager
 async def _login(env: Env) -> AsyncIterator[tuple[dict[str, str], str]]:
-    """(connect kwargs, auth method) of the pods: the run's user, or a throwaway role that
-    the embedded server makes authenticate with SCRAM (lab/servers/embedded.py)."""
+    """(connect kwargs, auth method) of the pods: the run's user, or a throwaway role with
+    its own password and SCRAM iteration count (the method is read from the server)."""
     if not env.params["password_auth"]:
         yield {}, await _auth_method(env, {})
         return
@@ -722,7 +722,7 @@ SCENARIO = Scenario(
         "trials": "concurrent starts (each followed by the crash and the retry)",
         "pod2_connect": "before: pod-2's connection is open before the race; inside: "
         "pod-2 opens it when pod-1 has the lock",
-        "password_auth": "pods log in as a throwaway role that must do SCRAM (else trust)",
+        "password_auth": "pods log in as a throwaway role with its own SCRAM iterations (else as the lab's user)",
         "scram_iterations": "SCRAM iterations of that role's password (server default 4096)",
         "bill_pause_ms": "other work per customer (the payment call) while holding the lock",
     },

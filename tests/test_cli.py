@@ -152,9 +152,7 @@ def test_ctrl_c_stops_servers_and_writes_nothing(tmp_path: Path) -> None:
                 break
             time.sleep(0.05)
         assert port, "the run did not report its server"
-        data_dir, postmaster = _wait_for_lock_waiters(
-            f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        )
+        data_dir, postmaster = _wait_for_lock_waiters(_socket_dsn(port))
     stderr = errfile.read_text()
     assert "Traceback" not in stderr and "never retrieved" not in stderr, stderr
     assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
@@ -195,6 +193,15 @@ def assert_gone(pids: list[int], wait_s: float = 10) -> None:
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(pid_alive(p) for p in pids), pids
+
+
+def _socket_dsn(port: int) -> str:
+    """The lab's embedded server over its private socket directory (TCP needs a password):
+    found from the postmaster's command line, `-p <port> -k <dir>`."""
+    ps = subprocess.run(["ps", "-eww", "-o", "args"], capture_output=True, text=True).stdout
+    m = re.search(rf"-p {port} -k (\S+)", ps)
+    assert m, f"no postmaster on port {port}"
+    return f"postgresql://postgres@/postgres?host={m[1]}&port={port}"
 
 
 def _wait_for_lock_waiters(dsn: str) -> tuple[str, int]:

@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,7 +157,7 @@ def _start_embedded(
 
 def _pgbouncers(servers: Servers) -> None:
     """PgBouncer in transaction and session mode: the user's, or embedded in front of an
-    embedded PostgreSQL (trust auth, so PgBouncer needs no password of its own)."""
+    embedded PostgreSQL (clients give PgBouncer the server's password; it logs in with it)."""
     tx = os.environ.get("LOCKLAB_PGBOUNCER_DSN")
     if tx:
         check_url(tx, ("postgresql", "postgres"), "PgBouncer DSN")
@@ -179,7 +180,8 @@ def _pgbouncers(servers: Servers) -> None:
     ports = {}
     bouncer: EmbeddedPgBouncer | None = None
     for pool_mode in ("transaction", "session"):
-        bouncer = EmbeddedPgBouncer.create(base, pool_mode, pg_port)
+        password = urllib.parse.urlsplit(pg.dsn).password or ""
+        bouncer = EmbeddedPgBouncer.create(base, pool_mode, pg_port, password)
         servers.stops.append(bouncer.stop)
         bouncer.start()
         servers.pgbouncer[pool_mode] = bouncer.dsn()

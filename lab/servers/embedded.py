@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -17,7 +18,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
@@ -36,9 +37,6 @@ PG_SETTINGS = {
     "lc_messages": "C",
 }
 START_ATTEMPTS = 5
-# Everything else is trust on loopback; roles whose name starts with this prefix must do
-# SCRAM, so a scenario can measure what password authentication costs a connection.
-SCRAM_HBA = "host all /^locklab_scram 127.0.0.1/32 scram-sha-256\n"
 
 
 def _as_server_user(cmd: list[str]) -> list[str]:
@@ -156,6 +154,8 @@ class EmbeddedPostgres:
     version: str
     port: int = 0
     pid: int = 0
+    # TCP logins need this password; trust is only on the private socket directory.
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     @property
     def data(self) -> Path:
@@ -173,17 +173,22 @@ class EmbeddedPostgres:
         return pg
 
     def _initdb(self) -> None:
-        cmd = [str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-E", "UTF8"]
-        cmd += ["--no-sync", "-U", "postgres", "--locale=C", "--no-instructions"]
-        out = _run(_as_server_user(cmd))
+        pwfile = self.base / "pwfile"
+        pwfile.write_text(self.password + "\n")
+        pwfile.chmod(0o644)  # inside the private base folder; read by the server user
+        cmd = [str(self.bindir / "initdb"), "-D", str(self.data), "-E", "UTF8", "--no-sync"]
+        cmd += ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
+        cmd += ["-U", "postgres", "--locale=C", "--no-instructions"]
+        try:
+            out = _run(_as_server_user(cmd))
+        finally:
+            pwfile.unlink(missing_ok=True)
         if out.returncode != 0:
             raise LabError(f"initdb failed: {out.stderr.strip().splitlines()[-1:]}")
         with open(self.data / "postgresql.conf", "a") as conf:
             conf.write("\n# locklab\n")
             for key, value in PG_SETTINGS.items():
                 conf.write(f"{key} = '{value}'\n")
-        hba = self.data / "pg_hba.conf"  # first match wins: the SCRAM line goes first
-        hba.write_text(SCRAM_HBA + hba.read_text())
 
     def start(self) -> None:
         for _ in range(START_ATTEMPTS):
@@ -227,7 +232,7 @@ class EmbeddedPostgres:
         )
         return PgServer(
             info=info,
-            dsn=f"postgresql://postgres@127.0.0.1:{self.port}/postgres",
+            dsn=f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/postgres",
             log_path=self.log,
             bindir=self.bindir,
             max_connections=int(PG_SETTINGS["max_connections"]),
@@ -376,7 +381,7 @@ def find_pgbouncer() -> Path:
 
 @dataclass
 class EmbeddedPgBouncer:
-    """PgBouncer in one pool mode, in front of an embedded PostgreSQL (trust auth).
+    """PgBouncer in one pool mode, in front of an embedded PostgreSQL (SCRAM, its password).
 
     It refuses to run as root unless its ini names an unprivileged `user`, which it then
     drops to; its files live in the lab's base folder, which that user owns.
@@ -386,22 +391,26 @@ class EmbeddedPgBouncer:
     binary: Path
     mode: str  # "transaction" | "session"
     pg_port: int
+    password: str  # PostgreSQL's, which clients of PgBouncer must give too
     pool_size: int = 4
     version: str = ""
     port: int = 0
     pid: int = 0
 
     @classmethod
-    def create(cls, base: Path, mode: str, pg_port: int, pool_size: int = 4) -> EmbeddedPgBouncer:
+    def create(
+        cls, base: Path, mode: str, pg_port: int, password: str, pool_size: int = 4
+    ) -> EmbeddedPgBouncer:
         binary = find_pgbouncer()
         out = _run([str(binary), "--version"], timeout=10)
         version = out.stdout.split()[1] if out.stdout.startswith("PgBouncer") else "unknown"
-        return cls(base, binary, mode, pg_port, pool_size, version)
+        return cls(base, binary, mode, pg_port, password, pool_size, version)
 
     def _ini(self) -> Path:
         name = f"pgbouncer-{self.mode}"
         userlist = self.base / "pgbouncer-users.txt"
-        userlist.write_text('"postgres" ""\n')
+        userlist.write_text(f'"postgres" "{self.password}"\n')
+        userlist.chmod(0o644)  # inside the private base folder; read by the server user
         ini = self.base / f"{name}.ini"
         lines = [
             "[databases]",
@@ -410,7 +419,7 @@ class EmbeddedPgBouncer:
             "listen_addr = 127.0.0.1",
             f"listen_port = {self.port}",
             "unix_socket_dir =",
-            "auth_type = trust",
+            "auth_type = scram-sha-256",
             f"auth_file = {userlist}",
             f"pool_mode = {self.mode}",
             f"default_pool_size = {self.pool_size}",
@@ -439,7 +448,7 @@ class EmbeddedPgBouncer:
         stop_pid(self.pid)  # SIGTERM: immediate shutdown
 
     def dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/postgres"
 
 
 @dataclass
