@@ -179,10 +179,13 @@ def interruptible(tmp_path: Path, *args: str) -> Iterator[tuple[subprocess.Popen
         )
     try:
         yield proc, errfile
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
+        # Also when the block failed: a Ctrl-C lets the lab stop its servers, a SIGKILL
+        # would orphan them; SIGKILL only if it does not end.
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
             proc.kill()
     assert proc.returncode == 130, errfile.read_text()
 
