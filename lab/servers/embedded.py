@@ -8,6 +8,7 @@ user's own folders changes permission.
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import os
 import secrets
@@ -251,6 +252,8 @@ class EmbeddedRedis:
     pid: int = 0
     name: str = "redis"
     extra_args: tuple[str, ...] = ()
+    # Loopback is shared with every local user: clients must AUTH with this password.
+    password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
 
     @classmethod
     def create(
@@ -274,8 +277,10 @@ class EmbeddedRedis:
             ]
             args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
-            args += list(self.extra_args)
-            self.pid = _spawn_until_ready(args, lambda: _redis_ping(self.port), log, "Redis")
+            args += ["--requirepass", self.password, *self.extra_args]
+            self.pid = _spawn_until_ready(
+                args, functools.partial(_redis_ping, self.port, self.password), log, "Redis"
+            )
             if self.pid:
                 return
         raise LabError(f"Redis did not start after {START_ATTEMPTS} port collisions")
@@ -291,7 +296,10 @@ class EmbeddedRedis:
             address=f"127.0.0.1:{self.port}",
             source=self.source,
         )
-        return RedisServer(info=info, url=f"redis://127.0.0.1:{self.port}/0")
+        return RedisServer(info=info, url=self.url())
+
+    def url(self) -> str:
+        return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
 
 
 def _spawn_until_ready(args: list[str], ready: Callable[[], bool], log: Path, what: str) -> int:
@@ -324,11 +332,14 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def _redis_ping(port: int) -> bool:
+def _redis_ping(port: int, password: str) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-            s.sendall(b"PING\r\n")
-            return s.recv(16).startswith(b"+PONG")
+            s.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+            seen = b""
+            while b"\r\n" not in seen.partition(b"+OK\r\n")[2] and (chunk := s.recv(64)):
+                seen += chunk
+            return b"+PONG" in seen
     except OSError:
         return False
 
@@ -477,11 +488,14 @@ class RedisPair:
 
     def start(self) -> None:
         self.primary.start()
+        self.replica.password = self.primary.password  # one password: the replica's AUTH too
         self.replica.extra_args = ("--replicaof", "127.0.0.1", str(self.primary.port))
+        self.replica.extra_args += ("--masterauth", self.primary.password)
         self.replica.start()
 
     def url(self, which: str) -> str:
-        return f"redis://127.0.0.1:{getattr(self, which).port}/0"
+        server: EmbeddedRedis = getattr(self, which)
+        return server.url()
 
     def kill_primary(self) -> None:
         stop_pid(self.primary.pid, sig=signal.SIGKILL)
