@@ -265,23 +265,39 @@ def test_ctrl_c_stops_a_scenario_with_worker_processes(tmp_path: Path) -> None:
     """SIGINT during cron-rerun (pods are processes): exit 130, no pod, server or record left."""
     args = ["run", "cron-rerun", "-v", "buggy", "-p", "trials=100000"]
     with interruptible(tmp_path, *args) as (proc, errfile):
-        pods = _wait_for_children(proc.pid, "_billing_worker")  # trials are under way
+        pods = _wait_for_children(proc, "_billing_worker", errfile)  # trials are under way
     assert errfile.read_text().strip().splitlines()[-1].startswith("locklab: interrupted")
     assert_gone(pods)
     assert not list(tmp_path.rglob("*.json"))
 
 
-def _wait_for_children(parent: int, marker: str) -> list[int]:
-    """PIDs of `parent`'s children whose command line contains `marker`, once there are some."""
-    for _ in range(600):
-        out = subprocess.run(
-            ["ps", "-o", "pid=,args=", "--ppid", str(parent)], capture_output=True, text=True
-        )
-        pids = [int(line.split()[0]) for line in out.stdout.splitlines() if marker in line]
-        if pids:
+def _wait_for_children(proc: subprocess.Popen[str], marker: str, errfile: Path) -> list[int]:
+    """PIDs of `proc`'s children whose command line contains `marker`, once there are some.
+    Read from /proc, not `ps`: ps cuts `args` to $COLUMNS (80 off a tty), and a long
+    checkout path pushed the marker out of sight."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"the lab exited early: {errfile.read_text()}"
+        if pids := [pid for pid, args in _children(proc.pid) if marker in args]:
             return pids
         time.sleep(0.05)
-    raise AssertionError(f"no {marker} child appeared")
+    raise AssertionError(f"no {marker} child appeared: {errfile.read_text()}")
+
+
+def _children(parent: int) -> list[tuple[int, str]]:
+    """(pid, command line) of each child of `parent`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # exited meanwhile
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:  # field 4, after "(comm)"
+            found.append((int(entry.name), args))
+    return found
 
 
 async def test_an_unexpected_error_in_a_scenario_names_it(servers: Servers) -> None:
