@@ -262,8 +262,8 @@ def run(
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
 
     def body() -> None:
+        from lab.profiles import profile_settings
         from lab.results import new_run_id
-        from lab.verify import profile_settings
 
         sc = find_scenario(scenario)
         chosen = variants_of(sc, variant)
@@ -272,7 +272,9 @@ def run(
             sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
         )
         params = parse_params(sc, param or [], base_params)
-        plan = RunPlan(sc, chosen, knobs, params, new_run_id(), write=not no_record)
+        plan = RunPlan(
+            sc, chosen, knobs, params, new_run_id(), write=not no_record, case=case or ""
+        )
         console = out()
         log = err()
 
@@ -467,8 +469,8 @@ def compare(
     """Run every variant with the same knobs: one table, beside the published numbers."""
 
     def body() -> None:
+        from lab.profiles import profile_settings
         from lab.results import new_run_id
-        from lab.verify import profile_settings
 
         sc = find_scenario(scenario)
         base, base_params = profile_settings(sc, "quick" if quick else "published", seed)
@@ -540,14 +542,13 @@ def verify(
     def body() -> None:
         import time
 
+        from lab.profiles import check_profile, profile_settings
         from lab.results import new_run_id
         from lab.verify import (
-            check_profile,
             coverage,
             judge_across,
             print_summary,
             print_verdicts,
-            profile_settings,
             save_verdicts,
             steps,
             summarize,

@@ -657,10 +657,13 @@ def _scenario_claims(
     if verdicts is not None:
         return list(verdicts.verdicts), list(verdicts.skipped)
     seen: dict[tuple[str, str], Mapping[str, Any]] = {}
+    skipped: dict[tuple[str, str], Mapping[str, Any]] = {}
     for r in recs:
         for c in r.get("claims", []):
             seen.setdefault((c["id"], c["text"]), c)
-    return list(seen.values()), []
+        for c in r.get("claims_not_judged", []):
+            skipped.setdefault((c["id"], c["text"]), c)
+    return list(seen.values()), list(skipped.values())
 
 
 def _claims_html(claims: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[str, Any]]) -> str:
@@ -680,11 +683,13 @@ def _claims_html(claims: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[
             f"<td class='pub mono'>{esc(c.get('published') or '')}</td></tr>"
         )
     for c in skipped:
-        only = "+".join(c.get("profiles", [])) or "none"
+        # verify: a claim of another profile; run/compare: a claim these settings can't judge
+        badge = f"{'+'.join(c['profiles'])} only" if c.get("profiles") else "not judged here"
         rows.append(
             f"<tr><td class='mono'>{esc(c['id'])}</td><td><span class='badge na'>"
-            f"{esc(only)} only</span></td><td class='num'>-</td><td class='pub'>{esc(c['text'])}</td>"
-            f"<td></td><td class='pub mono'>{esc(c.get('published') or '')}</td></tr>"
+            f"{esc(badge)}</span></td><td class='num'>-</td><td class='pub'>{esc(c['text'])}</td>"
+            f"<td class='pub'>{esc(c.get('why') or '')}</td>"
+            f"<td class='pub mono'>{esc(c.get('published') or '')}</td></tr>"
         )
     return (
         "<table><tr><th>id</th><th>verdict</th><th>trials</th><th>claim</th>"

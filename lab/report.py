@@ -80,7 +80,8 @@ def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
 
 
 def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
-    """Every claim verdict of a run, once each, with measured and published side by side."""
+    """Every claim verdict of a run, once each, with measured and published side by side;
+    then the claims this run's settings cannot judge, and why."""
     seen: set[tuple[str, str, str]] = set()
     table = Table(title="claims", title_justify="left")
     table.add_column("id")
@@ -95,15 +96,19 @@ def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
                 continue
             seen.add(key)
             held = "[green]held[/green]" if c["held"] else "[red]NOT HELD[/red]"
+            text = escape(c["text"])
+            if c.get("note"):
+                text += f"\n[dim]{escape(c['note'])}[/dim]"
             table.add_row(
-                c["id"],
-                held,
-                escape(c["text"]),
-                escape(c["measured"]),
-                escape(c.get("published", "")),
+                c["id"], held, text, escape(c["measured"]), escape(c.get("published", ""))
             )
     if seen:
         console.print(table)
+    skipped = {(c["id"], c["why"]): 0 for rec in records for c in rec.get("claims_not_judged", [])}
+    if skipped:
+        console.print("[dim]not judged on this run:[/dim]")
+        for cid, why in skipped:
+            console.print(f"[dim]  {escape(cid)}: {escape(why)}[/dim]")
 
 
 # --- compare, and a progress bar for long runs (issue 4) ---------------------------------

@@ -19,6 +19,7 @@ from lab.claims import judge_all
 from lab.errors import LabError, ScenarioFailure
 from lab.evidence import commandstats_delta, parse_deadlocks, pg_deadlocks, summarize_deadlocks
 from lab.outcome import TIMEOUT, notation, ordered
+from lab.profiles import claims_for_run
 from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Scenario, Script
 from lab.servers import Servers
@@ -45,6 +46,7 @@ class RunPlan:
     params: Mapping[str, Any]
     run_id: str
     write: bool = True
+    case: str = ""  # one of the scenario's cases the knobs and params start from
 
 
 async def run_plan(
@@ -55,7 +57,7 @@ async def run_plan(
     for variant in plan.variants:
         rec = await run_variant(plan, variant, servers)
         records[variant] = rec
-        _attach_claims(plan.scenario, records)
+        _attach_claims(plan, records)
         if plan.write:
             write_record(rec)
         if on_record is not None:
@@ -66,10 +68,17 @@ async def run_plan(
     return list(records.values())
 
 
-def _attach_claims(scenario: Scenario, records: dict[str, dict[str, Any]]) -> None:
-    verdicts = judge_all(scenario.claims, records)
+def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
+    """The verdicts of the claims these settings are made for; the others, with why not."""
+    claims, not_judged = claims_for_run(plan.scenario, plan.knobs, plan.params, plan.case)
+    verdicts = judge_all(tuple(claims), records)
+    trials = {c.id: c for c in claims if c.trials > 1}
+    for v in verdicts:
+        if c := trials.get(v["id"]):  # one run here; verify judges it over several
+            v["note"] = f"1 run here; verify needs {c.needed(c.trials)} of {c.trials} trials"
     for variant, rec in records.items():
         rec["claims"] = [v for v in verdicts if variant in v["variants"]]
+        rec["claims_not_judged"] = [n for n in not_judged if variant in n["variants"]]
 
 
 def database_name(run_id: str, scenario: str, variant: str) -> str:

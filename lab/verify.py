@@ -24,15 +24,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lab.claims import PROFILES, Claim, Record, judge_trials
+from lab.claims import Claim, Record, judge_trials
 from lab.errors import LabError
+from lab.profiles import check_profile, claims_for, profile_settings
 from lab.results import read_record, results_root, run_folder, write_json, write_record
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers
-from lab.workload import Knobs
 
-KNOB_FIELDS = ("n", "arrival", "connect", "deadlock_timeout_ms", "actor_timeout_s", "run_timeout_s")
 # How many claims each source document makes (ids DL-1..DL-21 etc. in shared/claims.md).
 DOCUMENT_CLAIMS = {"DL": 21, "LC": 25, "DP": 7}
 TRIAL_DIR = "trial-{k}"
@@ -133,79 +132,6 @@ class Summary:
 
 
 # --- profiles and trials (pure) -----------------------------------------------------------
-
-
-def check_profile(profile: str) -> str:
-    if profile not in PROFILES:
-        raise LabError(f"--profile {profile!r}: choose from {', '.join(PROFILES)}")
-    return profile
-
-
-def _override(
-    scenario: Scenario,
-    what: str,
-    overrides: Mapping[str, Any],
-    knobs: dict[str, Any],
-    params: dict[str, Any],
-) -> None:
-    for key, value in overrides.items():
-        if key in KNOB_FIELDS:
-            knobs[key] = value
-        elif key in params:
-            params[key] = value
-        else:
-            raise LabError(
-                f"{scenario.id}: {what} {key!r} is neither a knob "
-                f"({', '.join(KNOB_FIELDS)}) nor a parameter ({', '.join(params) or 'none'})"
-            )
-
-
-def profile_settings(
-    scenario: Scenario, profile: str, seed: int = 1, case: str = ""
-) -> tuple[Knobs, dict[str, Any]]:
-    """The knobs and parameters a profile (and optionally one of the scenario's cases)
-    runs `scenario` with."""
-    check_profile(profile)
-    d = scenario.defaults
-    knobs: dict[str, Any] = {
-        "n": d.n,
-        "arrival": d.arrival,
-        "connect": d.connect,
-        "deadlock_timeout_ms": d.deadlock_timeout_ms,
-        "seed": seed,
-        "actor_timeout_s": d.actor_timeout_s,
-        "run_timeout_s": d.run_timeout_s,
-    }
-    params = dict(scenario.params)
-    if profile == "quick":
-        _override(scenario, "quick override", scenario.quick, knobs, params)
-    if case:
-        if case not in scenario.cases:
-            raise LabError(
-                f"{scenario.id} has no case {case!r} ({', '.join(scenario.cases) or 'none'})"
-            )
-        _override(scenario, f"case {case!r}", scenario.cases[case], knobs, params)
-    return Knobs(**knobs), params
-
-
-def claims_for(
-    scenario: Scenario, profile: str, trials: int | None = None, case: str = ""
-) -> tuple[list[Claim], list[Claim]]:
-    """(claims judged in `profile`, claims that belong to other profiles only).
-
-    `trials`, when given, replaces every judged claim's own trial count (e.g. `--trials 1`
-    for a fast look at the published profile; the verdict still states the count).
-    """
-    judged: list[Claim] = []
-    skipped: list[Claim] = []
-    for c in scenario.claims:
-        if c.across or case not in c.cases:
-            continue  # judged under other settings of this scenario, or across them
-        if profile not in c.profiles:
-            skipped.append(c)
-        else:
-            judged.append(replace(c, trials=trials) if trials else c)
-    return judged, skipped
 
 
 def across_claims(scenario: Scenario, profile: str) -> list[Claim]:
@@ -442,7 +368,7 @@ async def verify_scenario(
             variants = run_variants(scenario, profile, claims, k, case)
             trial_knobs = replace(knobs, seed=seed + k - 1)
             rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
-            plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False)
+            plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False, case=case)
 
             def step(rec: dict[str, Any], k: int = k) -> None:
                 if on_step is not None:

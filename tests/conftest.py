@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from lab.errors import LabError
+from lab.profiles import profile_settings
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers
 from lab.servers.embedded import find_pgbouncer
-from lab.verify import profile_settings
 from lab.workload import Knobs
 
 RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from lab.claims import PROFILES
+from lab.profiles import profile_settings
 from lab.scenario import Scenario
-from lab.verify import PROFILES, profile_settings
 from scenarios import SCENARIOS
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Published")

@@ -20,20 +20,19 @@ from rich.console import Console
 
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.errors import LabError
+from lab.profiles import claims_for, profile_settings
 from lab.results import write_record
 from lab.scenario import Defaults, Scenario
 from lab.servers import Servers
 from lab.verify import (
     ScenarioVerdicts,
     Trial,
-    claims_for,
     coverage,
     evaluate,
     judge_across,
     load_verdicts,
     merge_cases,
     print_verdicts,
-    profile_settings,
     recorded_trials,
     save_verdicts,
     steps,
@@ -475,3 +474,52 @@ def test_claims_across_cases_are_judged_on_both_cases_records() -> None:
     assert across is not None and across.case == "long vs short"
     (v,) = across.verdicts
     assert (v["status"], v["measured"]) == ("held", "500.0 -> 2000.0")
+
+
+def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
+    """run/compare: at the published settings every claim; at quick's, not the published-only
+    DL-4; at settings of one's own only the claims made for every profile. A seed or a hard
+    timeout does not change the settings; a claim about a case waits for that case."""
+    from lab.profiles import claims_for_run, profiles_of
+
+    toy = replace(TOY, cases={"rr": {"step_pause_ms": 9.0}})
+    toy = replace(toy, claims=(*CLAIMS, replace(CLAIMS[2], id="DL-9", cases=("rr",))))
+    published, params = profile_settings(toy, "published")
+    quick, quick_params = profile_settings(toy, "quick")
+    assert profiles_of(toy, published, params) == ("published",)
+    assert profiles_of(toy, replace(published, seed=9, run_timeout_s=5), params) == ("published",)
+    assert profiles_of(toy, quick, quick_params) == ("quick",)
+    assert profiles_of(toy, replace(published, n=10), params) == ()
+
+    judged, not_judged = claims_for_run(toy, published, params)
+    assert "DL-4" in {c.id for c in judged}
+    assert [(n["id"], n["why"]) for n in not_judged] == [
+        ("DL-9", "about other settings: locklab run toy-deadlock --case rr")
+    ]
+    for knobs, p in ((quick, quick_params), (replace(published, n=10), params)):
+        judged, not_judged = claims_for_run(toy, knobs, p)
+        assert "DL-4" not in {c.id for c in judged}
+        assert "made for the published settings" in {n["id"]: n["why"] for n in not_judged}["DL-4"]
+    rr_knobs, rr_params = profile_settings(toy, "published", case="rr")
+    judged, _ = claims_for_run(toy, rr_knobs, rr_params, "rr")
+    assert [c.id for c in judged] == ["DL-9"]
+
+
+def test_run_records_carry_the_claims_they_could_not_judge() -> None:
+    """The runner attaches verdicts of the judged claims (a chance claim says it is one run)
+    and, per variant, the claims left out with the reason."""
+    from lab.runner import RunPlan, _attach_claims
+
+    knobs, params = profile_settings(TOY, "published")
+    plan = RunPlan(TOY, ["buggy", "fixed"], replace(knobs, n=10), params, "r", write=False)
+    records = {
+        "buggy": make_record("buggy", {"ok": 2, "40P01": 8}),
+        "fixed": make_record("fixed", {"ok": 10}),
+    }
+    _attach_claims(plan, records)
+    buggy = by_text(records["buggy"]["claims"])
+    assert buggy["most checkouts fail with 40P01"]["held"] is True
+    assert "verify needs 2 of 3 trials" in buggy["most checkouts fail with 40P01"]["note"]
+    assert [n["id"] for n in records["buggy"]["claims_not_judged"]] == ["DL-4"]
+    assert records["fixed"]["claims_not_judged"] == []  # DL-4 is about buggy
+    assert all(c["held"] for c in records["fixed"]["claims"])

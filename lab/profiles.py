@@ -1,0 +1,146 @@
+"""Profiles: the settings a scenario runs with in `verify`, and which claims a run can judge.
+
+``published`` is a scenario's defaults (the documents' sizes and settings); ``quick``
+applies its ``quick=`` overrides where a claim is about shape. A case (``cases=``) switches
+something on for the claims that are about it (a failure mode, an isolation level).
+
+A claim names the profiles it is judged in. `locklab run` and `compare` judge only the
+claims their settings are made for: a run at the published settings judges the published
+claims, a run with other sizes only the claims made for every profile; the rest are listed
+as not judged, with the reason, instead of being shown "not held" at a size they are not
+about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from lab.claims import PROFILES, Claim
+from lab.errors import LabError
+from lab.scenario import Scenario
+from lab.workload import Knobs
+
+KNOB_FIELDS = ("n", "arrival", "connect", "deadlock_timeout_ms", "actor_timeout_s", "run_timeout_s")
+# Knobs that change what a run measures; the seed and the hard timeouts do not make a
+# run's settings another profile's.
+MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms")
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise LabError(f"--profile {profile!r}: choose from {', '.join(PROFILES)}")
+    return profile
+
+
+def _override(
+    scenario: Scenario,
+    what: str,
+    overrides: Mapping[str, Any],
+    knobs: dict[str, Any],
+    params: dict[str, Any],
+) -> None:
+    for key, value in overrides.items():
+        if key in KNOB_FIELDS:
+            knobs[key] = value
+        elif key in params:
+            params[key] = value
+        else:
+            raise LabError(
+                f"{scenario.id}: {what} {key!r} is neither a knob "
+                f"({', '.join(KNOB_FIELDS)}) nor a parameter ({', '.join(params) or 'none'})"
+            )
+
+
+def profile_settings(
+    scenario: Scenario, profile: str, seed: int = 1, case: str = ""
+) -> tuple[Knobs, dict[str, Any]]:
+    """The knobs and parameters a profile (and optionally one of the scenario's cases)
+    runs `scenario` with."""
+    check_profile(profile)
+    d = scenario.defaults
+    knobs: dict[str, Any] = {
+        "n": d.n,
+        "arrival": d.arrival,
+        "connect": d.connect,
+        "deadlock_timeout_ms": d.deadlock_timeout_ms,
+        "seed": seed,
+        "actor_timeout_s": d.actor_timeout_s,
+        "run_timeout_s": d.run_timeout_s,
+    }
+    params = dict(scenario.params)
+    if profile == "quick":
+        _override(scenario, "quick override", scenario.quick, knobs, params)
+    if case:
+        if case not in scenario.cases:
+            raise LabError(
+                f"{scenario.id} has no case {case!r} ({', '.join(scenario.cases) or 'none'})"
+            )
+        _override(scenario, f"case {case!r}", scenario.cases[case], knobs, params)
+    return Knobs(**knobs), params
+
+
+def claims_for(
+    scenario: Scenario, profile: str, trials: int | None = None, case: str = ""
+) -> tuple[list[Claim], list[Claim]]:
+    """(claims judged in `profile`, claims that belong to other profiles only).
+
+    `trials`, when given, replaces every judged claim's own trial count (e.g. `--trials 1`
+    for a fast look at the published profile; the verdict still states the count).
+    """
+    judged: list[Claim] = []
+    skipped: list[Claim] = []
+    for c in scenario.claims:
+        if c.across or case not in c.cases:
+            continue  # judged under other settings of this scenario, or across them
+        if profile not in c.profiles:
+            skipped.append(c)
+        else:
+            judged.append(replace(c, trials=trials) if trials else c)
+    return judged, skipped
+
+
+def profiles_of(
+    scenario: Scenario, knobs: Knobs, params: Mapping[str, Any], case: str = ""
+) -> tuple[str, ...]:
+    """The profiles whose settings (under `case`) a run has: the same measured knobs and
+    the same parameters. Empty when the run changed something."""
+    found = []
+    for profile in PROFILES:
+        p_knobs, p_params = profile_settings(scenario, profile, knobs.seed, case)
+        same = all(getattr(knobs, k) == getattr(p_knobs, k) for k in MEASURED_KNOBS)
+        if same and dict(params) == p_params:
+            found.append(profile)
+    return tuple(found)
+
+
+def claims_for_run(
+    scenario: Scenario, knobs: Knobs, params: Mapping[str, Any], case: str = ""
+) -> tuple[list[Claim], list[dict[str, Any]]]:
+    """(claims a single run with these settings can judge, the others with why not).
+
+    At a profile's settings: that profile's claims. At other settings: only the claims
+    made for every profile (about shape, not size). Claims about another case, or that
+    compare cases, need other runs."""
+    profiles = profiles_of(scenario, knobs, params, case)
+    judged: list[Claim] = []
+    not_judged: list[dict[str, Any]] = []
+    for c in scenario.claims:
+        only = "/".join(c.profiles)
+        if c.across:
+            named = " vs ".join(x or "defaults" for x in c.cases)
+            why = f"compares settings ({named}): locklab verify {scenario.id}"
+        elif case not in c.cases:
+            hint = " or ".join(f"--case {x}" if x else "no --case" for x in c.cases)
+            why = f"about other settings: locklab run {scenario.id} {hint}"
+        elif profiles and not set(c.profiles) & set(profiles):
+            why = f"made for the {only} settings; this run has the {'/'.join(profiles)} ones"
+        elif not profiles and set(c.profiles) != set(PROFILES):
+            why = f"made for the {only} settings; this run changed them (locklab verify)"
+        else:
+            judged.append(c)
+            continue
+        variants = sorted({v.split("@", 1)[0] for v in c.variants})  # across: "<variant>@<case>"
+        not_judged.append({"id": c.id, "text": c.text, "variants": variants, "why": why})
+    return judged, not_judged
