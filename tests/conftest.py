@@ -24,6 +24,12 @@ from lab.workload import Knobs
 
 RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
 
+# Tests read the lab's output as a pipe shows it. A runner's FORCE_COLOR (rich then draws
+# cursor moves and styles into a pipe) or COLUMNS must not change what they read; the
+# lab's subprocesses inherit this environment.
+for _var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES"):
+    os.environ.pop(_var, None)
+
 
 def pgbouncer_available() -> bool:
     """PgBouncer comes from the system (`.ci/run` installs Debian's) or from the user."""
