@@ -169,6 +169,35 @@ def make_knobs(
     return knobs
 
 
+def plan_for(
+    scenario: Scenario,
+    variants: Sequence[str],
+    profile: str,
+    case: str | None,
+    param: list[str] | None,
+    write: bool,
+    *,
+    n: int | None,
+    arrival: str | None,
+    connect: str | None,
+    deadlock_timeout: int | None,
+    seed: int,
+    actor_timeout: float | None,
+    run_timeout: float | None,
+) -> RunPlan:
+    """The plan of `run` and `compare`: a profile's settings (and a case's), then the
+    options the user gave (None where not given)."""
+    from lab.profiles import profile_settings
+    from lab.results import new_run_id
+
+    base, base_params = profile_settings(scenario, profile, seed, case or "")
+    knobs = make_knobs(
+        scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
+    )
+    params = parse_params(scenario, param or [], base_params)
+    return RunPlan(scenario, variants, knobs, params, new_run_id(), write=write, case=case or "")
+
+
 def servers_for(
     scenarios: Sequence[Scenario], pg_dsn: str | None, redis_url: str | None, connect: str = ""
 ) -> Servers:
@@ -262,19 +291,13 @@ def run(
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
 
     def body() -> None:
-        from lab.profiles import profile_settings
-        from lab.results import new_run_id
-
         sc = find_scenario(scenario)
-        chosen = variants_of(sc, variant)
-        base, base_params = profile_settings(sc, "published", seed, case or "")
-        knobs = make_knobs(
-            sc, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
-        )
-        params = parse_params(sc, param or [], base_params)
-        plan = RunPlan(
-            sc, chosen, knobs, params, new_run_id(), write=not no_record, case=case or ""
-        )
+        plan = plan_for(
+            sc, variants_of(sc, variant), "published", case, param, not no_record,
+            n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
+            actor_timeout=actor_timeout, run_timeout=run_timeout,
+        )  # fmt: skip
+        knobs, chosen = plan.knobs, plan.variants
         console = out()
         log = err()
 
@@ -459,6 +482,10 @@ def compare(
     quick: Annotated[
         bool, typer.Option("--quick", help="Start from verify's quick sizes, not the published.")
     ] = False,
+    case: Annotated[
+        str | None,
+        typer.Option("--case", help="Start from one of the scenario's named settings."),
+    ] = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
     as_json: Annotated[
@@ -469,26 +496,13 @@ def compare(
     """Run every variant with the same knobs: one table, beside the published numbers."""
 
     def body() -> None:
-        from lab.profiles import profile_settings
-        from lab.results import new_run_id
-
         sc = find_scenario(scenario)
-        base, base_params = profile_settings(sc, "quick" if quick else "published", seed)
-        knobs = make_knobs(
-            sc,
-            base.n if n is None else n,
-            arrival or base.arrival,
-            connect or base.connect,
-            base.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout,
-            seed,
-            base.actor_timeout_s if actor_timeout is None else actor_timeout,
-            base.run_timeout_s if run_timeout is None else run_timeout,
-        )
-        given = parse_params(sc, param or [])
-        named = {item.partition("=")[0] for item in param or []}
-        params = {**base_params, **{k: given[k] for k in named}}
-        variants = list(sc.variants)
-        plan = RunPlan(sc, variants, knobs, params, new_run_id(), write=not no_record)
+        plan = plan_for(
+            sc, list(sc.variants), "quick" if quick else "published", case, param, not no_record,
+            n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
+            actor_timeout=actor_timeout, run_timeout=run_timeout,
+        )  # fmt: skip
+        knobs, variants = plan.knobs, list(plan.variants)
         log = err()
         with servers_for([sc], pg_dsn, redis_url, knobs.connect) as srv:
             report.servers(log, srv.infos(), srv.notes)

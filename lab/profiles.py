@@ -103,15 +103,18 @@ def claims_for(
 
 def profiles_of(
     scenario: Scenario, knobs: Knobs, params: Mapping[str, Any], case: str = ""
-) -> tuple[str, ...]:
-    """The profiles whose settings (under `case`) a run has: the same measured knobs and
-    the same parameters. Empty when the run changed something."""
+) -> tuple[tuple[str, str], ...]:
+    """The (profile, case) pairs whose settings a run has: the same measured knobs and the
+    same parameters. `case` is the one the run started from; others match by their
+    settings alone (`-p isolation=repeatable_read` is the repeatable-read case). Empty
+    when the run changed something."""
     found = []
-    for profile in PROFILES:
-        p_knobs, p_params = profile_settings(scenario, profile, knobs.seed, case)
-        same = all(getattr(knobs, k) == getattr(p_knobs, k) for k in MEASURED_KNOBS)
-        if same and dict(params) == p_params:
-            found.append(profile)
+    for k in dict.fromkeys((case, "", *scenario.cases)):
+        for profile in PROFILES:
+            p_knobs, p_params = profile_settings(scenario, profile, knobs.seed, k)
+            same = all(getattr(knobs, f) == getattr(p_knobs, f) for f in MEASURED_KNOBS)
+            if same and dict(params) == p_params:
+                found.append((profile, k))
     return tuple(found)
 
 
@@ -120,10 +123,10 @@ def claims_for_run(
 ) -> tuple[list[Claim], list[dict[str, Any]]]:
     """(claims a single run with these settings can judge, the others with why not).
 
-    At a profile's settings: that profile's claims. At other settings: only the claims
-    made for every profile (about shape, not size). Claims about another case, or that
-    compare cases, need other runs."""
-    profiles = profiles_of(scenario, knobs, params, case)
+    At a profile's settings (or a case's): the claims made for them. At settings of the
+    user's own: the claims made for every profile, which judge what the run exercised
+    (a check returns None for what it did not). Claims that compare cases need verify."""
+    matched = profiles_of(scenario, knobs, params, case)
     judged: list[Claim] = []
     not_judged: list[dict[str, Any]] = []
     for c in scenario.claims:
@@ -131,12 +134,13 @@ def claims_for_run(
         if c.across:
             named = " vs ".join(x or "defaults" for x in c.cases)
             why = f"compares settings ({named}): locklab verify {scenario.id}"
-        elif case not in c.cases:
+        elif matched and not any(k in c.cases for _, k in matched):
             hint = " or ".join(f"--case {x}" if x else "no --case" for x in c.cases)
             why = f"about other settings: locklab run {scenario.id} {hint}"
-        elif profiles and not set(c.profiles) & set(profiles):
-            why = f"made for the {only} settings; this run has the {'/'.join(profiles)} ones"
-        elif not profiles and set(c.profiles) != set(PROFILES):
+        elif matched and not any(p in c.profiles and k in c.cases for p, k in matched):
+            have = "/".join(dict.fromkeys(p for p, _ in matched))
+            why = f"made for the {only} settings; this run has the {have} ones"
+        elif not matched and set(c.profiles) != set(PROFILES):
             why = f"made for the {only} settings; this run changed them (locklab verify)"
         else:
             judged.append(c)

@@ -72,10 +72,21 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
     """The verdicts of the claims these settings are made for; the others, with why not."""
     claims, not_judged = claims_for_run(plan.scenario, plan.knobs, plan.params, plan.case)
     verdicts = judge_all(tuple(claims), records)
-    trials = {c.id: c for c in claims if c.trials > 1}
+    judged = {(v["id"], v["text"]) for v in verdicts}
+    for c in claims:
+        if (c.id, c.text) in judged:
+            continue
+        missing = [v for v in c.variants if v not in records]
+        why = (
+            f"needs the {', '.join(missing)} variant(s) too"
+            if missing
+            else "these settings do not exercise it"
+        )
+        not_judged.append({"id": c.id, "text": c.text, "variants": list(c.variants), "why": why})
+    chance = {(c.id, c.text): c for c in claims if c.trials > 1}
     for v in verdicts:
-        if c := trials.get(v["id"]):  # one run here; verify judges it over several
-            v["note"] = f"1 run here; verify needs {c.needed(c.trials)} of {c.trials} trials"
+        if r := chance.get((v["id"], v["text"])):  # one run here; verify judges several
+            v["note"] = f"1 run here; verify needs {r.needed(r.trials)} of {r.trials} trials"
     for variant, rec in records.items():
         rec["claims"] = [v for v in verdicts if variant in v["variants"]]
         rec["claims_not_judged"] = [n for n in not_judged if variant in n["variants"]]

@@ -486,10 +486,13 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
     toy = replace(toy, claims=(*CLAIMS, replace(CLAIMS[2], id="DL-9", cases=("rr",))))
     published, params = profile_settings(toy, "published")
     quick, quick_params = profile_settings(toy, "quick")
-    assert profiles_of(toy, published, params) == ("published",)
-    assert profiles_of(toy, replace(published, seed=9, run_timeout_s=5), params) == ("published",)
-    assert profiles_of(toy, quick, quick_params) == ("quick",)
+    assert profiles_of(toy, published, params) == (("published", ""),)
+    seeded = replace(published, seed=9, run_timeout_s=5)
+    assert profiles_of(toy, seeded, params) == (("published", ""),)
+    assert profiles_of(toy, quick, quick_params) == (("quick", ""),)
     assert profiles_of(toy, replace(published, n=10), params) == ()
+    rr_params = {**params, "step_pause_ms": 9.0}  # the rr case's settings, named or not
+    assert profiles_of(toy, published, rr_params) == (("published", "rr"),)
 
     judged, not_judged = claims_for_run(toy, published, params)
     assert "DL-4" in {c.id for c in judged}
@@ -500,9 +503,10 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
         judged, not_judged = claims_for_run(toy, knobs, p)
         assert "DL-4" not in {c.id for c in judged}
         assert "made for the published settings" in {n["id"]: n["why"] for n in not_judged}["DL-4"]
-    rr_knobs, rr_params = profile_settings(toy, "published", case="rr")
-    judged, _ = claims_for_run(toy, rr_knobs, rr_params, "rr")
+    judged, _ = claims_for_run(toy, published, rr_params)
     assert [c.id for c in judged] == ["DL-9"]
+    judged, _ = claims_for_run(toy, replace(published, n=10), params)  # own settings:
+    assert "DL-9" in {c.id for c in judged}  # its check says whether the run exercised it
 
 
 def test_run_records_carry_the_claims_they_could_not_judge() -> None:
@@ -523,3 +527,19 @@ def test_run_records_carry_the_claims_they_could_not_judge() -> None:
     assert [n["id"] for n in records["buggy"]["claims_not_judged"]] == ["DL-4"]
     assert records["fixed"]["claims_not_judged"] == []  # DL-4 is about buggy
     assert all(c["held"] for c in records["fixed"]["claims"])
+
+
+def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
+    """A claim comparing buggy with fixed, on a run of buggy alone: not judged, and why."""
+    from lab.runner import RunPlan, _attach_claims
+
+    both = Claim("DL-3", "fixed beats buggy", ("buggy", "fixed"), lambda r: (True, "x"))
+    toy = replace(TOY, claims=(both,))
+    knobs, params = profile_settings(toy, "published")
+    plan = RunPlan(toy, ["buggy"], knobs, params, "r", write=False)
+    records = {"buggy": make_record("buggy", {"ok": 2, "40P01": 8})}
+    _attach_claims(plan, records)
+    assert records["buggy"]["claims"] == []
+    assert [n["why"] for n in records["buggy"]["claims_not_judged"]] == [
+        "needs the fixed variant(s) too"
+    ]
