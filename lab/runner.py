@@ -177,17 +177,19 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
         if uses_pg:
             admin = await admin_connect(servers)
             free = await probe_pg(admin, servers)
-            need = ADMIN_CONNECTIONS + (
-                server_connections_needed(knobs.connect, knobs.n)
-                if scenario.kind == "actors"
-                else 0
-            )
+            if scenario.kind == "actors":
+                need = ADMIN_CONNECTIONS + server_connections_needed(knobs.connect, knobs.n)
+                how, fix = f" with --connect {knobs.connect}", "--connect pool:<size> or "
+            else:  # a script opens its own sessions; --connect does not apply
+                opens = scenario.script_connections
+                need = ADMIN_CONNECTIONS + (opens(knobs.n) if opens is not None else 0)
+                how, fix = "", ""
             if need > free:
                 raise LabError(
-                    f"-n {knobs.n} with --connect {knobs.connect} needs {need} PostgreSQL "
-                    f"connections; the server accepts {free} more "
+                    f"-n {knobs.n}{how} needs {need} PostgreSQL connections; the server "
+                    f"accepts {free} more "
                     f"(max_connections={servers.pg.max_connections if servers.pg else '?'}); "
-                    "use --connect pool:<size> or a smaller -n"
+                    f"use {fix}a smaller -n"
                 )
             await admin.execute(f'CREATE DATABASE "{database}"')
             created = True

@@ -87,6 +87,9 @@ class Scenario:
     cases: Mapping[str, Mapping[str, Any]] = field(
         default_factory=dict
     )  # knob/param overrides for verify
+    # PostgreSQL connections a script opens for -n actors, so a run too big for the
+    # server is refused before it starts (actor scenarios count theirs from --connect).
+    script_connections: Callable[[int], int] | None = None
 
     @property
     def title(self) -> str:

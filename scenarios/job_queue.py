@@ -492,6 +492,7 @@ SCENARIO = Scenario(
     id="job-queue",
     doc=__doc__ or "",
     kind="script",
+    script_connections=lambda n: n + 1,  # the workers and a stuck holder
     variants={"buggy": buggy, "buggy-no-lock": buggy_no_lock, "fixed": fixed},
     outcomes=("claimed", "empty", "blocked"),
     claims=CLAIMS,

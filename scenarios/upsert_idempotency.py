@@ -452,6 +452,7 @@ SCENARIO = Scenario(
     id="upsert-idempotency",
     doc=__doc__ or "",
     kind="script",
+    script_connections=lambda n: n,  # one session per request
     variants={"buggy": buggy, "buggy-merge": buggy_merge, "fixed": fixed},
     outcomes=("ok", "in_progress", "replayed", "key_reused", "23505"),
     claims=CLAIMS,

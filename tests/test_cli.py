@@ -86,16 +86,25 @@ def test_unreachable_dsn(tmp_path: Path) -> None:
     )
 
 
-async def test_more_actors_than_the_server_accepts(servers: Servers, tmp_path: Path) -> None:
-    """-n above max_connections is refused before a database is created."""
+@pytest.mark.parametrize(
+    ("scenario", "error"),
+    [
+        (
+            "checkout-deadlock",
+            r"-n 5000 with --connect per-actor needs 5004 PostgreSQL connections",
+        ),
+        ("upsert-idempotency", r"-n 5000 needs 5004 PostgreSQL connections; .* use a smaller -n$"),
+    ],
+)
+async def test_more_actors_than_the_server_accepts(
+    servers: Servers, tmp_path: Path, scenario: str, error: str
+) -> None:
+    """-n above max_connections is refused before a database is created, for actors and for
+    a script that opens a session per request."""
     assert servers.pg is not None
-    proc = locklab(
-        "run", "checkout-deadlock", "-n", "5000", "--pg-dsn", servers.pg.dsn, results=tmp_path
-    )
+    proc = locklab("run", scenario, "-n", "5000", "--pg-dsn", servers.pg.dsn, results=tmp_path)
     assert proc.returncode == 2
-    assert_one_line_error(
-        proc, r"-n 5000 with --connect per-actor needs 5004 PostgreSQL connections", tmp_path
-    )
+    assert_one_line_error(proc, error, tmp_path)
     conn = await asyncpg.connect(servers.pg.dsn)
     try:
         left = await conn.fetch("SELECT datname FROM pg_database WHERE datname LIKE 'locklab_%'")
