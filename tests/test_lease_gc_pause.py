@@ -168,8 +168,10 @@ async def test_ttl_above_the_pause_avoids_this_overlap(run_scenario: RunFn) -> N
         "lock busy"  # A is dead, yet its lease keeps B out
     ]
     verdicts = [c for r in records.values() for c in r["claims"]]
-    assert {c["id"] for c in verdicts} == {"DL-11", "DL-13"}  # DL-10/12 are not exercised
+    assert {c["id"] for c in verdicts} == {"DL-13"}  # the claims made for this case
     assert all(c["held"] for c in verdicts), verdicts
+    left = {c["id"]: c["why"] for r in records.values() for c in r["claims_not_judged"]}
+    assert left["DL-11"].startswith("about other settings")  # DL-11 is about the defaults
 
 
 async def test_bad_pause_mode_is_one_clear_error(run_scenario: RunFn) -> None:
