@@ -195,6 +195,8 @@ def plan_for(
         scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
     )
     params = parse_params(scenario, param or [], base_params)
+    if scenario.validate is not None:  # before any server starts
+        scenario.validate(knobs.n, params)
     return RunPlan(scenario, variants, knobs, params, new_run_id(), write=write, case=case or "")
 
 

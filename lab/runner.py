@@ -53,6 +53,8 @@ async def run_plan(
     plan: RunPlan, servers: Servers, on_record: Callable[[dict[str, Any]], None] | None = None
 ) -> list[dict[str, Any]]:
     """Run every variant of the plan with the same knobs; judge claims; write records."""
+    if plan.scenario.validate is not None:
+        plan.scenario.validate(plan.knobs.n, plan.params)
     records: dict[str, dict[str, Any]] = {}
     for variant in plan.variants:
         rec = await run_variant(plan, variant, servers)

@@ -90,6 +90,9 @@ class Scenario:
     # PostgreSQL connections a script opens for -n actors, so a run too big for the
     # server is refused before it starts (actor scenarios count theirs from --connect).
     script_connections: Callable[[int], int] | None = None
+    # Rejects impossible -n / -p values with LabError, before any server or database is
+    # touched (the CLI calls it before starting servers; the runner before every plan).
+    validate: Callable[[int, Mapping[str, Any]], None] | None = None
 
     @property
     def title(self) -> str:

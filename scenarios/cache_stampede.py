@@ -124,12 +124,14 @@ def _st(env: Env) -> RunState:
     return _RUNS[env]
 
 
-async def setup(env: Env) -> None:
-    p = env.params
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["pods"] < 1 or p["poll_ms"] <= 0 or p["max_polls"] < 0:
         raise LabError("-p pods must be >= 1, poll_ms > 0, max_polls >= 0")
     if p["rebuild_ms"] < 0 or p["lock_ttl_s"] <= 0:
         raise LabError("-p rebuild_ms must be >= 0 and lock_ttl_s > 0")
+
+
+async def setup(env: Env) -> None:
     _RUNS[env] = RunState()
     if env.params["stale"]:
         await env.redis.set(env.key(STALE), b"product-42-v0", ex=STALE_TTL_S)
@@ -550,6 +552,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="cache-stampede",
+    validate=validate,
     doc=__doc__ or "",
     kind="actors",
     variants={"buggy": buggy, "fixed": fixed},

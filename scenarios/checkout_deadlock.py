@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import asyncpg
 
@@ -31,13 +32,14 @@ INITIAL_QTY = 1_000_000
 ISOLATION_LEVELS = ("read_committed", "repeatable_read", "serializable")
 
 
-async def setup(env: Env) -> None:
-    if env.params["isolation"] not in ISOLATION_LEVELS:
-        raise LabError(
-            f"-p isolation={env.params['isolation']!r}: one of {', '.join(ISOLATION_LEVELS)}"
-        )
-    if env.params["step_pause_ms"] < 0:
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["isolation"] not in ISOLATION_LEVELS:
+        raise LabError(f"-p isolation={p['isolation']!r}: one of {', '.join(ISOLATION_LEVELS)}")
+    if p["step_pause_ms"] < 0:
         raise LabError("-p step_pause_ms must be >= 0")
+
+
+async def setup(env: Env) -> None:
     await env.db.execute("CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)")
     await env.db.executemany(
         "INSERT INTO inventory VALUES ($1, $2)", [(s, INITIAL_QTY) for s in SKUS]
@@ -193,6 +195,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="checkout-deadlock",
+    validate=validate,
     doc=__doc__ or "",
     kind="actors",
     variants={"buggy": buggy, "fixed": fixed, "fixed-lock-first": fixed_lock_first},

@@ -261,7 +261,6 @@ class Race:
 
 
 async def _cron(env: Env, fix: Fix) -> None:
-    _validate(env.params)
     observer = await env.connect()
     try:
         for query in (AT_CRASH, HOLDS_LOCK):  # prepared now: one round trip at the crash point
@@ -279,7 +278,7 @@ async def _cron(env: Env, fix: Fix) -> None:
     _summarize(env, fix, results, auth)
 
 
-def _validate(p: Mapping[str, Any]) -> None:
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["customers"] < 1:
         raise LabError(f"-p customers={p['customers']}: at least one customer")
     if not 0 <= p["crash_after"] <= p["customers"]:
@@ -693,6 +692,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="cron-rerun",
+    validate=validate,
     doc=__doc__ or "",
     kind="script",
     variants={"buggy": buggy, "fixed": fixed, "fixed-xact-lock": fixed_xact_lock},

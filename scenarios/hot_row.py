@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Any
 
 import asyncpg
 
@@ -43,10 +44,13 @@ def buckets_of(env: Env) -> int:
     return 1 if env.variant == "buggy" else int(env.params["buckets"])
 
 
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["buckets"] < 1 or p["stock"] < p["buckets"] or p["work_ms"] < 0:
+        raise LabError("-p buckets must be >= 1, stock >= buckets, work_ms >= 0")
+
+
 async def setup(env: Env) -> None:
     k = buckets_of(env)
-    if k < 1 or env.params["stock"] < k or env.params["work_ms"] < 0:
-        raise LabError("-p buckets must be >= 1, stock >= buckets, work_ms >= 0")
     await env.db.execute(
         "CREATE TABLE inventory_buckets (product_id int, bucket int, stock int NOT NULL,"
         " PRIMARY KEY (product_id, bucket))"
@@ -143,6 +147,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="hot-row",
+    validate=validate,
     doc=__doc__ or "",
     kind="actors",
     variants={"buggy": buggy, "fixed": fixed},

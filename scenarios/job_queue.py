@@ -135,7 +135,7 @@ async def fixed(env: Env) -> None:
 
 
 async def _queue(env: Env, locking: str) -> None:
-    p = _validated(env)
+    p = env.params
     claim = CLAIM.format(locking=locking)
     workers: list[Worker] = []
     try:
@@ -174,18 +174,16 @@ async def _queue(env: Env, locking: str) -> None:
             w.conn.terminate()
 
 
-def _validated(env: Env) -> Mapping[str, Any]:
-    p = env.params
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["jobs"] < 1 or p["batch"] < 1:
         raise LabError("-p jobs and batch must each be at least 1")
     if p["lease_ms"] < 1 or p["poll_ms"] < 1:
         raise LabError("-p lease_ms and poll_ms must be at least 1")
-    names = [f"worker-{i}" for i in range(1, env.n + 1)]
+    names = [f"worker-{i}" for i in range(1, n + 1)]
     if p["crash"] and p["crash"] not in names:
         raise LabError(f"-p crash={p['crash']!r}: one of {', '.join(names)}, or empty for none")
-    if p["crash"] and env.n < 2:
+    if p["crash"] and n < 2:
         raise LabError("-p crash needs -n 2 or more: someone must reclaim the jobs")
-    return p
 
 
 async def _terminate(env: Env, pid: int) -> None:
@@ -490,6 +488,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="job-queue",
+    validate=validate,
     doc=__doc__ or "",
     kind="script",
     script_connections=lambda n: n + 1,  # the workers and a stuck holder

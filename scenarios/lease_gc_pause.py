@@ -131,7 +131,7 @@ async def invariant(env: Env) -> list[Check]:
 
 async def choreography(env: Env, code: Code) -> None:
     """A, B and C on one invoice lock: every step at its time, after the step before it."""
-    p = _params(env)
+    p = dict(env.params)
     key = env.key(f"lock:invoice:{INVOICE_ID}")
     fence_key = env.key(f"lock:invoice:{INVOICE_ID}:fence")
     rng = env.rng()
@@ -248,14 +248,12 @@ async def choreography(env: Env, code: Code) -> None:
     env.extra_evidence["timeline"] = timeline(env.events, observer.spans)
 
 
-def _params(env: Env) -> dict[str, Any]:
-    p = dict(env.params)
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["pause_mode"] not in PAUSE_MODES:
         raise LabError(f"pause_mode={p['pause_mode']!r}: choose from {', '.join(PAUSE_MODES)}")
     for k in ("ttl_ms", "pause_ms", "b_at_ms", "c_at_ms", "b_work_ms", "c_work_ms"):
         if p[k] < 0 or (k == "ttl_ms" and p[k] < 1):
             raise LabError(f"{k}={p[k]}: must be {'at least 1' if k == 'ttl_ms' else '>= 0'}")
-    return p
 
 
 async def _bounded(event: asyncio.Event, what: str, p: Mapping[str, Any]) -> None:
@@ -785,6 +783,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lease-gc-pause",
+    validate=validate,
     doc=__doc__ or "",
     kind="script",
     variants={

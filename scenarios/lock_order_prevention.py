@@ -223,12 +223,14 @@ def _int(value: bytes | str | None) -> int:
     return int(value if value is not None else -1)
 
 
-async def setup(env: Env) -> None:
-    p = env.params
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["lock_ttl_ms"] < 1 or p["max_tries"] < 1 or p["observe_ms"] <= 0:
         raise LabError("-p lock_ttl_ms and max_tries must be >= 1, observe_ms > 0")
     if min(p["poll_ms"], p["critical_ms"], p["lock_timeout_ms"], p["barrier_ms"]) < 0:
         raise LabError("-p poll_ms, critical_ms, lock_timeout_ms and barrier_ms must be >= 0")
+
+
+async def setup(env: Env) -> None:
     st = _RUNS[env] = RunState()
     await env.redis.mset({_balance(env, a): INITIAL_BALANCE for a in range(env.n + env.n % 2)})
     pool = env.redis.connection_pool  # one connection per worker, opened before the clock
@@ -732,6 +734,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lock-order-prevention",
+    validate=validate,
     doc=__doc__ or "",
     kind="actors",
     variants={

@@ -89,7 +89,7 @@ async def fixed(env: Env) -> None:
     await _run(env, f"SET lock_timeout = '{int(env.params['ddl_lock_timeout_ms'])}ms'")
 
 
-def _validate(p: Mapping[str, Any]) -> None:
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["readers"] < 1 or p["stuck_ms"] < 0 or p["ddl_lock_timeout_ms"] < 1:
         raise LabError("-p readers must be >= 1, stuck_ms >= 0, ddl_lock_timeout_ms >= 1")
     if p["readers_after_ms"] < p["ddl_lock_timeout_ms"] + TIMER_SLACK_MS:
@@ -100,7 +100,6 @@ def _validate(p: Mapping[str, Any]) -> None:
 
 
 async def _run(env: Env, ddl_setting: str) -> None:
-    _validate(env.params)
     names = ["observer", "root", *(f"dml-{r}" for r in DML_ROWS), "updater", "alter"]
     names += [f"reader-{i}" for i in range(env.params["readers"])]
     conns = {name: await env.connect() for name in names}  # opened before anything starts
@@ -374,6 +373,7 @@ CLAIMS = (
 )
 SCENARIO = Scenario(
     id="lock-queue",
+    validate=validate,
     doc=__doc__ or "",
     kind="script",
     variants={"buggy": buggy, "fixed": fixed},

@@ -72,6 +72,10 @@ async def fixed_lock_timeout(env: Env) -> None:
     await _run(env, "lock_timeout")
 
 
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    _locks(p)
+
+
 def _locks(params: Mapping[str, Any]) -> list[str]:
     locks = [x.strip() for x in str(params["locks"]).split(",") if x.strip()]
     if not locks or set(locks) - set(LOCKS):
@@ -244,6 +248,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lock-wait-modes",
+    validate=validate,
     doc=__doc__ or "",
     kind="script",
     variants={

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import asyncpg
 
@@ -63,12 +64,14 @@ ORDER = "INSERT INTO orders (product_id, buyer, qty) VALUES ($1, $2, $3)"
 _RUNS: weakref.WeakKeyDictionary[Env, Rendezvous] = weakref.WeakKeyDictionary()
 
 
-async def setup(env: Env) -> None:
-    p = env.params
+def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["isolation"] not in ISOLATION_LEVELS:
         raise LabError(f"-p isolation={p['isolation']!r}: one of {', '.join(ISOLATION_LEVELS)}")
     if p["stock"] < 0 or p["qty"] < 1:
         raise LabError("-p stock must be >= 0 and qty >= 1")
+
+
+async def setup(env: Env) -> None:
     await env.db.execute(
         "CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL,"
         " version int NOT NULL)"
@@ -285,6 +288,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lost-update",
+    validate=validate,
     doc=__doc__ or "",
     kind="actors",
     variants={

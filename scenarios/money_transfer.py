@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -79,9 +80,12 @@ def transfer_of(env: Env, actor: int) -> Transfer:
     return Transfer(f"transfer-{req}", src, dst, env.params["amount"])
 
 
-async def setup(env: Env) -> None:
-    if env.params["amount"] < 1 or env.params["fraud_ms"] < 0 or env.params["idem_keys"] < 0:
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["amount"] < 1 or p["fraud_ms"] < 0 or p["idem_keys"] < 0:
         raise LabError("-p amount must be >= 1, fraud_ms >= 0, idem_keys >= 0")
+
+
+async def setup(env: Env) -> None:
     await env.db.execute(
         "CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))"
     )
@@ -409,6 +413,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="money-transfer",
+    validate=validate,
     doc=__doc__ or "",
     kind="actors",
     variants={"buggy": buggy, "buggy-jitter": buggy_jitter, "fixed": fixed},

@@ -258,9 +258,12 @@ async def _together(
     return list(await asyncio.gather(*(one(i) for i in range(len(conns)))))
 
 
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if n < 2:
+        raise LabError(f"-n {n}: the race needs at least 2 concurrent requests")
+
+
 async def _script(env: Env, up: Upsert) -> None:
-    if env.n < 2:
-        raise LabError(f"-n {env.n}: the race needs at least 2 concurrent requests")
     conns = [await env.connect() for _ in range(env.n)]
     requests = [f"request-{i + 1}" for i in range(env.n)]
     try:
@@ -450,6 +453,7 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="upsert-idempotency",
+    validate=validate,
     doc=__doc__ or "",
     kind="script",
     script_connections=lambda n: n,  # one session per request

@@ -55,8 +55,11 @@ def test_claims_name_what_exists(sc: Scenario) -> None:
 
 @pytest.mark.parametrize("sc", SCENARIOS, ids=IDS)
 def test_profiles_and_cases_override_real_knobs(sc: Scenario) -> None:
-    """quick and every case only override knobs or parameters the scenario has."""
+    """quick and every case only override knobs or parameters the scenario has, with values
+    the scenario's own validation accepts."""
     for profile in PROFILES:
         for case in ("", *sc.cases):
             knobs, params = profile_settings(sc, profile, case=case)
             assert knobs.n >= 1 and set(params) == set(sc.params)
+            if sc.validate is not None:
+                sc.validate(knobs.n, params)
