@@ -19,6 +19,7 @@ from scenarios import (
     lost_update,
     money_transfer,
     redis_failover,
+    update_lock_order,
     upsert_idempotency,
 )
 
@@ -39,6 +40,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     lock_wait_modes.SCENARIO,
     hot_row.SCENARIO,
     lock_order_prevention.SCENARIO,
+    update_lock_order.SCENARIO,
 )
 
 
