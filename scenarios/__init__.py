@@ -16,6 +16,7 @@ from scenarios import (
     lock_order_prevention,
     lock_queue,
     lock_wait_modes,
+    locked_limit,
     lost_update,
     money_transfer,
     redis_failover,
@@ -41,6 +42,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     hot_row.SCENARIO,
     lock_order_prevention.SCENARIO,
     update_lock_order.SCENARIO,
+    locked_limit.SCENARIO,
 )
 
 

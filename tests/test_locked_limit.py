@@ -1,0 +1,40 @@
+"""locked-limit on a real server: a locking LIMIT read behind a concurrent change (LC-14)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scenarios.locked_limit import SCENARIO
+from tests.conftest import RunFn
+
+
+def shapes(rec: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(s["read"], s["change"]): s for s in rec["evidence"]["shapes"]}
+
+
+def test_registered_with_the_published_text() -> None:
+    """In the catalogue, quoting the document's gotcha."""
+    from scenarios import SCENARIOS
+
+    assert SCENARIO in SCENARIOS
+    published = " ".join(SCENARIO.section("Published").split())
+    assert "kết quả có thể ít hơn LIMIT hoặc không đúng thứ tự" in published
+    assert {c.id for c in SCENARIO.claims} == {"LC-14"}
+
+
+async def test_locking_limit_reads_behind_a_writer(run_scenario: RunFn) -> None:
+    """Every read waited for the writer (the server showed it) except SKIP LOCKED: the top
+    form returns job 1 first with its new priority 100, re-reads past a deleted job, and
+    the LIMIT inside a subquery returns 2 rows; SKIP LOCKED returns 2, 3, 4 at once."""
+    records = await run_scenario(SCENARIO)
+    buggy, fixed = shapes(records["buggy"]), shapes(records["fixed"])
+    assert buggy[("top", "reorder")]["rows"] == [[1, 100], [2, 20], [3, 30]]
+    assert buggy[("top", "delete")]["rows"] == [[2, 20], [3, 30], [4, 40]]
+    assert buggy[("subquery", "delete")]["rows"] == [[2, 20], [3, 30]]
+    assert all(s["waited"] for s in buggy.values())
+    assert records["buggy"]["outcomes"] == {"ok": 1, "out_of_order": 1, "short": 1}
+    for s in fixed.values():
+        assert s["rows"] == [[2, 20], [3, 30], [4, 40]] and not s["waited"]
+    assert records["fixed"]["outcomes"] == {"ok": 2}
+    verdicts = [c for r in records.values() for c in r["claims"]]
+    assert len(verdicts) == len(SCENARIO.claims) and all(c["held"] for c in verdicts), verdicts
