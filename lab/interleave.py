@@ -8,6 +8,7 @@ a session the server reports as waiting on a lock (``pg_stat_activity.wait_event
 
 * ``lock_waiters(db, pids)``: which of these backends wait on a lock, and on whom;
 * ``done_or_blocked(db, pid, done)``: wait until an event is set or the backend blocks;
+  ``task_or_blocked(db, pid, task)`` the same for a statement's task;
 * ``Rendezvous``: a barrier for N sessions at named points, where a party that blocked
   on a lock before reaching the point counts as arrived.
 
@@ -77,6 +78,21 @@ async def done_or_blocked(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(done.wait(), POLL_S)
     return None
+
+
+async def task_or_blocked(
+    db: Fetcher,
+    pid: int,
+    task: asyncio.Future[Any],
+    *,
+    timeout: float = TIMEOUT_S,
+    what: str = "session",
+) -> list[int] | None:
+    """None once `task` (a statement on backend `pid`) has finished, or the pids the server
+    shows `pid` waiting for."""
+    done = asyncio.Event()
+    task.add_done_callback(lambda _: done.set())
+    return await done_or_blocked(db, pid, done, timeout=timeout, what=what)
 
 
 async def wait_blocked(

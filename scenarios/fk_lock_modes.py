@@ -41,7 +41,7 @@ import asyncpg
 from lab.claims import Claim, Record, deadlocks, invariants_hold
 from lab.errors import ScenarioFailure
 from lab.evidence import blocking_tree
-from lab.interleave import TIMEOUT_S, done_or_blocked
+from lab.interleave import TIMEOUT_S, task_or_blocked
 from lab.scenario import Check, Defaults, Env, Scenario
 
 ORDER, CUSTOMER = 42, 7
@@ -98,7 +98,9 @@ async def _parent_held(env: Env, clause: str) -> dict[str, Any]:
         await holder.execute("UPDATE orders SET status = 'paid' WHERE id = $1", ORDER)
         env.trace("holder", f"locked order {ORDER} {clause}, set it paid, stays open")
         tasks = {name: asyncio.create_task(c.execute(PROBES[name])) for name, c in probes.items()}
-        settled = await asyncio.gather(*(_settle(env, probes[n], tasks[n], n) for n in PROBES))
+        settled = await asyncio.gather(
+            *(task_or_blocked(env.db, probes[n].get_server_pid(), tasks[n], what=n) for n in PROBES)
+        )
         env.extra_evidence["blocking_tree"] = await blocking_tree(observer, env.database)
         for name, blockers in zip(PROBES, settled, strict=True):
             out[name] = {"blocked_by": blockers, "done_while_holder_open": tasks[name].done()}
@@ -123,7 +125,9 @@ async def _opposite_parents(env: Env, clause: str) -> dict[str, Any]:
             await conn.execute(ADD_ITEM, order)
             env.trace(who, f"added an item to order {order}")
         first = asyncio.create_task(_update_parent(t1, ORDER_B, clause))
-        t1_blocked_by = await _settle(env, t1, first, f"T1 locking order {ORDER_B}")
+        t1_blocked_by = await task_or_blocked(
+            env.db, t1.get_server_pid(), first, what=f"T1 locking order {ORDER_B}"
+        )
         env.trace("T1", f"locking order {ORDER_B}", blocked_by=t1_blocked_by)
         second = asyncio.create_task(_update_parent(t2, ORDER_A, clause))
         env.trace("T2", f"locking order {ORDER_A}")
@@ -152,15 +156,6 @@ async def _opposite_parents(env: Env, clause: str) -> dict[str, Any]:
 async def _update_parent(conn: asyncpg.Connection, order: int, clause: str) -> None:
     await conn.execute(LOCK_ORDER.format(clause=clause), order)
     await conn.execute("UPDATE orders SET total = total + 1 WHERE id = $1", order)
-
-
-async def _settle(
-    env: Env, conn: asyncpg.Connection, task: asyncio.Task[Any], what: str
-) -> list[int] | None:
-    """None once `task` has finished, or the pids the server shows `conn` waiting for."""
-    done = asyncio.Event()
-    task.add_done_callback(lambda _: done.set())
-    return await done_or_blocked(env.db, conn.get_server_pid(), done, what=what)
 
 
 async def invariant(env: Env) -> list[Check]:

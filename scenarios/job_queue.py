@@ -50,7 +50,7 @@ import asyncpg
 
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import LabError, ScenarioFailure
-from lab.interleave import InterleaveTimeout, done_or_blocked
+from lab.interleave import InterleaveTimeout, done_or_blocked, task_or_blocked
 from lab.scenario import Check, Defaults, Env, Scenario
 
 FIRST_JOB = 1001
@@ -313,9 +313,7 @@ async def _stuck(env: Env, w: Worker, claim: str) -> None:
         await holder.execute("SELECT id FROM jobs WHERE id = $1 FOR UPDATE", job)
         env.trace("stuck", "locks a job, then hangs (idle in transaction)", job=job)
         claiming = asyncio.create_task(w.conn.fetch(claim, p["batch"], p["lease_ms"]))
-        done = asyncio.Event()
-        claiming.add_done_callback(lambda _: done.set())
-        by = await done_or_blocked(env.db, w.pid, done, what=w.name)
+        by = await task_or_blocked(env.db, w.pid, claiming, what=w.name)
         state = await env.db.fetchrow(HOLDER, holder.get_server_pid())
         assert state is not None
         if by is None:

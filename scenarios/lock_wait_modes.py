@@ -32,7 +32,7 @@ import asyncpg
 
 from lab.claims import Claim, Record
 from lab.errors import LabError, ScenarioFailure
-from lab.interleave import done_or_blocked
+from lab.interleave import task_or_blocked
 from lab.scenario import Defaults, Env, Scenario
 
 PRODUCT = 101
@@ -113,10 +113,8 @@ async def _attempt(env: Env, lock: str, mode: str) -> dict[str, Any]:
         if mode == "lock_timeout":
             ms = int(env.params["lock_timeout_ms"])
             await waiter.execute(f"SET LOCAL lock_timeout = '{ms}ms'")
-        done = asyncio.Event()
         task = asyncio.create_task(_timed(waiter, sql))
-        task.add_done_callback(lambda _: done.set())
-        blockers = await done_or_blocked(env.db, waiter.get_server_pid(), done, what=sql)
+        blockers = await task_or_blocked(env.db, waiter.get_server_pid(), task, what=sql)
         if blockers is not None:  # the holder keeps its lock hold_ms more, unless the waiter quits
             env.trace("server", "waiter blocked", lock=lock, blocked_by=blockers)
             await asyncio.wait({task}, timeout=env.params["hold_ms"] / 1000)

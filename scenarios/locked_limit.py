@@ -33,8 +33,8 @@ from typing import Any
 import asyncpg
 
 from lab.claims import Claim, Record
-from lab.errors import LabError
-from lab.interleave import done_or_blocked
+from lab.errors import ScenarioFailure
+from lab.interleave import task_or_blocked
 from lab.scenario import Defaults, Env, Scenario
 
 LIMIT = 3
@@ -93,13 +93,11 @@ async def _shape(env: Env, read: str, change: str) -> dict[str, Any]:
         await writer.execute(CHANGES[change])
         env.trace("writer", change, sql=CHANGES[change])
         await reader.execute("BEGIN")
-        done = asyncio.Event()
         task = asyncio.create_task(reader.fetch(READS[read]))
-        task.add_done_callback(lambda _: done.set())
-        blockers = await done_or_blocked(env.db, reader.get_server_pid(), done, what=read)
+        blockers = await task_or_blocked(env.db, reader.get_server_pid(), task, what=read)
         waited = blockers is not None
         if waited and blockers != [writer.get_server_pid()]:
-            raise LabError(f"{env.scenario} / {env.variant}: {read} blocked by {blockers}")
+            raise ScenarioFailure(f"{env.scenario} / {env.variant}: {read} blocked by {blockers}")
         env.trace("reader", "blocked by the writer" if waited else "answered without waiting")
         await writer.execute("COMMIT")
         rows = [[int(r["id"]), int(r["prio"])] for r in await task]  # as JSON keeps them

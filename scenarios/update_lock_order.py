@@ -34,8 +34,8 @@ from typing import Any
 import asyncpg
 
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold
-from lab.errors import LabError
-from lab.interleave import done_or_blocked
+from lab.errors import LabError, ScenarioFailure
+from lab.interleave import task_or_blocked
 from lab.outcome import notation
 from lab.scenario import Check, Defaults, Env, Scenario
 
@@ -159,12 +159,12 @@ async def _lock_order(env: Env, statement: Statement, plan: str) -> list[int]:
         await session.execute("BEGIN")
         for s in _settings(plan):
             await session.execute(s)
-        done = asyncio.Event()
         task = asyncio.create_task(statement(session))
-        task.add_done_callback(lambda _: done.set())
-        blockers = await done_or_blocked(env.db, session.get_server_pid(), done, what=plan)
+        blockers = await task_or_blocked(env.db, session.get_server_pid(), task, what=plan)
         if blockers != [holder.get_server_pid()]:
-            raise LabError(f"{env.scenario} / {env.variant}: {plan} did not wait for {FIRST}")
+            raise ScenarioFailure(
+                f"{env.scenario} / {env.variant}: {plan} did not wait for {FIRST}"
+            )
         async with env.db.acquire() as probe, probe.transaction():
             free = {r[0] for r in await probe.fetch(PROBE, [SECOND])}
         await holder.execute("ROLLBACK")
@@ -187,10 +187,8 @@ async def _pair(env: Env, statement: Statement) -> list[str]:
     try:
         await gate.execute(f"SELECT pg_advisory_lock({GATE})")
         for plan, conn in sessions.items():
-            done = asyncio.Event()
             tasks[plan] = asyncio.create_task(_checkout(conn, plan, statement))
-            tasks[plan].add_done_callback(_setter(done))
-            blockers = await done_or_blocked(env.db, conn.get_server_pid(), done, what=plan)
+            blockers = await task_or_blocked(env.db, conn.get_server_pid(), tasks[plan], what=plan)
             env.trace(
                 plan, "blocked", by="gate" if blockers == [gate.get_server_pid()] else blockers
             )
@@ -208,10 +206,6 @@ async def _pair(env: Env, statement: Statement) -> list[str]:
     for plan, word in zip(PLANS, words, strict=True):
         env.trace(plan, word)
     return words
-
-
-def _setter(event: asyncio.Event) -> Callable[[object], None]:
-    return lambda _: event.set()
 
 
 async def _checkout(conn: asyncpg.Connection, plan: str, statement: Statement) -> str:

@@ -14,6 +14,7 @@ from lab.interleave import (
     Rendezvous,
     done_or_blocked,
     lock_waiters,
+    task_or_blocked,
     wait_blocked,
 )
 from lab.servers import Servers
@@ -141,3 +142,20 @@ async def test_done_or_blocked_and_wait_blocked_name_the_blocker(
     done = asyncio.Event()
     done.set()
     assert await done_or_blocked(db, waiter.get_server_pid(), done) is None
+
+
+async def test_task_or_blocked_follows_a_statement(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """A statement's task: its blockers while it waits on a row lock, None once it is done."""
+    holder, waiter = sessions
+    tx = holder.transaction()
+    await tx.start()
+    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+    task = asyncio.create_task(waiter.execute("UPDATE t SET v = 11 WHERE id = 1"))
+    assert await task_or_blocked(db, waiter.get_server_pid(), task, timeout=5) == [
+        holder.get_server_pid()
+    ]
+    await tx.commit()
+    assert await task_or_blocked(db, waiter.get_server_pid(), task, timeout=5) is None
+    assert task.result() == "UPDATE 1"
