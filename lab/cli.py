@@ -299,17 +299,24 @@ def run(
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
             actor_timeout=actor_timeout, run_timeout=run_timeout,
         )  # fmt: skip
-        knobs, chosen = plan.knobs, plan.variants
+        chosen = list(plan.variants)
         console = out()
         log = err()
+        # In a terminal the result lines go above the progress bar (through the console
+        # that draws it), or the bar's redraws would erase them; piped, they go to stdout.
+        lines = log if console.is_terminal and log.is_terminal else console
 
-        def on_record(rec: dict[str, Any]) -> None:
-            if not as_json:
-                console.print(report.result_line(rec), markup=False, soft_wrap=True)
-
-        with servers_for([sc], pg_dsn, redis_url, knobs.connect) as srv:
+        with servers_for([sc], pg_dsn, redis_url, plan.knobs.connect) as srv:
             report.servers(log, srv.infos(), srv.notes)
-            with log.status(f"running {sc.id} ({', '.join(chosen)}), n={knobs.n} ..."):
+            with report.DelayedProgress(log, len(chosen)) as bar:
+                bar.describe(f"{sc.id}: {chosen[0]} (n={plan.knobs.n})")
+
+                def on_record(rec: dict[str, Any]) -> None:
+                    if not as_json:
+                        lines.print(report.result_line(rec), markup=False, soft_wrap=True)
+                    i = chosen.index(rec["variant"]) + 1
+                    bar.advance(f"{sc.id}: {chosen[i]}" if i < len(chosen) else sc.id)
+
                 records = asyncio.run(run_plan(plan, srv, on_record))
         if as_json:  # after every variant ran: claims comparing variants are in every record
             for rec in records:
