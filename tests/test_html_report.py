@@ -286,3 +286,15 @@ def test_report_renders_in_headless_chromium_without_errors(tmp_path: Path) -> N
     _browser(["--window-size=1100,3000", f"--screenshot={shot}", url], tmp_path)
     assert shot.is_file() and shot.stat().st_size > 20_000
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_claims_a_run_could_not_judge_are_listed_with_why() -> None:
+    """A run record's claims_not_judged shows as a row with its reason, not as NOT HELD."""
+    rec = make_record("buggy", {"ok": 2, "40P01": 8})
+    rec["claims_not_judged"] = [
+        {"id": "DL-4", "text": "long cycles", "variants": ["buggy"],
+         "why": "made for the published settings; this run changed them (locklab verify)"}
+    ]  # fmt: skip
+    page = render([rec], "r")
+    assert "not judged here" in page and "made for the published settings" in page
+    assert "NOT HELD" not in page
