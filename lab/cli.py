@@ -339,7 +339,8 @@ def show(scenario: Annotated[str, typer.Argument(help="Scenario id.")]) -> None:
     def body() -> None:
         sc = find_scenario(scenario)
         console = out()
-        console.print(sc.doc.strip(), markup=False)
+        # the docstring is laid out already: wrapping it at 80 columns scrambles it
+        console.print(sc.doc.strip(), markup=False, soft_wrap=True)
         console.print(f"\nvariants: {', '.join(sc.variants)}")
         d = sc.defaults
         console.print(

@@ -372,3 +372,16 @@ def test_impossible_scenario_knobs(tmp_path: Path, args: list[str], pattern: str
     assert proc.returncode == 2
     assert_one_line_error(proc, pattern, tmp_path)
     assert "server " not in proc.stderr  # no server was resolved
+
+
+def test_show_prints_the_spec_as_written(tmp_path: Path) -> None:
+    """`show` into a pipe: the docstring's lines verbatim (not re-wrapped), variants, claims."""
+    from scenarios.update_lock_order import SCENARIO
+
+    proc = locklab("show", "update-lock-order", results=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for line in SCENARIO.doc.strip().splitlines():
+        assert line.rstrip() in lines, line
+    assert "variants: buggy, fixed" in lines
+    assert sum(line.startswith("claim LC-1 ") for line in lines) == len(SCENARIO.claims)
