@@ -17,9 +17,10 @@ Published:  FOR UPDATE với LIMIT và ORDER BY: khi row bị update đồng th�
 See:        claim LC-14. jobs 1..6 with priority 10..60; in each shape a writer changes
             job 1 and holds it, the reader runs its statement, the lab waits until the
             server shows the reader blocked by the writer (SKIP LOCKED never blocks), then
-            the writer commits. Shapes: `reorder` (job 1's priority becomes 100), `delete`
-            (job 1 is deleted), each with the LIMIT on the locking SELECT itself (`top`) and
-            inside a subquery (`subquery`, `WHERE id IN (SELECT ... LIMIT 3) FOR UPDATE`).
+            the writer commits. Shapes: the LIMIT on the locking SELECT itself (`top`) after
+            job 1's priority became 100 (`reorder`) and after job 1 was deleted (`delete`);
+            the LIMIT inside a subquery (`subquery`, `WHERE id IN (SELECT ... LIMIT 3)`, the
+            fix's SKIP LOCKED inside it, as in the document's queue claim) after `delete`.
             On PostgreSQL 17 the `top` form re-reads past a dropped row and still returns 3;
             the `subquery` form, whose LIMIT runs before the lock, returns fewer.
 """
@@ -44,18 +45,21 @@ CHANGES = {
     "delete": f"DELETE FROM jobs WHERE id = {CHANGED}",
 }
 PICK = f"SELECT id FROM jobs WHERE status = 'new' ORDER BY prio LIMIT {LIMIT}"
+TOP = f"SELECT id, prio FROM jobs WHERE status = 'new' ORDER BY prio LIMIT {LIMIT}"
+# variant -> form -> the reader's statement; the fix is SKIP LOCKED in the same place
 READS = {
-    "top": f"SELECT id, prio FROM jobs WHERE status = 'new' ORDER BY prio LIMIT {LIMIT} FOR UPDATE",
-    "subquery": f"SELECT id, prio FROM jobs WHERE id IN ({PICK}) ORDER BY prio FOR UPDATE",
-    "skip-locked": (
-        f"SELECT id, prio FROM jobs WHERE status = 'new' ORDER BY prio LIMIT {LIMIT} "
-        "FOR UPDATE SKIP LOCKED"
-    ),
+    "buggy": {
+        "top": f"{TOP} FOR UPDATE",
+        "subquery": f"SELECT id, prio FROM jobs WHERE id IN ({PICK}) ORDER BY prio FOR UPDATE",
+    },
+    "fixed": {
+        "top": f"{TOP} FOR UPDATE SKIP LOCKED",
+        "subquery": (
+            f"SELECT id, prio FROM jobs WHERE id IN ({PICK} FOR UPDATE SKIP LOCKED) ORDER BY prio"
+        ),  # the document's queue claim: the CTE/subquery locks, skipping held rows
+    },
 }
-SHAPES = {  # variant -> (read, change) pairs
-    "buggy": [("top", "reorder"), ("top", "delete"), ("subquery", "delete")],
-    "fixed": [("skip-locked", "reorder"), ("skip-locked", "delete")],
-}
+SHAPES = [("top", "reorder"), ("top", "delete"), ("subquery", "delete")]  # (form, change)
 IN_ORDER, OUT_OF_ORDER, SHORT = "ok", "out_of_order", "short"
 
 
@@ -75,14 +79,14 @@ async def fixed(env: Env) -> None:
 
 async def _run(env: Env, variant: str) -> None:
     shapes = []
-    for read, change in SHAPES[variant]:
-        shape = await _shape(env, read, change)
+    for form, change in SHAPES:
+        shape = await _shape(env, READS[variant][form], form, change)
         env.outcome(shape["outcome"])
         shapes.append(shape)
     env.extra_evidence["shapes"] = shapes
 
 
-async def _shape(env: Env, read: str, change: str) -> dict[str, Any]:
+async def _shape(env: Env, sql: str, read: str, change: str) -> dict[str, Any]:
     """Fresh jobs; the writer changes job 1 and holds it while the reader reads."""
     await env.db.execute("TRUNCATE jobs")
     await env.db.execute("INSERT INTO jobs SELECT i, i * 10, 'new' FROM generate_series(1, 6) i")
@@ -93,7 +97,7 @@ async def _shape(env: Env, read: str, change: str) -> dict[str, Any]:
         await writer.execute(CHANGES[change])
         env.trace("writer", change, sql=CHANGES[change])
         await reader.execute("BEGIN")
-        task = asyncio.create_task(reader.fetch(READS[read]))
+        task = asyncio.create_task(reader.fetch(sql))
         blockers = await task_or_blocked(env.db, reader.get_server_pid(), task, what=read)
         waited = blockers is not None
         if waited and blockers != [writer.get_server_pid()]:
@@ -110,7 +114,10 @@ async def _shape(env: Env, read: str, change: str) -> dict[str, Any]:
     prios = [p for _, p in rows]
     outcome = SHORT if len(rows) < LIMIT else IN_ORDER if prios == sorted(prios) else OUT_OF_ORDER
     env.trace("reader", outcome, read=read, change=change, rows=rows)
-    return {"read": read, "change": change, "rows": rows, "waited": waited, "outcome": outcome}
+    return {
+        "read": read, "sql": sql, "change": change, "rows": rows, "waited": waited,
+        "outcome": outcome,
+    }  # fmt: skip
 
 
 # --- claims -------------------------------------------------------------------------------
