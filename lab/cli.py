@@ -221,6 +221,40 @@ PgDsn = Annotated[
 RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", help="Use this Redis; env LOCKLAB_REDIS_URL.")
 ]
+# The options `run` and `compare` share: one declaration, one help text.
+ScenarioId = Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")]
+Actors = Annotated[
+    int | None,
+    typer.Option("-n", help="Actors (default: the published size; --quick: the quick one)."),
+]
+Arrival = Annotated[str | None, typer.Option(help="burst | stagger:<ms>[~<ms>] | poisson:<per_s>.")]
+Connect = Annotated[
+    str | None,
+    typer.Option(help="per-actor | pool:<size> | pgbouncer-transaction | pgbouncer-session."),
+]
+DeadlockTimeout = Annotated[
+    int | None,
+    typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (published: 1000)."),
+]
+Seed = Annotated[int, typer.Option(help="Seed for every random choice.")]
+Case = Annotated[
+    str | None,
+    typer.Option(
+        "--case", help="Start from one of the scenario's named settings (`locklab show`)."
+    ),
+]
+ActorTimeout = Annotated[
+    float | None, typer.Option(help="Hard limit per actor, seconds (then: timeout).")
+]
+RunTimeout = Annotated[float | None, typer.Option(help="Hard limit per variant run, seconds.")]
+Params = Annotated[
+    list[str] | None,
+    typer.Option("--param", "-p", help="Scenario knob key=value (see `locklab show`)."),
+]
+AsJson = Annotated[
+    bool, typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else.")
+]
+NoRecord = Annotated[bool, typer.Option("--no-record", help="Do not write records under results/.")]
 
 
 @app.command("list")
@@ -242,53 +276,24 @@ def list_cmd() -> None:
 
 @app.command()
 def run(
-    scenario: Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")],
+    scenario: ScenarioId,
     variant: Annotated[
         str,
         typer.Option("--variant", "-v", help="buggy, fixed, any variant, a comma list, or all."),
     ] = "all",
-    n: Annotated[
-        int | None, typer.Option("-n", help="Actors (default: the published size).")
-    ] = None,
-    arrival: Annotated[
-        str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")
-    ] = None,
-    connect: Annotated[
-        str | None,
-        typer.Option(help="per-actor | pool:<size> | pgbouncer-transaction | pgbouncer-session."),
-    ] = None,
-    deadlock_timeout: Annotated[
-        int | None,
-        typer.Option(
-            "--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (published: 1000)."
-        ),
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 1,
-    case: Annotated[
-        str | None,
-        typer.Option(
-            "--case", help="Start from one of the scenario's named settings (`locklab show`)."
-        ),
-    ] = None,
-    actor_timeout: Annotated[
-        float | None, typer.Option(help="Hard limit per actor, seconds (then: timeout).")
-    ] = None,
-    run_timeout: Annotated[
-        float | None, typer.Option(help="Hard limit per variant run, seconds.")
-    ] = None,
-    param: Annotated[
-        list[str] | None,
-        typer.Option("--param", "-p", help="Scenario knob key=value (see `locklab show`)."),
-    ] = None,
+    n: Actors = None,
+    arrival: Arrival = None,
+    connect: Connect = None,
+    deadlock_timeout: DeadlockTimeout = None,
+    seed: Seed = 1,
+    case: Case = None,
+    actor_timeout: ActorTimeout = None,
+    run_timeout: RunTimeout = None,
+    param: Params = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
-    as_json: Annotated[
-        bool,
-        typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else."),
-    ] = False,
-    no_record: Annotated[
-        bool, typer.Option("--no-record", help="Do not write records under results/.")
-    ] = False,
+    as_json: AsJson = False,
+    no_record: NoRecord = False,
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
 
@@ -474,34 +479,23 @@ def _tables() -> Console:
 
 @app.command()
 def compare(
-    scenario: Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")],
-    n: Annotated[int | None, typer.Option("-n", help="Actors (default: the profile's).")] = None,
-    arrival: Annotated[
-        str | None, typer.Option(help="burst | stagger:<ms> | poisson:<per_s>.")
-    ] = None,
-    connect: Annotated[str | None, typer.Option(help="per-actor | pool:<size>.")] = None,
-    deadlock_timeout: Annotated[
-        int | None, typer.Option("--deadlock-timeout", help="deadlock_timeout in ms.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed for every random choice.")] = 1,
-    actor_timeout: Annotated[float | None, typer.Option(help="Per-actor limit, s.")] = None,
-    run_timeout: Annotated[float | None, typer.Option(help="Per-variant limit, s.")] = None,
-    param: Annotated[
-        list[str] | None, typer.Option("--param", "-p", help="Scenario knob key=value.")
-    ] = None,
+    scenario: ScenarioId,
+    n: Actors = None,
+    arrival: Arrival = None,
+    connect: Connect = None,
+    deadlock_timeout: DeadlockTimeout = None,
+    seed: Seed = 1,
+    actor_timeout: ActorTimeout = None,
+    run_timeout: RunTimeout = None,
+    param: Params = None,
     quick: Annotated[
         bool, typer.Option("--quick", help="Start from verify's quick sizes, not the published.")
     ] = False,
-    case: Annotated[
-        str | None,
-        typer.Option("--case", help="Start from one of the scenario's named settings."),
-    ] = None,
+    case: Case = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON record per variant on stdout, nothing else.")
-    ] = False,
-    no_record: Annotated[bool, typer.Option("--no-record", help="Write no records.")] = False,
+    as_json: AsJson = False,
+    no_record: NoRecord = False,
 ) -> None:
     """Run every variant with the same knobs: one table, beside the published numbers."""
 

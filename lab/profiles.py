@@ -135,8 +135,8 @@ def claims_for_run(
             named = " vs ".join(x or "defaults" for x in c.cases)
             why = f"compares settings ({named}): locklab verify {scenario.id}"
         elif matched and not any(k in c.cases for _, k in matched):
-            hint = " or ".join(f"--case {x}" if x else "without --case" for x in c.cases)
-            why = f"about other settings: locklab run {scenario.id} {hint}"
+            hint = " or ".join(f"with --case {x}" if x else "without --case" for x in c.cases)
+            why = f"about other settings: run it {hint}"
         elif matched and not any(p in c.profiles and k in c.cases for p, k in matched):
             have = "/".join(dict.fromkeys(p for p, _ in matched))
             why = f"made for the {only} settings; this run has the {have} ones"

@@ -497,7 +497,7 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
     judged, not_judged = claims_for_run(toy, published, params)
     assert "DL-4" in {c.id for c in judged}
     assert [(n["id"], n["why"]) for n in not_judged] == [
-        ("DL-9", "about other settings: locklab run toy-deadlock --case rr")
+        ("DL-9", "about other settings: run it with --case rr")
     ]
     for knobs, p in ((quick, quick_params), (replace(published, n=10), params)):
         judged, not_judged = claims_for_run(toy, knobs, p)
