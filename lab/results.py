@@ -33,7 +33,8 @@ def record_path(run_id: str, scenario: str, variant: str, root: Path | None = No
 def write_text(path: Path, text: str) -> Path:
     """Write via a temporary file and rename, so no reader ever sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=path.suffix, dir=path.parent)
+    # not *.json: a temp file left by a killed writer must not be read as a record
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

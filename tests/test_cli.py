@@ -167,7 +167,7 @@ def test_ctrl_c_stops_servers_and_writes_nothing(tmp_path: Path) -> None:
     assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
     assert_gone([postmaster])
     assert not Path(data_dir).exists()
-    assert not list(tmp_path.rglob("*.json")) and not list(tmp_path.rglob(".tmp-*"))
+    assert not list(tmp_path.rglob("*.json")) and not list(tmp_path.rglob("*.tmp"))
     assert len(list(tmp_path.iterdir())) == 1  # only stderr.txt
 
 

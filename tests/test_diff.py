@@ -10,6 +10,7 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
 from lab.diff import diff_runs, list_summaries, print_diff, print_runs
@@ -143,3 +144,22 @@ def test_diff_and_results_commands(tmp_path: Path) -> None:
     bad = lab("diff", "A", "nope")
     assert bad.returncode == 2
     assert bad.stderr.strip() == "locklab: no recorded run 'nope' (see `locklab results`)"
+
+
+def test_a_temp_file_left_by_a_killed_writer_is_not_a_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """write_text's temp file does not end in .json: a writer SIGKILLed before its rename
+    leaves nothing the readers of a run folder (glob *.json) would take for a record."""
+    from lab import results
+
+    temps: list[str] = []
+    real_replace = os.replace
+
+    def spy(src: str, dst: str) -> None:
+        temps.append(src)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(results.os, "replace", spy)
+    results.write_text(tmp_path / "s.buggy.json", "{}")
+    assert len(temps) == 1 and not temps[0].endswith(".json")
