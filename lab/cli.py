@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import json
+import math
 import os
 import signal
 import subprocess
@@ -128,7 +129,9 @@ def parse_params(
 def variants_of(scenario: Scenario, variant: str) -> list[str]:
     if variant == "all":
         return list(scenario.variants)
-    chosen = [v.strip() for v in variant.split(",") if v.strip()]
+    chosen = list(dict.fromkeys(v.strip() for v in variant.split(",") if v.strip()))
+    if not chosen:
+        raise LabError(f"--variant {variant!r}: name at least one variant, or all")
     for v in chosen:
         if v not in scenario.variants:
             raise LabError(
@@ -162,8 +165,8 @@ def make_knobs(
         raise LabError(f"-n {knobs.n}: a run needs at least one actor")
     if knobs.deadlock_timeout_ms < 1:
         raise LabError(f"--deadlock-timeout {knobs.deadlock_timeout_ms}: must be at least 1 ms")
-    if knobs.actor_timeout_s <= 0 or knobs.run_timeout_s <= 0:
-        raise LabError("timeouts must be positive")
+    if not all(0 < t < math.inf for t in (knobs.actor_timeout_s, knobs.run_timeout_s)):
+        raise LabError("timeouts must be positive numbers of seconds")
     parse_arrival(knobs.arrival)
     parse_connect(knobs.connect)
     return knobs
@@ -646,7 +649,9 @@ def results_cmd(
     def body() -> None:
         from lab.diff import list_summaries, print_runs
 
-        summaries = list_summaries()[: max(0, limit)]
+        if limit < 1:
+            raise LabError(f"--limit {limit}: show at least one run")
+        summaries = list_summaries(limit=limit)
         if as_json:
             sys.stdout.write(json.dumps(summaries, default=str) + "\n")
         else:

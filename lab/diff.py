@@ -49,10 +49,11 @@ def run_summary(folder: Path, records: Sequence[Record]) -> dict[str, Any]:
     }
 
 
-def list_summaries(root: Path | None = None) -> list[dict[str, Any]]:
-    """Every recorded run under results/, newest first; unreadable runs are noted, not fatal."""
+def list_summaries(root: Path | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """The newest `limit` recorded runs under results/ (all by default), newest first;
+    unreadable runs are noted, not fatal. Only those runs are read."""
     out = []
-    for folder in list_runs(root):
+    for folder in list_runs(root)[:limit]:
         try:
             records = load_run(str(folder))
         except LabError as exc:

@@ -60,6 +60,10 @@ def assert_one_line_error(
         (["run", "checkout-deadlock", "-p", "step_pause_ms=slow"], r"expected a float"),
         (["run", "checkout-deadlock", "--pg-dsn", "postgresql://h:port/db"], r"malformed"),
         (["run", "checkout-deadlock", "--pg-dsn", "mysql://h/db"], r"malformed"),
+        (["run", "checkout-deadlock", "-v", ","], r"--variant ',': name at least one variant"),
+        (["run", "checkout-deadlock", "--actor-timeout", "nan"], r"timeouts must be positive"),
+        (["compare", "checkout-deadlock", "--run-timeout", "inf"], r"timeouts must be positive"),
+        (["results", "--limit", "0"], r"--limit 0: show at least one run"),
     ],
 )
 def test_bad_input_before_any_server(args: list[str], pattern: str, tmp_path: Path) -> None:
