@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from lab.servers import Servers
-from lab.servers.embedded import pid_alive
+from lab.servers.embedded import pid_alive, stop_pid
 
 LAB = [sys.executable, "-m", "lab.cli"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -389,3 +389,28 @@ def test_show_prints_the_spec_as_written(tmp_path: Path) -> None:
         assert line.rstrip() in lines, line
     assert "variants: buggy, fixed" in lines
     assert sum(line.startswith("claim LC-1 ") for line in lines) == len(SCENARIO.claims)
+
+
+def test_servers_up_after_a_kept_server_died_stops_the_survivor(tmp_path: Path) -> None:
+    """A state file whose Redis died: `servers up` stops the PostgreSQL it recorded (by
+    PID) before starting a new pair, instead of orphaning it."""
+    env = {
+        "TMPDIR": str(tmp_path),
+        "LOCKLAB_SERVERS": "auto",
+        "DOCKER_HOST": "unix:///nonexistent.sock",
+    }
+    results = tmp_path / "results"
+    state_file = tmp_path / f"locklab-servers-{os.getuid()}.json"
+    assert locklab("servers", "up", results=results, **env).returncode == 0
+    first = json.loads(state_file.read_text())
+    try:
+        stop_pid(first["redis_pid"])
+        assert_gone([first["redis_pid"]])
+        again = locklab("servers", "up", results=results, **env)
+        assert again.returncode == 0, again.stderr
+        assert_gone([first["pg_pid"]])
+        assert not Path(first["base"]).exists()
+        second = json.loads(state_file.read_text())
+        assert pid_alive(second["pg_pid"]) and pid_alive(second["redis_pid"])
+    finally:
+        assert locklab("servers", "down", results=results, **env).returncode == 0

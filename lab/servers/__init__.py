@@ -204,22 +204,23 @@ def servers_up() -> Servers:
     """Start embedded PostgreSQL and Redis and leave them running (recorded by PID)."""
     if (kept := kept_servers()) is not None:
         return kept
+    servers_down()  # a state file whose servers half died: stop the survivor first
     servers = Servers()
     try:
         pg, redis = _start_embedded(servers, True, True)
+        assert pg is not None and redis is not None
+        state = {
+            "base": str(pg.base),
+            "pg": {**pg.server().info.to_json(), "dsn": pg.server().dsn, "log": str(pg.log)},
+            "redis": {**redis.server().info.to_json(), "url": redis.server().url},
+            "pg_pid": pg.pid,
+            "redis_pid": redis.pid,
+            "pg_bindir": str(pg.bindir),
+        }
+        write_json(state_path(), state)  # until it is written, they are this command's
     except BaseException:
         servers.close()
         raise
-    assert pg is not None and redis is not None
-    state = {
-        "base": str(pg.base),
-        "pg": {**pg.server().info.to_json(), "dsn": pg.server().dsn, "log": str(pg.log)},
-        "redis": {**redis.server().info.to_json(), "url": redis.server().url},
-        "pg_pid": pg.pid,
-        "redis_pid": redis.pid,
-        "pg_bindir": str(pg.bindir),
-    }
-    write_json(state_path(), state)
     servers.stops.clear()  # kept: `servers down` stops them
     return kept_servers() or servers
 
@@ -229,7 +230,10 @@ def servers_down() -> list[str]:
     path = state_path()
     if not path.exists():
         return []
-    state = json.loads(path.read_text())
+    try:
+        state = json.loads(path.read_text())
+    except (ValueError, OSError) as exc:
+        raise LabError(f"{path}: unreadable state file ({exc}); remove it") from None
     stopped = []
     if pid_alive(int(state.get("pg_pid", 0))):
         kept = EmbeddedPostgres(Path(state["base"]), Path(state["pg_bindir"]), "", "")
@@ -252,7 +256,8 @@ def kept_servers() -> Servers | None:
     try:
         state: dict[str, Any] = json.loads(path.read_text())
         alive = pid_alive(int(state["pg_pid"])) and pid_alive(int(state["redis_pid"]))
-    except (ValueError, KeyError, OSError):
+        alive = alive and isinstance(state["pg"], dict) and isinstance(state["redis"], dict)
+    except (ValueError, KeyError, TypeError, OSError):
         alive = False
     if not alive:
         return None

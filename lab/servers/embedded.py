@@ -197,6 +197,7 @@ class EmbeddedPostgres:
             opts = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1"
             cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-w", "-t", "30"]
             cmd += ["-l", str(self.log), "-o", opts, "start"]
+            seen = _log_size(self.log)
             out = subprocess.run(
                 _as_server_user(cmd),
                 capture_output=True,
@@ -208,7 +209,7 @@ class EmbeddedPostgres:
             if out.returncode == 0:
                 self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
                 return
-            log = self.log.read_text(errors="replace") if self.log.exists() else ""
+            log = _log_since(self.log, seen)
             if "already in use" not in log and "could not bind" not in log:
                 raise LabError(f"PostgreSQL did not start: {log.strip().splitlines()[-1:]}")
         raise LabError(f"PostgreSQL did not start after {START_ATTEMPTS} port collisions")
@@ -305,6 +306,7 @@ class EmbeddedRedis:
 def _spawn_until_ready(args: list[str], ready: Callable[[], bool], log: Path, what: str) -> int:
     """Start a server in its own session and wait until `ready()`: its PID, or 0 when its
     port was taken (the caller picks another); any other failure is the log's last line."""
+    seen = _log_size(log)  # the log is appended to across attempts: read only this one's
     proc = subprocess.Popen(  # logs go to its file; inheriting our pipes would hold them open
         args,
         start_new_session=True,
@@ -312,16 +314,33 @@ def _spawn_until_ready(args: list[str], ready: Callable[[], bool], log: Path, wh
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and proc.poll() is None:
-        if ready():
-            return proc.pid
-        time.sleep(0.01)
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            if ready():
+                return proc.pid
+            time.sleep(0.01)
+    except BaseException:  # Ctrl-C while it starts: the caller has no PID to stop yet
+        stop_pid(proc.pid)
+        raise
     stop_pid(proc.pid)
-    text = log.read_text(errors="replace") if log.exists() else ""
+    text = _log_since(log, seen)
     if "in use" not in text:
         raise LabError(f"{what} did not start: {text.strip().splitlines()[-1:]}")
     return 0
+
+
+def _log_size(log: Path) -> int:
+    return log.stat().st_size if log.exists() else 0
+
+
+def _log_since(log: Path, offset: int) -> str:
+    """What a server wrote to `log` after `offset` bytes."""
+    if not log.exists():
+        return ""
+    with log.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
 
 
 def _accepts(port: int) -> bool:
