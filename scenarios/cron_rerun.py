@@ -543,18 +543,18 @@ def _of(count: int, trials: list[dict[str, Any]]) -> str:
 
 
 def _lock_stops_concurrent(variant: str) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
         ts = _trials(records[variant])
         inside = records[variant]["params"]["pod2_connect"] == "inside"
         during = [t for t in ts if t["pod2"]["arrived"] == BEFORE_CRASH]
         skipped = [t for t in during if t["pod2"]["result"] == "skipped"]
+        if inside and not during:
+            return None  # connecting inside the race, pod-2 never came in time: not exercised
         # Connected before the race, pod-2 always arrives in time: every trial must show it.
-        # Connecting inside the race it may arrive in none (then the claim is not exercised).
-        held = bool(ts) and len(skipped) == len(during) and (inside or len(during) == len(ts))
+        held = bool(during) and len(skipped) == len(during) and (inside or len(during) == len(ts))
         return held, (
             f"{variant}: pod-2 tried while pod-1 held the lock in {_of(len(during), ts)}"
             f" (pod2_connect={'inside' if inside else 'before'}) and skipped in {len(skipped)}"
-            + ("; not exercised" if not during else "")
         )
 
     return Claim(
@@ -589,12 +589,14 @@ def _unique_holds(variant: str) -> Claim:
 
 
 def _late_pod_bills(variant: str) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
         rec = records[variant]
         ts = _trials(rec)
         c = rec["evidence"].get("connect", {})
         both = [t for t in ts if t["pod2"]["result"] == "billed"]
         late = [t for t in both if t["pod2"]["arrived"] == AFTER_CRASH]
+        if c.get("pod2_connect") == "inside" and not both:
+            return None  # pod-2 always came in time: the late arrival was not exercised
         # Opened before the race, pod-2's connection costs nothing: both never bill. Opened
         # inside it, both bill exactly when pod-2 tries the lock after pod-1 has died.
         held = bool(ts) and len(late) == len(both)

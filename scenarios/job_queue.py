@@ -396,8 +396,10 @@ def _published_claims(records: Mapping[str, Record]) -> tuple[bool, str] | None:
 def _queues(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["buggy"]
     blocked = rec["outcomes"].get("blocked", 0)
-    return blocked == rec["knobs"]["n"] - 1, (
-        f"buggy: {rec['outcomes']} (every worker after the first waited)"
+    n = rec["knobs"]["n"]
+    return (
+        blocked == n - 1,
+        f"buggy: {rec['outcomes']} ({blocked} of the {n - 1} later workers waited)",
     )
 
 
@@ -418,7 +420,7 @@ def _reclaimed(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     held = got == orphaned and first >= p["lease_ms"]
     return held, (
         f"fixed: {p['crash']} died holding {orphaned} jobs; {got} reclaimed, the first "
-        f"{first:.0f} ms after its claim began (lease {p['lease_ms']} ms); each ran once"
+        f"{first:.0f} ms after its claim began (lease {p['lease_ms']} ms)"
     )
 
 

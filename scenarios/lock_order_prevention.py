@@ -567,16 +567,21 @@ def _freeze(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     return _out(rec) == want and len(left) == frozen, seen
 
 
+def _one_cycle_per_pair(rec: Record) -> bool:
+    """The detector found exactly the cycles of the pairs that lock in opposite order."""
+    found = {frozenset(c["members"]) for c in _cycles(rec)}
+    return found == {frozenset((_name(2 * k), _name(2 * k + 1))) for k in range(_pairs(rec))}
+
+
 def _cycles_named(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     rec = records["buggy"]
     if not _pairs(rec):
         return None  # one worker alone: no pair, nothing to collide
     found = {frozenset(c["members"]) for c in _cycles(rec)}
-    want = {frozenset((_name(2 * k), _name(2 * k + 1))) for k in range(_pairs(rec))}
     agree = all(c["redis_agrees"] for c in _cycles(rec))
     first = _cycles(rec)[0]["waits"] if _cycles(rec) else []
-    seen = f"buggy: {len(found)} cycles of {len(want)} pairs, Redis agrees: {agree}; e.g. {first}"
-    return found == want and agree, seen
+    seen = f"buggy: {len(found)} cycles of {_pairs(rec)} pairs, Redis agrees: {agree}; e.g. {first}"
+    return _one_cycle_per_pair(rec) and agree, seen
 
 
 def _no_false_cycle(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -606,7 +611,8 @@ def _timeout_is_a_net(records: Mapping[str, Record]) -> tuple[bool, str] | None:
         f"{_line(rec)}; first lock_timeout after {first:.0f} ms (lock_timeout {wait_ms:.0f} ms); "
         f"detector saw {len(_cycles(rec))} cycles of {_pairs(rec)} pairs"
     )
-    return (failed >= _pairs(rec) and _out(rec).get("timeout", 0) == 0 and first >= wait_ms), seen
+    nets = failed >= _pairs(rec) and _out(rec).get("timeout", 0) == 0 and first >= wait_ms
+    return nets and _one_cycle_per_pair(rec), seen
 
 
 def _trylock(records: Mapping[str, Record]) -> tuple[bool, str] | None:

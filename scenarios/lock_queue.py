@@ -324,8 +324,10 @@ def _dml_beside_dml(variant: str) -> Claim:
         ev = _ev(records[variant])
         granted = {(r["pid"], r["mode"]) for r in ev["dml_locks"] if r["granted"]}
         pids = [d["pid"] for d in ev["dml"]]
-        held = all((p, "RowExclusiveLock") in granted for p in pids) and all(
-            d["blocked_by"] is None for d in ev["dml"]
+        held = (
+            all((p, "RowExclusiveLock") in granted for p in pids)
+            and (ev["pids"]["root"], "RowShareLock") in granted  # the root's FOR UPDATE
+            and all(d["blocked_by"] is None for d in ev["dml"])
         )
         modes = ", ".join(f"{p} {m}" for p, m in sorted(granted))
         return held, f"{variant}: granted on orders at once: {modes}; neither UPDATE waited"

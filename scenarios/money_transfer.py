@@ -301,14 +301,18 @@ def _jitter_cuts_failures(records: Mapping[str, Record]) -> tuple[bool, str] | N
 
 
 def _fixed_never_retries_business(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Counted from attempts, not from what the retry loop says it retried: every attempt
+    beyond one per transfer must be the retry of a concurrency error."""
     rec = records["fixed"]
     business = rec["outcomes"].get("insufficient_funds", 0)
-    retried = _retried(rec)
-    if not business and set(retried) <= set(RETRYABLE):
+    if not business:
         return None  # no business error in this run (try -p amount=150000)
-    return set(retried) <= set(RETRYABLE), (
-        f"fixed: insufficient_funds={business}, attempts={_attempts(rec)}, "
-        f"retried {retried or 'nothing'}"
+    retried = _retried(rec)
+    concurrency = sum(v for k, v in retried.items() if k in RETRYABLE)
+    extra = _attempts(rec) - rec["knobs"]["n"]
+    return extra == concurrency and set(retried) <= set(RETRYABLE), (
+        f"fixed: insufficient_funds={business}, attempts={_attempts(rec)} for "
+        f"{rec['knobs']['n']} transfers, retried {retried or 'nothing'}"
     )
 
 

@@ -113,7 +113,9 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
         fence_a = None
         if a_proceeds:
             fence_a = await _fence(env, primary, storage_fence)
-            holders.append({"who": "A", "server": "primary", "fence": fence_a})
+            holders.append(
+                {"who": "A", "server": "primary", "fence": fence_a, "granted": bool(got)}
+            )
             env.trace("A", "got lock", fence=fence_a)
             await _write(env, "A", fence_a)
 
@@ -129,7 +131,9 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
         got_b = await replica.set(LOCK, token_b, nx=True, px=LEASE_MS)
         env.trace("B", "SET NX PX on the promoted replica", ok=bool(got_b))
         fence_b = await _fence(env, replica, storage_fence)
-        holders.append({"who": "B", "server": "promoted replica", "fence": fence_b})
+        holders.append(
+            {"who": "B", "server": "promoted replica", "fence": fence_b, "granted": bool(got_b)}
+        )
         env.trace("B", "got lock", fence=fence_b)
         env.outcome("wrote" if await _write(env, "B", fence_b) else "write_rejected")
 
@@ -166,9 +170,9 @@ async def invariant(env: Env) -> list[Check]:
 
 def _two_holders_same_fence(records: Mapping[str, Record]) -> tuple[bool, str]:
     ev = records["buggy"]["evidence"]
-    holders = ev.get("holders", [])
+    holders = [h for h in ev.get("holders", []) if h.get("granted")]  # SET NX said OK
     repeated = ev.get("fence_a") is not None and ev.get("fence_a") == ev.get("fence_b")
-    return len(holders) == 2 and repeated, f"buggy: holders {holders}"
+    return len(holders) == 2 and repeated, f"buggy: SET NX granted to {holders}"
 
 
 def _storage_fence_orders(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -181,7 +185,7 @@ def _storage_fence_orders(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 def _wait_refuses(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["fixed-wait"]
-    holders = rec["evidence"].get("holders", [])
+    holders = [h for h in rec["evidence"].get("holders", []) if h.get("granted")]
     return rec["outcomes"] == {"wrote": 1, "lock_not_replicated": 1} and len(holders) == 1, (
         f"fixed-wait: {rec['outcomes']}, holders {holders}"
     )
