@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from scenarios.locked_limit import SCENARIO
+import asyncpg
+
+from lab.servers import Servers
+from scenarios.locked_limit import CHANGES, PICK, SCENARIO
 from tests.conftest import RunFn
 
 
@@ -40,3 +44,33 @@ async def test_locking_limit_reads_behind_a_writer(run_scenario: RunFn) -> None:
     assert records["fixed"]["outcomes"] == {"ok": 3}
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert len(verdicts) == len(SCENARIO.claims) and all(c["held"] for c in verdicts), verdicts
+
+
+async def test_skip_locked_outside_the_limit_still_comes_back_short(servers: Servers) -> None:
+    """Why the fix also moves the lock in the subquery shape (docstring): SKIP LOCKED on the
+    outer query alone skips job 1, which the subquery's LIMIT has already picked: 2 rows."""
+    assert servers.pg is not None
+    admin = await asyncpg.connect(servers.pg.dsn)
+    name = f"locklab_ll_{uuid.uuid4().hex[:8]}"
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        writer = await asyncpg.connect(servers.pg.dsn, database=name)
+        reader = await asyncpg.connect(servers.pg.dsn, database=name)
+        try:
+            await writer.execute(
+                "CREATE TABLE jobs (id int PRIMARY KEY, prio int NOT NULL, status text NOT NULL);"
+                "INSERT INTO jobs SELECT i, i * 10, 'new' FROM generate_series(1, 6) i"
+            )
+            await writer.execute("BEGIN")
+            await writer.execute(CHANGES["delete"])
+            rows = await reader.fetch(
+                f"SELECT id, prio FROM jobs WHERE id IN ({PICK}) ORDER BY prio "
+                "FOR UPDATE SKIP LOCKED"
+            )
+            assert [r["id"] for r in rows] == [2, 3]
+        finally:
+            await writer.close()
+            await reader.close()
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
