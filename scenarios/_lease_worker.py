@@ -22,17 +22,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lab.redislock import COMPARE_AND_DELETE
+
 if TYPE_CHECKING:
     import asyncpg
     import redis.asyncio as aioredis
 
 INVOICE_ID = 42
 RELEASES = {"del": "plain DEL", "cad": "compare-and-delete", "get-del": "GET-then-DEL"}
-# The document's release script: atomic in Redis, "DEL only if the value is still mine".
-COMPARE_AND_DELETE = (
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) "
-    "else return 0 end"
-)
 WRITE_PLAIN = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42"
 WRITE_FENCED = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42 AND fence < $1"
 

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from lab.claims import Claim, Record
 from lab.errors import LabError
 from lab.outcome import notation
+from lab.redislock import COMPARE_AND_DELETE
 from lab.scenario import Check, Defaults, Env, Scenario
 
 if TYPE_CHECKING:
@@ -67,9 +68,6 @@ STALE_TTL_S = 86_400
 CONNECT_CONCURRENCY = 50
 OBSERVERS = 4  # connections for the lab's INFO cpu and PTTL probes and the flights
 PROBE_DELAY_S = 0.05  # after a failed rebuild, when the lab asks the server the lock's TTL
-RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-)
 DEMAND_MET = 0.8  # share of the poll demand that counts as met
 SATURATED = 0.8  # CPU seconds per second of window: one core (nearly) busy
 
@@ -283,7 +281,7 @@ async def _rebuild_once(env: Env, actor: int) -> bytes:
             return value
         finally:
             env.add("redis_eval")
-            released = await env.redis.eval(RELEASE, 1, env.key(LOCK), token)
+            released = await env.redis.eval(COMPARE_AND_DELETE, 1, env.key(LOCK), token)
             env.add("lock_released" if released else "lock_expired_before_release")
     rng = env.rng(-1 - actor)
     for _ in range(env.params["max_polls"]):  # another process rebuilds: bounded wait

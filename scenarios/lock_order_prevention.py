@@ -68,6 +68,7 @@ from typing import TYPE_CHECKING, Any
 from lab.claims import Claim, Record, invariants_hold
 from lab.errors import LabError
 from lab.outcome import notation
+from lab.redislock import COMPARE_AND_DELETE
 from lab.scenario import Check, Defaults, Env, Scenario
 
 if TYPE_CHECKING:
@@ -86,9 +87,6 @@ OBSERVE_MS = 10.0
 ACTOR_TIMEOUT_S = 2.0  # the harness's hard limit: what ends the freeze
 INITIAL_BALANCE = 1000
 COARSE = "transfer-system"
-RELEASE = (
-    "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-)
 
 
 # --- the document's two checkers, pure Python ------------------------------------------
@@ -435,7 +433,7 @@ async def _release(env: Env, worker: int, resource: str, token: str) -> None:
     st = _st(env)
     if st.holders.get(resource, (None, ""))[1] == token:
         del st.holders[resource]
-    released = await env.redis.eval(RELEASE, 1, env.key(f"lock:{resource}"), token)
+    released = await env.redis.eval(COMPARE_AND_DELETE, 1, env.key(f"lock:{resource}"), token)
     env.trace(_name(worker), "released" if released else "lease lost", resource=resource)
 
 

@@ -31,7 +31,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.redislock import COMPARE_AND_DELETE
 from lab.scenario import Check, Defaults, Env, Scenario
+from scenarios._lease_worker import WRITE_FENCED
 
 LOCK = "lock:invoice:42"
 FENCE = "lock:invoice:42:fence"
@@ -39,7 +41,6 @@ FENCES_BEFORE = 5  # earlier holders, replicated before the incident
 LEASE_MS = 10_000  # A believes it holds the lock this long
 WAIT_MS = 200  # fixed-wait: how long to wait for a replica's acknowledgement
 UNREACHABLE_PORT = 1  # privileged, nothing listens: the replica's link stays down
-WRITE = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42 AND fence < $1"
 
 
 async def setup(env: Env) -> None:
@@ -76,7 +77,7 @@ async def _fence(env: Env, r: aioredis.Redis, from_storage: bool) -> int:
 
 
 async def _write(env: Env, who: str, fence: int) -> int:
-    status = await env.db.execute(WRITE, fence, f"from {who}")
+    status = await env.db.execute(WRITE_FENCED, fence, f"from {who}")
     rows = int(status.split()[-1])
     env.trace(who, "write", fence=fence, rows=rows)
     return rows
@@ -102,12 +103,7 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
             acked = int(await primary.wait(1, WAIT_MS))
             env.trace("A", "WAIT 1", replicas_acked=acked)
             if acked == 0:
-                await primary.eval(
-                    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
-                    1,
-                    LOCK,
-                    token_a,
-                )
+                await primary.eval(COMPARE_AND_DELETE, 1, LOCK, token_a)
                 env.trace("A", "lock not replicated: released, not proceeding")
         a_proceeds = not wait_for_replica or acked > 0
         fence_a = None
