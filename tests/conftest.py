@@ -80,6 +80,14 @@ def run_scenario(servers: Servers) -> RunFn:
     return run
 
 
+def assert_all_held(verdicts: list[dict[str, Any]]) -> None:
+    """Some claims were judged, and every one held (an empty list is a failure: a run that
+    judged nothing proves nothing)."""
+    assert verdicts, "no claim was judged"
+    failed = [v for v in verdicts if not v["held"]]
+    assert not failed, failed
+
+
 def claims_of(record: dict[str, Any]) -> dict[str, list[bool]]:
     """Claim id -> verdicts in one record (an id may be checked by several claims)."""
     out: dict[str, list[bool]] = {}

@@ -7,7 +7,7 @@ import pytest
 from lab.servers import Servers
 from scenarios.advisory_pgbouncer import SCENARIO, WARNING
 from scenarios.checkout_deadlock import SCENARIO as CHECKOUT
-from tests.conftest import RunFn
+from tests.conftest import RunFn, assert_all_held
 
 
 @pytest.fixture(autouse=True)
@@ -25,7 +25,7 @@ async def test_session_lock_leaks_through_transaction_mode(run_scenario: RunFn) 
     assert ev["job_server_pid"] == ev["other_server_pid"]
     assert [lock["pid"] for lock in ev["advisory_locks_after_job"]] == [ev["job_server_pid"]]
     assert not rec["invariants"][0]["held"]
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
 
 
 async def test_xact_lock_is_safe_behind_transaction_mode(run_scenario: RunFn) -> None:
@@ -35,7 +35,7 @@ async def test_xact_lock_is_safe_behind_transaction_mode(run_scenario: RunFn) ->
     assert rec["evidence"]["advisory_locks_after_job"] == []
     assert rec["evidence"]["unlock_warnings"] == []
     assert all(i["held"] for i in rec["invariants"])
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
 
 
 async def test_actors_can_connect_through_pgbouncer(run_scenario: RunFn) -> None:

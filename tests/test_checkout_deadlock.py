@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from scenarios.checkout_deadlock import SCENARIO
-from tests.conftest import RunFn
+from tests.conftest import RunFn, assert_all_held
 
 # Two carts in opposite order with a long pause between the updates: each takes its first
 # row lock long before the other asks for it, so the cycle is forced, not left to chance.
@@ -36,7 +36,7 @@ async def test_fixes_never_deadlock(run_scenario: RunFn, variant: str) -> None:
     assert rec["outcomes"] == {"ok": 2}
     assert rec["evidence"]["pg_stat_deadlocks"] == 0
     assert rec["evidence"]["deadlocks"]["reports"] == 0
-    assert all(c["held"] for c in rec["claims"])
+    assert_all_held(rec["claims"])
 
 
 async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:

@@ -236,6 +236,7 @@ def _wait_for_lock_waiters(dsn: str) -> tuple[str, int]:
                 if waiting:
                     break
                 await asyncio.sleep(0.05)
+            assert waiting, "no actor was ever seen waiting on a lock: the run was not mid-flight"
             pid = int((Path(data_dir) / "postmaster.pid").read_text().split()[0])
             return str(data_dir), pid
         finally:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scenarios.id_sort_order import SCENARIO, js_default_sort
-from tests.conftest import RunFn
+from tests.conftest import RunFn, assert_all_held
 
 # One app-path and one SQL-path transfer, 200 ms of other logic between the app path's two
 # locks: the app path holds 10 long before the SQL path (which waits 100 ms) asks for it.
@@ -32,4 +32,4 @@ async def test_numeric_order_everywhere(run_scenario: RunFn) -> None:
     records = await run_scenario(SCENARIO, n=2, deadlock_timeout_ms=100, params=FORCED)
     assert records["fixed"]["outcomes"] == {"ok": 2}
     assert records["fixed"]["evidence"]["pg_stat_deadlocks"] == 0
-    assert all(c["held"] for r in records.values() for c in r["claims"])
+    assert_all_held([c for r in records.values() for c in r["claims"]])

@@ -12,7 +12,7 @@ import pytest
 
 from lab.errors import LabError
 from scenarios.job_queue import SCENARIO
-from tests.conftest import RunFn, claims_of
+from tests.conftest import RunFn, assert_all_held, claims_of
 
 TEN = {
     "worker-1": "[1001, 1002, 1003 ... 1010]",
@@ -63,7 +63,7 @@ async def test_defaults_reproduce_the_document(run_scenario: RunFn) -> None:
     assert records["fixed"]["counters"]["double_claimed"] == 0
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert {c["id"] for c in verdicts} == {"LC-16", "LC-17"}
-    assert all(c["held"] for c in verdicts), [c for c in verdicts if not c["held"]]
+    assert_all_held(verdicts)
     for variant in ("buggy", "fixed"):
         assert all(invariants(records[variant]).values()), variant
 

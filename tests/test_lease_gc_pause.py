@@ -14,7 +14,7 @@ from lab.runner import RunPlan, run_plan
 from lab.servers import Servers
 from lab.timeline import render
 from scenarios.lease_gc_pause import SCENARIO, TTL_MS
-from tests.conftest import RunFn, knobs_for
+from tests.conftest import RunFn, assert_all_held, knobs_for
 
 Records = dict[str, dict[str, Any]]
 # The document's trace, as (who, what, value): got lock -> fence, release -> result.
@@ -146,14 +146,14 @@ async def test_sleep_mode_gives_the_same_trace(run_scenario: RunFn) -> None:
     assert steps(records["buggy"]) == PUBLISHED_DEL
     assert steps(records["fixed"]) == PUBLISHED_CAD
     assert event(records["fixed"], "A", "stall")["how"].startswith("await")
-    assert all(c["held"] for r in records.values() for c in r["claims"])
+    assert_all_held([c for r in records.values() for c in r["claims"]])
 
 
 async def test_longer_ttl_still_overlaps(run_scenario: RunFn) -> None:
     """DL-13: TTL 1000 ms and a 1200 ms pause: the overlap and the fencing are the same."""
     rec = (await run_scenario(SCENARIO, ["fixed"], params=SCENARIO.cases["ttl-1000"]))["fixed"]
     assert steps(rec) == PUBLISHED_CAD
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
     assert rec["evidence"]["final_row"]["body"] == "from B"
 
 
@@ -169,7 +169,7 @@ async def test_ttl_above_the_pause_avoids_this_overlap(run_scenario: RunFn) -> N
     ]
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert {c["id"] for c in verdicts} == {"DL-13"}  # the claims made for this case
-    assert all(c["held"] for c in verdicts), verdicts
+    assert_all_held(verdicts)
     left = {c["id"]: c["why"] for r in records.values() for c in r["claims_not_judged"]}
     assert left["DL-11"].startswith("about other settings")  # DL-11 is about the defaults
 

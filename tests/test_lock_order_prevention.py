@@ -18,7 +18,7 @@ from scenarios.lock_order_prevention import (
     LockLevel,
     WaitForGraph,
 )
-from tests.conftest import RunFn, claims_of
+from tests.conftest import RunFn, assert_all_held, claims_of
 
 DP_IDS = {f"DP-{i}" for i in range(1, 8)}
 FREEZE_S = 1.0  # a shorter hard limit where only the freeze is looked at
@@ -113,4 +113,4 @@ async def test_a_worker_without_partner_is_not_frozen(run_scenario: RunFn) -> No
     rec = (await run_scenario(SCENARIO, ["buggy"], n=3, actor_timeout_s=FREEZE_S))["buggy"]
     assert rec["outcomes"] == {"ok": 1, "timeout": 2}
     assert [c["members"] for c in rec["evidence"]["wait_for_cycles"]] == [["worker-0", "worker-1"]]
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])

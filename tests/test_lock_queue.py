@@ -8,7 +8,7 @@ import pytest
 
 from lab.errors import LabError
 from scenarios.lock_queue import ALTER_SQL, READ_SQL, ROOT_SQL, SCENARIO, TIMEOUT_TEXT
-from tests.conftest import RunFn
+from tests.conftest import RunFn, assert_all_held
 
 READERS = SCENARIO.params["readers"]
 
@@ -50,7 +50,7 @@ async def test_buggy_tree_rooted_at_the_idle_transaction(run_scenario: RunFn) ->
         assert r["ended_ms"] > ev["terminated_at_ms"]
     assert ev["roots"] == [{"pid": pids["root"], "state": "idle in transaction"}]
     assert ev["blocking_tree_after"] == []
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
 
 
 async def test_fixed_alter_gives_up_and_selects_never_queue(run_scenario: RunFn) -> None:
@@ -65,7 +65,7 @@ async def test_fixed_alter_gives_up_and_selects_never_queue(run_scenario: RunFn)
         assert r["blocked_by"] is None
         assert r["ended_ms"] < ev["terminated_at_ms"]
     assert [r["pid"] for r in ev["blocking_tree"]] == [ev["pids"]["root"], ev["pids"]["updater"]]
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
 
 
 async def test_dml_beside_dml_on_one_table(run_scenario: RunFn) -> None:

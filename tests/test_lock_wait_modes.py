@@ -8,7 +8,7 @@ import pytest
 
 from lab.errors import LabError
 from scenarios.lock_wait_modes import LOCKS, SCENARIO, TIMEOUT_TEXT
-from tests.conftest import RunFn, claims_of
+from tests.conftest import RunFn, assert_all_held, claims_of
 
 HOLD_MS = SCENARIO.params["hold_ms"]
 LOCK_TIMEOUT_MS = SCENARIO.params["lock_timeout_ms"]
@@ -45,7 +45,7 @@ async def test_defaults_every_mode_for_row_and_table(run_scenario: RunFn) -> Non
         assert attempts(timed)[lock]["wait_ms"] >= LOCK_TIMEOUT_MS
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert len({c["text"] for c in verdicts}) == len(SCENARIO.claims)
-    assert all(c["held"] for c in verdicts), verdicts
+    assert_all_held(verdicts)
 
 
 async def test_trace_orders_hold_block_commit_answer(run_scenario: RunFn) -> None:

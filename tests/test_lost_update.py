@@ -13,7 +13,7 @@ import pytest
 
 from lab.errors import LabError
 from scenarios.lost_update import SCENARIO
-from tests.conftest import RunFn, claims_of
+from tests.conftest import RunFn, assert_all_held, claims_of
 
 FIXES = ("fixed", "fixed-for-update", "fixed-optimistic")
 
@@ -50,7 +50,7 @@ async def test_defaults_reproduce_the_document(run_scenario: RunFn) -> None:
         assert all(invariants(records[variant]).values()), variant
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert {c["id"] for c in verdicts} == {"LC-4", "LC-5", "LC-6", "LC-7"}
-    assert all(c["held"] for c in verdicts), [c for c in verdicts if not c["held"]]
+    assert_all_held(verdicts)
 
 
 async def test_buggy_both_read_one_before_either_writes(run_scenario: RunFn) -> None:

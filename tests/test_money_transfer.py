@@ -6,7 +6,7 @@ from typing import Any
 
 from lab.claims import judge_trials
 from scenarios.money_transfer import INITIAL_BALANCE, SCENARIO
-from tests.conftest import RunFn, claims_of
+from tests.conftest import RunFn, assert_all_held, claims_of
 
 # Two opposite transfers with a long fraud pause: each takes its first row lock long before
 # either asks for its second, so the cycle is forced, not left to chance.
@@ -40,7 +40,7 @@ async def test_fixed_same_interleaving_no_deadlock(run_scenario: RunFn) -> None:
     assert rec["evidence"]["pg_stat_deadlocks"] == 0
     assert rec["evidence"]["deadlocks"]["reports"] == 0
     assert rec["evidence"]["balances"] == {"1": INITIAL_BALANCE, "2": INITIAL_BALANCE}
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
 
 
 async def test_business_error_retried_by_buggy_only(run_scenario: RunFn) -> None:

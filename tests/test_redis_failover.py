@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from scenarios.redis_failover import SCENARIO
-from tests.conftest import RunFn
+from tests.conftest import RunFn, assert_all_held
 
 
 async def test_failover_loses_the_lock_and_repeats_the_fence(run_scenario: RunFn) -> None:
@@ -14,7 +14,7 @@ async def test_failover_loses_the_lock_and_repeats_the_fence(run_scenario: RunFn
     assert ev["fence_a"] == ev["fence_b"] == 6
     assert rec["outcomes"] == {"write_rejected": 1, "stale_write_rejected": 1}
     assert not rec["invariants"][0]["held"]
-    assert all(c["held"] for c in rec["claims"]), rec["claims"]
+    assert_all_held(rec["claims"])
 
 
 async def test_storage_fence_and_wait_protect_the_invoice(run_scenario: RunFn) -> None:
@@ -26,4 +26,4 @@ async def test_storage_fence_and_wait_protect_the_invoice(run_scenario: RunFn) -
     assert waited["outcomes"] == {"wrote": 1, "lock_not_replicated": 1}
     for rec in (fixed, waited):
         assert all(i["held"] for i in rec["invariants"])
-        assert all(c["held"] for c in rec["claims"]), rec["claims"]
+        assert_all_held(rec["claims"])

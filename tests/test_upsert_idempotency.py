@@ -12,7 +12,7 @@ import pytest
 
 from lab.errors import LabError
 from scenarios.upsert_idempotency import KEY, SCENARIO
-from tests.conftest import RunFn, claims_of
+from tests.conftest import RunFn, assert_all_held, claims_of
 
 
 def invariants(rec: dict[str, Any]) -> dict[str, bool]:
@@ -44,7 +44,7 @@ async def test_defaults_every_claim_holds(run_scenario: RunFn) -> None:
     assert fixed["evidence"]["replayed"] == fixed["evidence"]["response"]
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert {c["id"] for c in verdicts} == {"LC-18", "LC-19", "LC-20", "LC-21"}
-    assert all(c["held"] for c in verdicts), [c for c in verdicts if not c["held"]]
+    assert_all_held(verdicts)
 
 
 async def test_on_conflict_waiter_blocks_then_gets_no_row(run_scenario: RunFn) -> None:
@@ -78,7 +78,7 @@ async def test_three_racers(run_scenario: RunFn) -> None:
     assert records["buggy-merge"]["outcomes"]["23505"] == 2
     assert records["fixed"]["outcomes"]["in_progress"] == 2
     assert records["fixed"]["samples"]["views_returned"]["max"] == 3
-    assert all(c["held"] for r in records.values() for c in r["claims"])
+    assert_all_held([c for r in records.values() for c in r["claims"]])
 
 
 async def test_one_request_is_no_race(run_scenario: RunFn) -> None:

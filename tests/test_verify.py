@@ -41,6 +41,7 @@ from lab.verify import (
     verify_plan,
     verify_recorded,
 )
+from tests.conftest import assert_all_held
 
 ROOT = Path(__file__).resolve().parent.parent
 LAB = [sys.executable, "-m", "lab.cli"]
@@ -526,7 +527,7 @@ def test_run_records_carry_the_claims_they_could_not_judge() -> None:
     assert "verify needs 2 of 3 trials" in buggy["most checkouts fail with 40P01"]["note"]
     assert [n["id"] for n in records["buggy"]["claims_not_judged"]] == ["DL-4"]
     assert records["fixed"]["claims_not_judged"] == []  # DL-4 is about buggy
-    assert all(c["held"] for c in records["fixed"]["claims"])
+    assert_all_held(records["fixed"]["claims"])
 
 
 def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
