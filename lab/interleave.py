@@ -95,22 +95,6 @@ async def task_or_blocked(
     return await done_or_blocked(db, pid, done, timeout=timeout, what=what)
 
 
-async def wait_blocked(
-    db: Fetcher, pids: Collection[int], *, timeout: float = TIMEOUT_S
-) -> dict[int, list[int]]:
-    """Wait until every one of `pids` waits on a lock; each with the pids blocking it."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        waits = await lock_waiters(db, pids)
-        if set(pids) <= set(waits):
-            return waits
-        if loop.time() > deadline:
-            missing = sorted(set(pids) - set(waits))
-            raise InterleaveTimeout(f"pids {missing} not blocked on a lock after {timeout} s")
-        await asyncio.sleep(POLL_S)
-
-
 class Rendezvous:
     """A barrier for `parties` sessions at named `points`, safe when a party blocks on a lock.
 

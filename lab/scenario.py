@@ -104,8 +104,8 @@ class Scenario:
         out: list[str] = []
         inside = False
         for line in lines:
-            head, _, rest = line.partition(":")
-            if head.strip() and not line.startswith(" ") and rest is not None and _ == ":":
+            head, colon, rest = line.partition(":")
+            if colon and head.strip() and not line.startswith(" "):
                 if inside:
                     break
                 if head.strip() == name:

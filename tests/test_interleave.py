@@ -15,7 +15,6 @@ from lab.interleave import (
     done_or_blocked,
     lock_waiters,
     task_or_blocked,
-    wait_blocked,
 )
 from lab.servers import Servers
 
@@ -122,7 +121,7 @@ async def test_a_party_that_never_comes_is_a_loud_timeout(db: asyncpg.Pool) -> N
         await rv.arrive(0, "read")
 
 
-async def test_done_or_blocked_and_wait_blocked_name_the_blocker(
+async def test_done_or_blocked_names_the_blocker(
     db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """A session waiting on a row lock is reported with the pid holding it; a done event wins."""
@@ -134,7 +133,7 @@ async def test_done_or_blocked_and_wait_blocked_name_the_blocker(
     never = asyncio.Event()
     by = await done_or_blocked(db, waiter.get_server_pid(), never, timeout=5)
     assert by == [holder.get_server_pid()]
-    waits = await wait_blocked(db, [waiter.get_server_pid()], timeout=5)
+    waits = await lock_waiters(db, [waiter.get_server_pid()])
     assert waits == {waiter.get_server_pid(): [holder.get_server_pid()]}
     assert await lock_waiters(db, [holder.get_server_pid()]) == {}
     await tx.commit()
