@@ -131,7 +131,11 @@ class Pod:
         pod = cls(env, job, proc)
         # The job goes over stdin, so a password never shows in argv or the environment.
         config = {"dsn": env.dsn, "login": dict(login), "job": job.to_json(), "lazy": lazy}
-        await pod.send(json.dumps(config))
+        try:
+            await pod.send(json.dumps(config))
+        except BaseException:  # not yet in the trial's list of pods: stop it here
+            await pod.kill()
+            raise
         return pod
 
     async def started(self) -> None:
