@@ -291,6 +291,9 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             "claims": [],
         }
     finally:
+        for conn in env.connections if env is not None else []:
+            if not conn.is_closed():
+                conn.terminate()
         for cleanup in reversed(env.cleanups if env is not None else []):
             with contextlib.suppress(Exception):
                 await asyncio.to_thread(cleanup)

@@ -154,6 +154,9 @@ class Env:
         self.events: list[dict[str, Any]] = []
         self.extra_evidence: dict[str, Any] = {}
         self.cleanups: list[Callable[[], None]] = []  # run by the harness after the run
+        # every connection connect()/connect_via() opened: the harness terminates those a
+        # scenario left open (an error between two connects, say) when the run ends
+        self.connections: list[asyncpg.Connection] = []
         self.t0 = time.perf_counter()
 
     @property
@@ -171,17 +174,21 @@ class Env:
 
     async def connect(self, **kwargs: Any) -> asyncpg.Connection:
         """A new connection to the run's database, with the run's settings."""
-        return await asyncpg.connect(self.dsn, **kwargs)
+        conn: asyncpg.Connection = await asyncpg.connect(self.dsn, **kwargs)
+        self.connections.append(conn)
+        return conn
 
     async def connect_via(self, pool_mode: str, **kwargs: Any) -> asyncpg.Connection:
         """A connection to the run's database through PgBouncer in `pool_mode`
         ("transaction" or "session"); prepared statements off, as transaction mode needs."""
         if pool_mode not in self.pgbouncer:
             raise ScenarioFailure(f"{self.scenario}: no PgBouncer in {pool_mode} mode for this run")
-        return await asyncpg.connect(
+        conn: asyncpg.Connection = await asyncpg.connect(
             self.pgbouncer[pool_mode],
             **{"statement_cache_size": 0, **kwargs},
         )
+        self.connections.append(conn)
+        return conn
 
     async def redis_pair(self) -> RedisPair:
         """A fresh Redis primary + replica owned by this run (freeze, kill, promote at will);

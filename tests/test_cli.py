@@ -333,6 +333,31 @@ async def test_an_unexpected_error_in_a_scenario_names_it(servers: Servers) -> N
         await run_plan(plan, servers)
 
 
+async def test_connections_a_failing_scenario_left_open_are_closed(servers: Servers) -> None:
+    """A script that fails between two connects leaves nothing open: the harness
+    terminates every connection env.connect() handed out."""
+    from lab.errors import ScenarioFailure
+    from lab.runner import RunPlan, run_plan
+    from lab.scenario import Env, Scenario
+    from tests.conftest import knobs_for, pgbouncer_available
+
+    opened: list[asyncpg.Connection] = []
+
+    async def leaky(env: Env) -> None:
+        opened.append(await env.connect())
+        opened.append(await env.connect_via("transaction"))  # PgBouncer keeps its clients
+        raise RuntimeError("the second connect failed")
+
+    if not pgbouncer_available():
+        pytest.skip("PgBouncer not installed")
+    toy = Scenario(id="toy", doc="Toy.\n", kind="script", variants={"buggy": leaky},
+                   outcomes=("ok",), uses=frozenset({"pg", "pgbouncer"}))  # fmt: skip
+    plan = RunPlan(toy, ["buggy"], knobs_for(toy), {}, "t", write=False)
+    with pytest.raises(ScenarioFailure, match="the second connect failed"):
+        await run_plan(plan, servers)
+    assert len(opened) == 2 and all(c.is_closed() for c in opened)
+
+
 def test_a_missing_server_binary_is_one_line(tmp_path: Path) -> None:
     """LOCKLAB_REDIS_SERVER pointing nowhere: one line naming the problem, exit 2."""
     proc = locklab(
