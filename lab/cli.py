@@ -615,21 +615,22 @@ def verify(
                     results.append(across)
         summary = summarize(results, results[0].profile if results else profile)
         wall = time.perf_counter() - started
+        covered = coverage(results, SCENARIOS)
         if run_id and not no_record:
-            save_verdicts(run_id, results, summary)
+            save_verdicts(run_id, results, summary, covered, wall)
         if as_json:
             doc = {
                 "run_id": run_id or recorded,
                 "summary": summary.to_json(),
                 "wall_s": round(wall, 1),
-                "coverage": coverage(results, SCENARIOS),
+                "coverage": covered,
                 "scenarios": [r.to_json() for r in results],
             }
             sys.stdout.write(json.dumps(doc, default=str) + "\n")
         else:
             console = _tables()
             print_verdicts(console, results)
-            console.print(coverage(results, SCENARIOS), markup=False)
+            console.print(covered, markup=False)
             if run_id and not no_record:
                 console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
             print_summary(console, summary, wall)

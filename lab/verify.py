@@ -506,10 +506,22 @@ def merge_cases(results: Sequence[ScenarioVerdicts]) -> list[ScenarioVerdicts]:
     return list(merged.values())
 
 
-def save_verdicts(run_id: str, results: Sequence[ScenarioVerdicts], summary: Summary) -> Path:
-    """Write the verdicts beside the run's records (atomically), for `locklab report`."""
+def save_verdicts(
+    run_id: str,
+    results: Sequence[ScenarioVerdicts],
+    summary: Summary,
+    coverage_line: str = "",
+    wall_s: float | None = None,
+) -> Path:
+    """Write the verdicts beside the run's records (atomically), for `locklab report`,
+    with what verify printed at the end: the document coverage and the whole wall time."""
     path = results_root() / run_id / VERDICTS_FILE
-    data = {"summary": summary.to_json(), "scenarios": [r.to_json() for r in results]}
+    data = {
+        "summary": summary.to_json(),
+        "coverage": coverage_line,
+        "wall_s": None if wall_s is None else round(wall_s, 1),
+        "scenarios": [r.to_json() for r in results],
+    }
     return write_json(path, data)
 
 

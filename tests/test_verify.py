@@ -372,7 +372,8 @@ def test_verify_quick_checkout_then_recorded_tampered(servers: Servers, tmp_path
     assert " not held" in proc.stdout and "0 not held" in proc.stdout
     assert "\x1b[" not in proc.stdout
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    assert (run / "verify" / "verdicts.json").is_file()
+    saved = json.loads((run / "verify" / "verdicts.json").read_text())
+    assert saved["wall_s"] > 0 and saved["coverage"] in proc.stdout  # what it printed, kept
 
     again = locklab("verify", "--recorded", run.name, "--json", results=tmp_path)
     assert again.returncode == 0, again.stderr
