@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.diff import servers_text
-from lab.outcome import notation
-from lab.report import REDIS_HARNESS
+from lab.report import REDIS_HARNESS, measured_text
 from lab.results import load_run, run_folder, write_text
 from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, status_of
 
@@ -697,13 +696,6 @@ def _claims_html(claims: Sequence[Mapping[str, Any]], skipped: Sequence[Mapping[
     )
 
 
-def _measured_text(rec: Record) -> str:
-    s = f"{notation(rec.get('outcomes', {}))} in {float(rec.get('wall_ms', 0)):.0f} ms"
-    if "attempts" in (rec.get("counters") or {}):
-        s += f" attempts={rec['counters']['attempts']}"
-    return s
-
-
 def scenario_section(sc_id: str, recs: Sequence[Record], verdicts: ScenarioVerdicts | None) -> str:
     first = recs[0]
     variants = [str(r["variant"]) for r in recs]
@@ -730,7 +722,7 @@ def scenario_section(sc_id: str, recs: Sequence[Record], verdicts: ScenarioVerdi
         lat = r.get("latency_ms") or {}
         p = f"{lat.get('p50', 0):.0f} / {lat.get('p99', 0):.0f}" if lat else "-"
         rows.append(
-            f"<tr><td><b>{esc(r['variant'])}</b></td><td class='mono'>{esc(_measured_text(r))}</td>"
+            f"<tr><td><b>{esc(r['variant'])}</b></td><td class='mono'>{esc(measured_text(r))}</td>"
             f"<td class='num'>{p}</td><td>{inv_s}</td>"
             f"<td class='pub mono'>{esc(r.get('published') or '')}</td></tr>"
         )
@@ -899,7 +891,7 @@ def render(
         if len(cl) > h + bad:
             badge += f" <span class='note'>+{len(cl) - h - bad} not judged or not exercised</span>"
         outs = "<br>".join(
-            f"<b>{esc(r['variant'])}</b> <span class='mono'>{esc(_measured_text(r))}</span>"
+            f"<b>{esc(r['variant'])}</b> <span class='mono'>{esc(measured_text(r))}</span>"
             for r in recs
         )
         overview.append(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -20,7 +20,7 @@ def servers(console: Console, infos: Sequence[ServerInfo], notes: Sequence[str] 
         console.print(f"[dim]server[/dim] {info.line()}", highlight=False, soft_wrap=True)
 
 
-def headline(rec: dict[str, Any]) -> dict[str, Any]:
+def headline(rec: Mapping[str, Any]) -> dict[str, Any]:
     """The counters a scenario prints beside its outcomes (older records: attempts)."""
     if "headline" in rec:
         return dict(rec["headline"])
@@ -28,10 +28,20 @@ def headline(rec: dict[str, Any]) -> dict[str, Any]:
     return {"attempts": counters["attempts"]} if "attempts" in counters else {}
 
 
+def measured_text(rec: Mapping[str, Any]) -> str:
+    """`{"ok":4,"40P01":196} attempts=215 in 99403 ms`: outcomes, the scenario's headline
+    counters, wall time, in the documents' notation."""
+    return f"{_counts(rec)} in {float(rec.get('wall_ms', 0)):.0f} ms"
+
+
 def result_line(rec: dict[str, Any]) -> str:
-    """`buggy  {"ok":4,"40P01":196}  in 99403 ms`, the documents' notation."""
+    """`buggy  {"ok":4,"40P01":196}  in 99403 ms`, one line per variant."""
+    return f"{rec['variant']:<18} {_counts(rec)}  in {rec['wall_ms']:.0f} ms"
+
+
+def _counts(rec: Mapping[str, Any]) -> str:
     extra = "".join(f" {label}={value}" for label, value in headline(rec).items())
-    return f"{rec['variant']:<18} {notation(rec['outcomes'])}{extra}  in {rec['wall_ms']:.0f} ms"
+    return f"{notation(rec.get('outcomes', {}))}{extra}"
 
 
 def run_title(rec: dict[str, Any]) -> str:
@@ -72,8 +82,7 @@ def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
         cl = f"{held}/{len(claims)}" if claims else "-"
         if claims:
             cl = f"[green]{cl}[/green]" if held == len(claims) else f"[red]{cl}[/red]"
-        extra = "".join(f" {label}={value}" for label, value in headline(rec).items())
-        measured = f"{notation(rec['outcomes'])}{extra} in {rec['wall_ms']:.0f} ms"
+        measured = measured_text(rec)
         p = f"{lat.get('p50', 0):.0f}/{lat.get('p99', 0):.0f}" if lat else "-"
         table.add_row(rec["variant"], measured, p, inv, cl, rec.get("published") or "")
     console.print(table)

@@ -298,3 +298,11 @@ def test_claims_a_run_could_not_judge_are_listed_with_why() -> None:
     page = render([rec], "r")
     assert "not judged here" in page and "made for the published settings" in page
     assert "NOT HELD" not in page
+
+
+def test_measured_cells_carry_the_scenarios_headline_counters() -> None:
+    """The page's measured text is the terminal's: GETs and DB calls beside the outcomes."""
+    rec = make_record("buggy", {"ok": 500}, scenario="cache-stampede", wall_ms=545.0)
+    rec["headline"] = {"GETs": 2749, "DB calls": 1}
+    page = render([rec], "r")
+    assert "{&quot;ok&quot;:500} GETs=2749 DB calls=1 in 545 ms" in page
