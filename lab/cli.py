@@ -439,19 +439,26 @@ def bench(
     rounds: Annotated[int, typer.Option(help="Alternating lab/pgbench rounds (medians).")] = 3,
     pg_dsn: PgDsn = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
+    no_record: NoRecord = False,
 ) -> None:
     """Fixed checkout through the lab vs the same workload through pgbench: the ratio of wall times."""
 
     def body() -> None:
         from lab.bench import TARGET_RATIO, run_bench
-        from lab.results import new_run_id
+        from lab.results import git_commit, new_run_id, write_json
 
         if n < 1 or rounds < 1:
             raise LabError("bench: -n and --rounds must be at least 1")
+        run_id = new_run_id()
         with open_servers(pg_dsn, None, need_redis=False) as srv:
             report.servers(err(), srv.infos(), srv.notes)
             with err().status(f"bench: {rounds} rounds of {n} clients ..."):
-                res = asyncio.run(run_bench(srv, n, rounds, new_run_id().replace("-", "")[-8:]))
+                res = asyncio.run(run_bench(srv, n, rounds, run_id.replace("-", "")[-8:]))
+            infos = {i.product: i.to_json() for i in srv.infos()}
+        if not no_record:  # beside run records, in a subfolder: not a scenario run
+            path = results_root() / run_id / "bench" / "result.json"
+            write_json(path, {**res.to_json(), "servers": infos, "git_commit": git_commit()})
+            err().print(f"[dim]record: {path}[/dim]")
         if as_json:
             sys.stdout.write(json.dumps(res.to_json()) + "\n")
             return
