@@ -21,6 +21,7 @@ from rich.console import Console
 
 from lab import report, timeline
 from lab.errors import LabError, ScenarioFailure
+from lab.netdelay import parse_rtt
 from lab.results import results_root
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
@@ -150,6 +151,7 @@ def make_knobs(
     actor_timeout: float | None,
     run_timeout: float | None,
     base: Knobs | None = None,
+    rtt: str | None = None,
 ) -> Knobs:
     d = base or scenario.defaults
     knobs = Knobs(
@@ -160,6 +162,7 @@ def make_knobs(
         seed=seed,
         actor_timeout_s=d.actor_timeout_s if actor_timeout is None else actor_timeout,
         run_timeout_s=d.run_timeout_s if run_timeout is None else run_timeout,
+        rtt=(getattr(d, "rtt", "") if rtt is None else rtt).strip(),
     )
     if knobs.n < 1:
         raise LabError(f"-n {knobs.n}: a run needs at least one actor")
@@ -169,6 +172,10 @@ def make_knobs(
         raise LabError("timeouts must be positive numbers of seconds")
     parse_arrival(knobs.arrival)
     parse_connect(knobs.connect)
+    if parse_rtt(knobs.rtt) and scenario.kind != "actors":
+        raise LabError(f"--rtt: {scenario.id} opens its own sessions; --rtt applies to actors")
+    if parse_rtt(knobs.rtt).get("pg") and knobs.connect.startswith("pgbouncer-"):
+        raise LabError(f"--rtt with --connect {knobs.connect}: not supported")
     return knobs
 
 
@@ -187,6 +194,7 @@ def plan_for(
     seed: int,
     actor_timeout: float | None,
     run_timeout: float | None,
+    rtt: str | None = None,
 ) -> RunPlan:
     """The plan of `run` and `compare`: a profile's settings (and a case's), then the
     options the user gave (None where not given)."""
@@ -195,8 +203,9 @@ def plan_for(
 
     base, base_params = profile_settings(scenario, profile, seed, case or "")
     knobs = make_knobs(
-        scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
-    )
+        scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base,
+        rtt,
+    )  # fmt: skip
     params = parse_params(scenario, param or [], base_params)
     if scenario.validate is not None:  # before any server starts
         scenario.validate(knobs.n, params)
@@ -233,7 +242,19 @@ Actors = Annotated[
 Arrival = Annotated[str | None, typer.Option(help="burst | stagger:<ms>[~<ms>] | poisson:<per_s>.")]
 Connect = Annotated[
     str | None,
-    typer.Option(help="per-actor | pool:<size> | pgbouncer-transaction | pgbouncer-session."),
+    typer.Option(
+        help="per-actor | pool:<size> (a client per actor) | tx-pool:<size> (a client per "
+        "transaction attempt, FIFO, node-postgres' db.tx) | pgbouncer-transaction | "
+        "pgbouncer-session."
+    ),
+]
+Rtt = Annotated[
+    str | None,
+    typer.Option(
+        "--rtt",
+        help="Network round-trip ms the actors' PostgreSQL connections pay (a delay proxy, "
+        "half each way; measured and recorded). <ms> or pg:<ms>.",
+    ),
 ]
 DeadlockTimeout = Annotated[
     int | None,
@@ -290,6 +311,7 @@ def run(
     deadlock_timeout: DeadlockTimeout = None,
     seed: Seed = 1,
     case: Case = None,
+    rtt: Rtt = None,
     actor_timeout: ActorTimeout = None,
     run_timeout: RunTimeout = None,
     param: Params = None,
@@ -305,7 +327,7 @@ def run(
         plan = plan_for(
             sc, variants_of(sc, variant), "published", case, param, not no_record,
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout,
+            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt,
         )  # fmt: skip
         chosen = list(plan.variants)
         console = out()
@@ -502,6 +524,7 @@ def compare(
         bool, typer.Option("--quick", help="Start from verify's quick sizes, not the published.")
     ] = False,
     case: Case = None,
+    rtt: Rtt = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
     as_json: AsJson = False,
@@ -514,7 +537,7 @@ def compare(
         plan = plan_for(
             sc, list(sc.variants), "quick" if quick else "published", case, param, not no_record,
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout,
+            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt,
         )  # fmt: skip
         knobs, variants = plan.knobs, list(plan.variants)
         log = err()

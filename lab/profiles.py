@@ -22,10 +22,18 @@ from lab.errors import LabError
 from lab.scenario import Scenario
 from lab.workload import Knobs
 
-KNOB_FIELDS = ("n", "arrival", "connect", "deadlock_timeout_ms", "actor_timeout_s", "run_timeout_s")
+KNOB_FIELDS = (
+    "n",
+    "arrival",
+    "connect",
+    "deadlock_timeout_ms",
+    "actor_timeout_s",
+    "run_timeout_s",
+    "rtt",
+)
 # Knobs that change what a run measures; the seed and the hard timeouts do not make a
 # run's settings another profile's.
-MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms")
+MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms", "rtt")
 
 
 def check_profile(profile: str) -> str:

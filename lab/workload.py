@@ -10,7 +10,9 @@ import asyncio
 import contextlib
 import random
 import re
+import statistics
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Iterable
 from dataclasses import asdict, dataclass
@@ -18,11 +20,15 @@ from typing import Any, TypeVar
 
 import asyncpg
 
+from lab import netdelay
 from lab.errors import LabError, ScenarioFailure
+from lab.netdelay import Proxy, parse_rtt
 from lab.outcome import TIMEOUT, classify
 from lab.scenario import Actor, Env
+from lab.txpool import FifoPool, TxPoolConnection
 
 CONNECT_CONCURRENCY = 20
+RTT_PROBES = 20  # SELECT 1 round trips timed on an actor connection before the clock
 T = TypeVar("T")
 
 
@@ -37,6 +43,7 @@ class Knobs:
     seed: int
     actor_timeout_s: float
     run_timeout_s: float
+    rtt: str = ""  # --rtt: extra round-trip time the actors' connections pay ("" = none)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -64,18 +71,20 @@ PGBOUNCER_MODES = {"pgbouncer-transaction": "transaction", "pgbouncer-session": 
 
 
 def parse_connect(spec: str) -> tuple[str, int]:
-    """`per-actor` | `pool:<size>` | `pgbouncer-transaction` | `pgbouncer-session`."""
+    """`per-actor` | `pool:<size>` | `tx-pool:<size>` | `pgbouncer-transaction` |
+    `pgbouncer-session`. pool: a client per actor; tx-pool: a client per transaction
+    attempt, FIFO (node-postgres' `db.tx`)."""
     if spec == "per-actor":
         return "per-actor", 0
     if spec in PGBOUNCER_MODES:
         return spec, 0
-    m = re.fullmatch(r"pool:(\d+)", spec)
-    if not m or int(m[1]) < 1:
+    m = re.fullmatch(r"(pool|tx-pool):(\d+)", spec)
+    if not m or int(m[2]) < 1:
         raise LabError(
-            f"--connect {spec!r}: expected per-actor, pool:<size>, "
+            f"--connect {spec!r}: expected per-actor, pool:<size>, tx-pool:<size> (size >= 1), "
             "pgbouncer-transaction or pgbouncer-session"
         )
-    return "pool", int(m[1])
+    return m[1], int(m[2])
 
 
 def start_offsets(arrival: str, n: int, seed: int) -> list[float]:
@@ -114,15 +123,115 @@ class ActorsResult:
 
 
 async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> ActorsResult:
-    """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails."""
+    """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails.
+
+    With `--rtt`, the actors' connections go through a delay proxy process started here
+    and stopped here (also on Ctrl-C); setup, invariants and evidence bypass it."""
+    rtt = parse_rtt(knobs.rtt)
+    proxy: Proxy | None = None
+    try:
+        actor_dsn = env.dsn
+        if uses_pg and rtt.get("pg") and env.dsn:
+            proxy = start_proxy(env.dsn, rtt["pg"])
+            actor_dsn = via_port(env.dsn, proxy.port)
+        return await _run_actors(env, actor, knobs, uses_pg=uses_pg, dsn=actor_dsn, proxy=proxy)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+
+
+def start_proxy(dsn: str, rtt_ms: float) -> Proxy:
+    """The one place the lab spawns its delay proxy (the servers' reaper may take it over)."""
+    port = urllib.parse.urlsplit(dsn).port or 5432
+    return netdelay.spawn(port, rtt_ms)
+
+
+def via_port(dsn: str, port: int) -> str:
+    """The same DSN on 127.0.0.1:`port` (the proxy's), user, password and database kept."""
+    parts = urllib.parse.urlsplit(dsn)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{port}"))
+
+
+async def measure_rtt(conn: asyncpg.Connection, rounds: int = RTT_PROBES) -> dict[str, float]:
+    """Median, min and max ms of `rounds` sequential `SELECT 1` round trips on `conn`."""
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        await conn.fetchval("SELECT 1")
+        times.append((time.perf_counter() - began) * 1000)
+    return {
+        "median": round(statistics.median(times), 2),
+        "min": round(min(times), 2),
+        "max": round(max(times), 2),
+    }
+
+
+async def _network_evidence(
+    env: Env, knobs: Knobs, probe: asyncpg.Connection, proxy: Proxy | None
+) -> dict[str, Any]:
+    """What the actors' connections paid per round trip, measured before the clock."""
+    through = await measure_rtt(probe)
+    async with env.db.acquire() as direct:
+        bypass = await measure_rtt(direct)  # type: ignore[arg-type]
+    return {
+        "rtt_ms_asked": proxy.rtt_ms if proxy else 0.0,
+        "proxy": "lab.netdelay process, half the RTT each way" if proxy else "none",
+        "probe": f"{RTT_PROBES} x SELECT 1 before the clock started",
+        "actors_rtt_ms": through,
+        "bypass_rtt_ms": bypass,
+        "paid_by": f"the actors' connections (--connect {knobs.connect})",
+        "bypassed_by": "setup, invariants, observers and evidence (the run's small pool, admin)",
+    }
+
+
+async def _run_actors(
+    env: Env,
+    actor: Actor,
+    knobs: Knobs,
+    *,
+    uses_pg: bool,
+    dsn: str,
+    proxy: Proxy | None,
+) -> ActorsResult:
     kind, size = parse_connect(knobs.connect)
+    if proxy is not None and kind in PGBOUNCER_MODES:
+        raise LabError(
+            f"--rtt with --connect {knobs.connect}: not supported (rtt goes to PostgreSQL)"
+        )
     offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
     conns: list[asyncpg.Connection] = []
     pool: asyncpg.Pool | None = None
-    if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
-        conns = await _open_connections(env, knobs.n, PGBOUNCER_MODES.get(kind))
-    elif uses_pg:
-        pool = await asyncpg.create_pool(env.dsn, min_size=size, max_size=size)
+    fifo: FifoPool | None = None
+    try:
+        if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
+            conns = await _open_connections(env, knobs.n, PGBOUNCER_MODES.get(kind), dsn)
+        elif uses_pg and kind == "tx-pool":
+            opened = await _open_connections(env, size, None, dsn)
+
+            async def reconnect() -> asyncpg.Connection:
+                return (await _open_connections(env, 1, None, dsn))[0]
+
+            fifo = FifoPool(opened, reconnect)
+        elif uses_pg:
+            pool = await asyncpg.create_pool(dsn, min_size=size, max_size=size)
+        if uses_pg and (proxy is not None or kind == "tx-pool"):
+            if fifo is not None:
+                probe = fifo.conns[0]
+            elif pool is not None:
+                probe = await pool.acquire()  # type: ignore[assignment]
+            else:
+                probe = conns[0]
+            try:
+                env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, proxy)
+            finally:
+                if pool is not None:
+                    await pool.release(probe)  # type: ignore[arg-type]
+    except BaseException:
+        await _close(conns, pool)
+        if fifo is not None:
+            await fifo.close()
+        raise
     outcomes: Counter[str] = Counter()
     latencies: dict[str, list[float]] = {}
     failure: list[BaseException] = []
@@ -136,6 +245,9 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
                 async with pool.acquire() as pooled:
                     pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
                     word = await hard_limit(actor(env, pconn, i), knobs.actor_timeout_s)
+            elif fifo is not None:  # a connection per transaction attempt, FIFO
+                txconn: Any = TxPoolConnection(fifo, str(i))
+                word = await hard_limit(actor(env, txconn, i), knobs.actor_timeout_s)
             else:
                 conn = conns[i] if conns else None
                 word = await hard_limit(actor(env, conn, i), knobs.actor_timeout_s)
@@ -170,6 +282,9 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
         # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
         await _cancel(tasks)
         await _close(conns, pool)
+        if fifo is not None:
+            env.extra_evidence["tx_pool"] = {"size": size, **fifo.stats()}
+            await fifo.close()
     return ActorsResult(outcomes, wall_ms, latencies)
 
 
@@ -212,7 +327,7 @@ async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
 
 
 async def _open_connections(
-    env: Env, n: int, pgbouncer_mode: str | None = None
+    env: Env, n: int, pgbouncer_mode: str | None = None, dsn: str = ""
 ) -> list[asyncpg.Connection]:
     gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
 
@@ -220,6 +335,12 @@ async def _open_connections(
         async with gate:
             if pgbouncer_mode:
                 return await env.connect_via(pgbouncer_mode, server_settings=_app_name(env, i))
+            if dsn and dsn != env.dsn:  # through the --rtt proxy
+                conn: asyncpg.Connection = await asyncpg.connect(
+                    dsn, server_settings=_app_name(env, i)
+                )
+                env.connections.append(conn)
+                return conn
             return await env.connect(server_settings=_app_name(env, i))
 
     results = await asyncio.gather(*(open_one(i) for i in range(n)), return_exceptions=True)
