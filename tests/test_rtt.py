@@ -1,0 +1,227 @@
+"""--rtt (a delay proxy process) and --connect tx-pool (a FIFO pool per transaction attempt)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from lab import netdelay
+from lab.errors import LabError
+from lab.servers import Servers
+from lab.servers.embedded import pid_alive
+from lab.txpool import FifoPool, TxPoolConnection
+from lab.workload import connections_needed, measure_rtt, parse_connect, via_port
+from scenarios.checkout_deadlock import SCENARIO as CHECKOUT
+from scenarios.money_transfer import SCENARIO as TRANSFER
+from tests.conftest import RunFn
+from tests.test_cli import (
+    ROOT,
+    _wait_for_children,
+    assert_gone,
+    assert_one_line_error,
+    interruptible,
+    locklab,
+)
+
+RTT_MS = 40.0
+ROUND_TRIPS = 10
+SLACK = 0.8  # the chain may not come in under 80 % of what the proxy says it adds
+
+
+def pg_port(servers: Servers) -> int:
+    assert servers.pg is not None
+    import urllib.parse
+
+    return urllib.parse.urlsplit(servers.pg.dsn).port or 5432
+
+
+async def test_the_proxy_adds_the_round_trip_time_it_says(servers: Servers) -> None:
+    """A chain of M round trips through a proxy at R ms takes >= 0.8 M R; direct, far less."""
+    assert servers.pg is not None
+    proxy = netdelay.spawn(pg_port(servers), RTT_MS)
+    try:
+        direct = await asyncpg.connect(servers.pg.dsn)
+        delayed = await asyncpg.connect(via_port(servers.pg.dsn, proxy.port))
+        try:
+            began = time.perf_counter()
+            for _ in range(ROUND_TRIPS):
+                await delayed.fetchval("SELECT 1")
+            through_ms = (time.perf_counter() - began) * 1000
+            began = time.perf_counter()
+            for _ in range(ROUND_TRIPS):
+                await direct.fetchval("SELECT 1")
+            direct_ms = (time.perf_counter() - began) * 1000
+            probe = await measure_rtt(delayed)
+        finally:
+            await direct.close()
+            await delayed.close()
+    finally:
+        proxy.stop()
+    assert through_ms >= ROUND_TRIPS * RTT_MS * SLACK, through_ms
+    assert direct_ms * 10 < through_ms, (direct_ms, through_ms)
+    assert probe["median"] >= RTT_MS * SLACK, probe
+    assert not pid_alive(proxy.pid)
+
+
+def test_the_proxy_dies_with_its_parent(tmp_path: Path) -> None:
+    """A parent killed by SIGKILL (no finally runs) takes its proxy with it."""
+    code = (
+        "import sys, time; from lab import netdelay; "
+        "p = netdelay.spawn(1, 10.0); print(p.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert parent.stdout is not None
+        proxy_pid = int(parent.stdout.readline())
+        assert pid_alive(proxy_pid)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert_gone([proxy_pid])
+
+
+def test_ctrl_c_leaves_no_proxy(tmp_path: Path) -> None:
+    """SIGINT mid-run with --rtt: exit 130, and the proxy process (found by PID) is gone."""
+    args = ["run", "money-transfer", "-v", "buggy", "-n", "4", "--rtt", "5"]
+    with interruptible(tmp_path, *args, "-p", "fraud_ms=60000") as (proc, errfile):
+        proxies = _wait_for_children(proc, "lab.netdelay", errfile)
+    assert_gone(proxies)
+    assert not list(tmp_path.rglob("*.json"))
+
+
+@pytest.mark.parametrize(
+    ("args", "pattern"),
+    [
+        (["--rtt", "-1"], r"--rtt '-1': expected milliseconds >= 0"),
+        (["--rtt", "abc"], r"--rtt 'abc'"),
+        (["--rtt", "nan"], r"--rtt 'nan'"),
+        (["--rtt", "pg:1,pg:2"], r"--rtt 'pg:1,pg:2'"),
+        (["--connect", "tx-pool:0"], r"--connect 'tx-pool:0'"),
+        (["--connect", "tx-pool:-3"], r"--connect 'tx-pool:-3'"),
+        (["--rtt", "5", "--connect", "pgbouncer-transaction"], r"not supported"),
+    ],
+)
+def test_bad_rtt_and_pool_values(args: list[str], pattern: str, tmp_path: Path) -> None:
+    """Bad --rtt / tx-pool values: one line, exit 2, before any server starts."""
+    proc = locklab("run", "checkout-deadlock", *args, results=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc, pattern, tmp_path)
+
+
+def test_parse_rtt_and_tx_pool() -> None:
+    """`--rtt 20` delays PostgreSQL and Redis; `pg:<ms>` names one; tx-pool needs its size."""
+    assert netdelay.parse_rtt("") == {}
+    assert netdelay.parse_rtt("20") == {"pg": 20.0, "redis": 20.0}
+    assert netdelay.parse_rtt("pg:2.5") == {"pg": 2.5}
+    assert parse_connect("tx-pool:10") == ("tx-pool", 10)
+    assert connections_needed("tx-pool:10", 200) == 10
+    for bad in ("-0.5", "1e3", "pg", "mysql:3"):
+        with pytest.raises(LabError):
+            netdelay.parse_rtt(bad)
+
+
+async def _until_waiting(pool: FifoPool, k: int) -> None:
+    """Yield until `k` callers queue for a connection (the pool's own count, no clock)."""
+    for _ in range(10_000):
+        if pool.waiting >= k:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"{pool.waiting} waiting, expected {k}")
+
+
+async def test_tx_pool_is_fifo_and_a_retry_queues_behind_everyone(servers: Servers) -> None:
+    """Pool of 1: A holds it, B, C, D queue in that order; B's failed attempt rolls back,
+    releases the client to C (who can use it), and B's retry comes after D."""
+    assert servers.pg is not None
+    dsn = servers.pg.dsn
+    first = await asyncpg.connect(dsn)
+
+    async def reconnect() -> asyncpg.Connection:
+        return await asyncpg.connect(dsn)
+
+    pool = FifoPool([first], reconnect)
+    release_a = asyncio.Event()
+    seen: list[str] = []
+
+    async def a() -> None:
+        async with TxPoolConnection(pool, "A").transaction():
+            await release_a.wait()
+
+    async def b() -> None:
+        conn = TxPoolConnection(pool, "B")
+        with pytest.raises(asyncpg.DivisionByZeroError):
+            async with conn.transaction():
+                await conn.fetchval("SELECT 1/0")
+        async with conn.transaction():  # the retry: a new attempt, a new checkout
+            seen.append(f"B:{await conn.fetchval('SELECT 1')}")
+
+    async def other(who: str) -> None:
+        conn = TxPoolConnection(pool, who)
+        async with conn.transaction():
+            # fails with 25P02 if B's aborted transaction had not been rolled back
+            seen.append(f"{who}:{await conn.fetchval('SELECT 1')}")
+
+    try:
+        tasks = [asyncio.create_task(a())]
+        await _until_waiting(pool, 0)
+        for k, job in enumerate((b(), other("C"), other("D")), start=1):
+            tasks.append(asyncio.create_task(job))
+            await _until_waiting(pool, k)
+        release_a.set()
+        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    finally:
+        await pool.close()
+    assert pool.order == ["A", "B", "C", "D", "B"]
+    assert seen == ["C:1", "D:1", "B:1"]
+    assert pool.replaced == 0  # every release found a clean connection
+
+
+async def test_tx_pool_checks_out_a_client_per_attempt(run_scenario: RunFn) -> None:
+    """money-transfer under tx-pool:3: one checkout per attempt (retries included), invariants hold."""
+    recs = await run_scenario(
+        TRANSFER, ["buggy", "fixed"], n=6, connect="tx-pool:3", deadlock_timeout_ms=50
+    )
+    for rec in recs.values():
+        assert rec["knobs"]["connect"] == "tx-pool:3"
+        assert rec["evidence"]["tx_pool"]["acquisitions"] == rec["counters"]["attempts"]
+        assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
+
+
+async def test_rtt_moves_the_fixed_checkout_as_latency_predicts(run_scenario: RunFn) -> None:
+    """Sorted checkout holds A-1 for 2 round trips + 2 pauses: n carts take >= n (2R + 2p)."""
+    n, rtt, pause = 10, 30.0, 5.0
+    params = {"step_pause_ms": pause}
+    slow = (await run_scenario(CHECKOUT, ["fixed"], params, n=n, rtt=str(rtt)))["fixed"]
+    fast = (await run_scenario(CHECKOUT, ["fixed"], params, n=n))["fixed"]
+    net = slow["evidence"]["network"]
+    assert net["actors_rtt_ms"]["median"] >= rtt * SLACK
+    assert net["bypass_rtt_ms"]["median"] * 10 < rtt
+    assert slow["knobs"]["rtt"] == str(rtt)
+    assert slow["wall_ms"] >= SLACK * n * (2 * rtt + 2 * pause), slow["wall_ms"]
+    assert fast["wall_ms"] * 2 < slow["wall_ms"], (fast["wall_ms"], slow["wall_ms"])
+    assert "network" not in fast["evidence"]  # no proxy, nothing claimed
+
+
+def test_no_proxy_survives_in_this_process() -> None:
+    """Every proxy this test session started is stopped (none left as our child)."""
+    me = os.getpid()
+    left = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                args = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"lab.netdelay" in args:
+                left.append(int(entry.name))
+    assert not left
