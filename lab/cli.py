@@ -172,8 +172,8 @@ def make_knobs(
         raise LabError("timeouts must be positive numbers of seconds")
     parse_arrival(knobs.arrival)
     parse_connect(knobs.connect)
-    if parse_rtt(knobs.rtt) and scenario.kind != "actors":
-        raise LabError(f"--rtt: {scenario.id} opens its own sessions; --rtt applies to actors")
+    if parse_rtt(knobs.rtt) and (scenario.kind != "actors" or "pg" not in scenario.uses):
+        raise LabError(f"--rtt: applies to actors' PostgreSQL connections; {scenario.id} has none")
     if parse_rtt(knobs.rtt).get("pg") and knobs.connect.startswith("pgbouncer-"):
         raise LabError(f"--rtt with --connect {knobs.connect}: not supported")
     return knobs
@@ -253,7 +253,7 @@ Rtt = Annotated[
     typer.Option(
         "--rtt",
         help="Network round-trip ms the actors' PostgreSQL connections pay (a delay proxy, "
-        "half each way; measured and recorded). <ms> or pg:<ms>.",
+        "half each way; measured and recorded). <ms> or pg:<ms>; Redis is not delayed.",
     ),
 ]
 DeadlockTimeout = Annotated[

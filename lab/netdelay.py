@@ -34,17 +34,17 @@ HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 READY_TIMEOUT_S = 10.0
 CHUNK = 65536
-SERVERS = ("pg", "redis")
+SERVERS = ("pg",)  # Redis is not proxied yet: its actors share one client pool
 
 
 def parse_rtt(spec: str) -> dict[str, float]:
-    """`<ms>` (PostgreSQL and Redis) | `pg:<ms>[,redis:<ms>]` -> server -> RTT in ms.
+    """`<ms>` | `pg:<ms>` -> server -> RTT in ms (PostgreSQL only, for now).
 
     "" means no proxy at all. Negative, non-numeric, nan and inf are refused."""
     if spec == "":
         return {}
     num = r"\d+(?:\.\d+)?"
-    bad = LabError(f"--rtt {spec!r}: expected milliseconds >= 0 (e.g. 20) or pg:<ms>[,redis:<ms>]")
+    bad = LabError(f"--rtt {spec!r}: expected milliseconds >= 0 (e.g. 20) or pg:<ms>")
     if re.fullmatch(num, spec.strip()):
         value = float(spec)
         if not math.isfinite(value):

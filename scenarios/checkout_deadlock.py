@@ -26,6 +26,7 @@ import asyncpg
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.errors import LabError
 from lab.scenario import Check, Defaults, Env, Scenario
+from scenarios._node_seconds import CHECKOUT_CASES, CHECKOUT_SECONDS
 
 SKUS = ("A-1", "B-2")
 INITIAL_QTY = 1_000_000
@@ -191,6 +192,7 @@ CLAIMS = (
         trials=3,
         required=2 / 3,
     ),
+    *CHECKOUT_SECONDS,  # the published seconds, under the node-* cases
 )
 
 SCENARIO = Scenario(
@@ -220,5 +222,6 @@ SCENARIO = Scenario(
         LONG: {"n": 20, "deadlock_timeout_ms": 1000},
         "repeatable-read": {**FORCED, "isolation": "repeatable_read"},
         "serializable": {**FORCED, "isolation": "serializable"},
+        **CHECKOUT_CASES,  # node-200, node-40: the documents' network and pool
     },
 )

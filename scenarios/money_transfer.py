@@ -44,6 +44,7 @@ from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeat
 from lab.errors import LabError
 from lab.outcome import notation
 from lab.scenario import Check, Defaults, Env, Scenario
+from scenarios._node_seconds import TRANSFER_CASES, TRANSFER_SECONDS
 
 ACCOUNTS = (1, 2)
 INITIAL_BALANCE = 100_000
@@ -406,6 +407,7 @@ CLAIMS = (
         published="retryOn: () => true",
         cases=("overdraft",),
     ),
+    *TRANSFER_SECONDS,  # the published seconds, under the node case
     Claim(
         "LC-2",
         "A deadlock loser retried from its first read commits; no partial effect stays",
@@ -440,5 +442,5 @@ SCENARIO = Scenario(
     headline={"attempts": "attempts"},  # the documents' `attempts=215`
     quick={"n": LOW_CONTENTION_N, "deadlock_timeout_ms": 100},
     # DL-9: every transfer asks for more than the account holds (a business error).
-    cases={"overdraft": {"n": 4, "amount": INITIAL_BALANCE + 1}},
+    cases={"overdraft": {"n": 4, "amount": INITIAL_BALANCE + 1}, **TRANSFER_CASES},
 )

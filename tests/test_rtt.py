@@ -8,12 +8,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
 
 from lab import netdelay
 from lab.errors import LabError
+from lab.seconds import share_near, wall_not_reproduced, wall_within
 from lab.servers import Servers
 from lab.servers.embedded import pid_alive
 from lab.txpool import FifoPool, TxPoolConnection
@@ -108,23 +110,30 @@ def test_ctrl_c_leaves_no_proxy(tmp_path: Path) -> None:
         (["--connect", "tx-pool:0"], r"--connect 'tx-pool:0'"),
         (["--connect", "tx-pool:-3"], r"--connect 'tx-pool:-3'"),
         (["--rtt", "5", "--connect", "pgbouncer-transaction"], r"not supported"),
+        (["--rtt", "redis:5"], r"--rtt 'redis:5'"),
+        (["--rtt", "5", "--scenario", "cache-stampede"], r"cache-stampede has none"),
+        (["--rtt", "5", "--scenario", "lock-queue"], r"lock-queue has none"),
     ],
 )
 def test_bad_rtt_and_pool_values(args: list[str], pattern: str, tmp_path: Path) -> None:
     """Bad --rtt / tx-pool values: one line, exit 2, before any server starts."""
-    proc = locklab("run", "checkout-deadlock", *args, results=tmp_path)
+    scenario = "checkout-deadlock"
+    if "--scenario" in args:
+        scenario = args.pop(args.index("--scenario") + 1)
+        args.remove("--scenario")
+    proc = locklab("run", scenario, *args, results=tmp_path)
     assert proc.returncode == 2
     assert_one_line_error(proc, pattern, tmp_path)
 
 
 def test_parse_rtt_and_tx_pool() -> None:
-    """`--rtt 20` delays PostgreSQL and Redis; `pg:<ms>` names one; tx-pool needs its size."""
+    """`--rtt 20` and `pg:20` delay PostgreSQL (Redis is not proxied); tx-pool needs a size."""
     assert netdelay.parse_rtt("") == {}
-    assert netdelay.parse_rtt("20") == {"pg": 20.0, "redis": 20.0}
+    assert netdelay.parse_rtt("20") == {"pg": 20.0}
     assert netdelay.parse_rtt("pg:2.5") == {"pg": 2.5}
     assert parse_connect("tx-pool:10") == ("tx-pool", 10)
     assert connections_needed("tx-pool:10", 200) == 10
-    for bad in ("-0.5", "1e3", "pg", "mysql:3"):
+    for bad in ("-0.5", "1e3", "pg", "mysql:3", "redis:2"):
         with pytest.raises(LabError):
             netdelay.parse_rtt(bad)
 
@@ -225,3 +234,32 @@ def test_no_proxy_survives_in_this_process() -> None:
             if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"lab.netdelay" in args:
                 left.append(int(entry.name))
     assert not left
+
+
+def _rec(variant: str, wall_ms: float, outcomes: dict[str, int], rtt: float = 20.0) -> Any:
+    return {
+        variant: {
+            "variant": variant,
+            "wall_ms": wall_ms,
+            "outcomes": outcomes,
+            "knobs": {"connect": "tx-pool:10"},
+            "evidence": {"network": {"rtt_ms_asked": rtt, "actors_rtt_ms": {"median": rtt}}},
+        }
+    }
+
+
+def test_seconds_claims_judge_the_wall_time_and_keep_the_gap() -> None:
+    """wall_within holds inside the tolerance only; wall_not_reproduced holds while the gap
+    is there and turns not held once a run reaches the published seconds."""
+    near = wall_within("DL-3", "fixed", 10_000, 0.3, "node-200", "sorted")
+    assert near.judge(_rec("fixed", 12_900, {"ok": 200}))["held"]  # type: ignore[index]
+    assert not near.judge(_rec("fixed", 13_100, {"ok": 200}))["held"]  # type: ignore[index]
+    assert not near.judge(_rec("fixed", 6_900, {"ok": 200}))["held"]  # type: ignore[index]
+    gap = wall_not_reproduced("DL-7", "buggy", 400_000, 0.5, "node", "buggy transfer")
+    assert gap.text.startswith("NOT REPRODUCED")
+    assert gap.judge(_rec("buggy", 60_000, {"ok": 12, "40P01": 28}))["held"]  # type: ignore[index]
+    assert not gap.judge(_rec("buggy", 390_000, {"ok": 12}))["held"]  # type: ignore[index]
+    share = share_near("DL-3", "buggy", "40P01", {"ok": 4, "40P01": 196}, 0.15, "x", "carts")
+    assert share.judge(_rec("buggy", 1, {"ok": 26, "40P01": 174}))["held"]  # type: ignore[index]
+    assert not share.judge(_rec("buggy", 1, {"ok": 50, "40P01": 150}))["held"]  # type: ignore[index]
+    assert near.profiles == ("published",) and near.cases == ("node-200",)
