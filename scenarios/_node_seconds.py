@@ -34,7 +34,7 @@ GAP_BELOW = 0.5  # the buggy transfer stays under half the published seconds (me
 
 CHECKOUT_200, CHECKOUT_40, TRANSFER = "node-200", "node-40", "node"
 CHECKOUT_CASES: Mapping[str, Mapping[str, Any]] = {
-    CHECKOUT_200: {"n": 200, "connect": POOL, "rtt": "20"},
+    CHECKOUT_200: {"n": 200, "connect": POOL, "rtt": "18"},
     CHECKOUT_40: {"n": 40, "connect": POOL, "rtt": "70"},
 }
 TRANSFER_CASES: Mapping[str, Mapping[str, Any]] = {

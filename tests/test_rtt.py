@@ -220,6 +220,15 @@ async def test_rtt_moves_the_fixed_checkout_as_latency_predicts(run_scenario: Ru
     assert "network" not in fast["evidence"]  # no proxy, nothing claimed
 
 
+async def test_rtt_moves_the_fixed_transfer_as_latency_predicts(run_scenario: RunFn) -> None:
+    """Fixed transfer: 3 round trips under the row locks, so n transfers take >= 3 n R."""
+    n, rtt = 5, 30.0
+    rec = (await run_scenario(TRANSFER, ["fixed"], n=n, rtt=str(rtt), connect="tx-pool:2"))["fixed"]
+    assert rec["outcomes"] == {"ok": n}
+    assert rec["evidence"]["network"]["actors_rtt_ms"]["median"] >= rtt * SLACK
+    assert rec["wall_ms"] >= SLACK * n * 3 * rtt, rec["wall_ms"]
+
+
 def test_no_proxy_survives_in_this_process() -> None:
     """Every proxy this test session started is stopped (none left as our child)."""
     me = os.getpid()
