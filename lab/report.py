@@ -47,11 +47,15 @@ def _counts(rec: Mapping[str, Any]) -> str:
 def run_title(rec: dict[str, Any]) -> str:
     """The scenario and every knob its variants shared."""
     knobs = rec["knobs"]
-    return (
+    title = (
         f"{rec['scenario']}  n={knobs['n']} arrival={knobs['arrival']} "
         f"connect={knobs['connect']} deadlock_timeout={knobs['deadlock_timeout_ms']}ms "
         f"seed={knobs['seed']}"
     )
+    if knobs.get("rtt"):  # the RTT asked, and the one the proxy really produced
+        measured = (rec.get("evidence", {}).get("network") or {}).get("actors_rtt_ms", {})
+        title += f" rtt={knobs['rtt']}ms (measured {measured.get('median', '?')} ms)"
+    return title
 
 
 def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:

@@ -606,6 +606,10 @@ def _knobs_line(knobs: Mapping[str, Any]) -> str:
     line = f"n={knobs.get('n')} {knobs.get('arrival')}"
     if "deadlock_timeout_ms" in knobs:
         line += f" dt={knobs['deadlock_timeout_ms']}ms"
+    if knobs.get("connect", "per-actor") != "per-actor":
+        line += f" {knobs['connect']}"
+    if knobs.get("rtt"):
+        line += f" rtt={knobs['rtt']}ms"
     return line
 
 
