@@ -20,6 +20,8 @@ from typing import Any
 
 import asyncpg
 
+from lab.errors import ScenarioFailure
+
 
 class FifoPool:
     """`size` open connections handed out strictly first come, first served.
@@ -126,8 +128,13 @@ class TxPoolConnection:
         conn = await self._pool.acquire(self._who)
         try:
             yield conn
+            if conn.is_in_transaction():  # a bare BEGIN: the next statement gets another client
+                raise ScenarioFailure(
+                    "under --connect tx-pool a transaction is `async with conn.transaction()`,"
+                    " not a BEGIN statement"
+                )
         finally:
-            self._pool.release(conn)
+            self._pool.release(conn)  # replaced, if it was left inside a transaction
 
     async def execute(self, query: str, *args: Any, **kwargs: Any) -> str:
         async with self._statement() as conn:

@@ -194,6 +194,26 @@ async def test_tx_pool_is_fifo_and_a_retry_queues_behind_everyone(servers: Serve
     assert pool.replaced == 0  # every release found a clean connection
 
 
+async def test_tx_pool_refuses_a_bare_begin(servers: Servers) -> None:
+    """Under tx-pool a BEGIN statement would scatter one transaction over clients: refused."""
+    from lab.errors import ScenarioFailure
+
+    assert servers.pg is not None
+    dsn = servers.pg.dsn
+
+    async def reconnect() -> asyncpg.Connection:
+        return await asyncpg.connect(dsn)
+
+    pool = FifoPool([await asyncpg.connect(dsn)], reconnect)
+    try:
+        with pytest.raises(ScenarioFailure, match=r"conn\.transaction"):
+            await TxPoolConnection(pool, "x").execute("BEGIN")
+        assert await TxPoolConnection(pool, "y").fetchval("SELECT 1") == 1  # a clean client
+        assert pool.replaced == 1
+    finally:
+        await pool.close()
+
+
 async def test_tx_pool_checks_out_a_client_per_attempt(run_scenario: RunFn) -> None:
     """money-transfer under tx-pool:3: one checkout per attempt (retries included), invariants hold."""
     recs = await run_scenario(
