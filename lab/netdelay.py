@@ -122,6 +122,8 @@ def _die_with(parent: int) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(0)
+    with contextlib.suppress(OSError):  # where allowed, wake ahead of the load it delays
+        os.nice(-5)
 
 
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
