@@ -21,7 +21,7 @@ import ctypes
 import math
 import os
 import re
-import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -93,7 +93,9 @@ def spawn(upstream_port: int, rtt_ms: float) -> Proxy:
     )
     try:
         assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], READY_TIMEOUT_S)
+        with selectors.DefaultSelector() as sel:  # poll/epoll: select() stops at fd 1024
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            ready = sel.select(READY_TIMEOUT_S)
         line = proc.stdout.readline().decode().strip() if ready else ""
         if not line.isdigit():
             raise LabError(f"the --rtt delay proxy did not start (said {line!r})")

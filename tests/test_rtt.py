@@ -72,6 +72,28 @@ async def test_the_proxy_adds_the_round_trip_time_it_says(servers: Servers) -> N
     assert not pid_alive(proxy.pid)
 
 
+def test_the_proxy_starts_when_the_lab_holds_over_1024_descriptors() -> None:
+    """A full test session (or a 500-actor run) holds many sockets: starting the proxy must
+    not depend on its pipe's descriptor number (select() refuses fds >= 1024)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        proxy = netdelay.spawn(1, 1.0)
+        proxy.stop()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert not pid_alive(proxy.pid)
+
+
 def test_the_proxy_dies_with_its_parent(tmp_path: Path) -> None:
     """A parent killed by SIGKILL (no finally runs) takes its proxy with it."""
     code = (
