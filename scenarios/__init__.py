@@ -15,10 +15,12 @@ from scenarios import (
     lease_gc_pause,
     lock_order_prevention,
     lock_queue,
+    lock_timeouts,
     lock_wait_modes,
     locked_limit,
     lost_update,
     money_transfer,
+    pool_pitfalls,
     redis_failover,
     update_lock_order,
     upsert_idempotency,
@@ -43,6 +45,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     lock_order_prevention.SCENARIO,
     update_lock_order.SCENARIO,
     locked_limit.SCENARIO,
+    lock_timeouts.SCENARIO,
+    pool_pitfalls.SCENARIO,
 )
 
 
