@@ -8,6 +8,7 @@ from scenarios import (
     cache_stampede,
     checkout_deadlock,
     cron_rerun,
+    deadlock_detector,
     fk_lock_modes,
     hot_row,
     id_sort_order,
@@ -47,6 +48,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     locked_limit.SCENARIO,
     lock_timeouts.SCENARIO,
     pool_pitfalls.SCENARIO,
+    deadlock_detector.SCENARIO,
 )
 
 
