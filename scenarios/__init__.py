@@ -9,6 +9,7 @@ from scenarios import (
     checkout_deadlock,
     cron_rerun,
     deadlock_detector,
+    deadlock_reading,
     fk_lock_modes,
     hot_row,
     id_sort_order,
@@ -49,6 +50,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     lock_timeouts.SCENARIO,
     pool_pitfalls.SCENARIO,
     deadlock_detector.SCENARIO,
+    deadlock_reading.SCENARIO,
 )
 
 

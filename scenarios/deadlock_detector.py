@@ -77,20 +77,24 @@ async def pair(env: Env, settings: tuple[Mapping[str, str], Mapping[str, str]],
     conns = [await env.connect(), await env.connect()]
     outs: list[dict[str, Any]] = [{}, {}]
     firsts, gos = [asyncio.Event(), asyncio.Event()], [asyncio.Event(), asyncio.Event()]
+    tasks: list[asyncio.Task[None]] = []
     try:
         for conn, sets in zip(conns, settings, strict=True):
             for name, value in sets.items():
                 await conn.execute(f"SET {name} = '{value}'")
         pids = [c.get_server_pid() for c in conns]
-        tasks = [asyncio.create_task(session(conns[i], (a, b)[i], firsts[i], gos[i], outs[i]))
-                 for i in (0, 1)]  # fmt: skip
-        await done_or_blocked(env.db, pids[0], firsts[0], what="s1 first")
-        await done_or_blocked(env.db, pids[1], firsts[1], what="s2 first")  # sorted: blocks
+        for i in (0, 1):  # s1 takes its first row before s2 starts; sorted, s2 then blocks
+            tasks.append(
+                asyncio.create_task(session(conns[i], (a, b)[i], firsts[i], gos[i], outs[i]))
+            )
+            await done_or_blocked(env.db, pids[i], firsts[i], what=f"s{i + 1} first")
         gos[0].set()
         await task_or_blocked(env.db, pids[0], tasks[0], what="s1 second")  # buggy: blocks
         gos[1].set()  # the cycle closes here (buggy)
         await asyncio.gather(*tasks)
     finally:
+        for t in tasks:
+            t.cancel()
         for conn in conns:
             await conn.close()
     ends = [o["end"] for o in outs]
