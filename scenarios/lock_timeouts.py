@@ -20,15 +20,18 @@ See:        claim LC-27. Both variants run on a database whose lock_timeout is 1
             (`ALTER DATABASE ... SET lock_timeout`, what a postgresql.conf line does for one
             database); the fix overrides it inside each transaction. The checkout here is
             this scenario's own, sorted in both variants: only the timeout differs.
-            What PostgreSQL 17 does at the document's load differs from the sentence: 200
-            sorted carts 5 ms apart all succeed under the global 100 ms (measured: {"ok":200}
-            in ~2.7 s, the last cart waiting ~2.7 s in all). The limit "applies separately to
-            each lock acquisition attempt" (PostgreSQL docs): when the holder commits, its
-            waiters wake, one takes the row, the rest wait again on the new holder's
-            transaction id, so each single wait lasts one cart (~10 ms). The failure needs a
-            holder that keeps the row past 100 ms: the `slow-holder` case (60 ms of other
-            logic after each update, 12 carts) fails nearly every queued cart with 55P03
-            under the global setting and none under SET LOCAL 3 s.
+            What PostgreSQL 17 does differs from "fails whenever there is contention". The
+            limit "applies separately to each lock acquisition attempt" (PostgreSQL docs):
+            when a holder commits its waiters wake, one takes the row and the rest wait again
+            on the new holder's transaction id, so a wait lasts one cart (~10 ms), however
+            long the queue. 200 sorted carts 5 ms apart therefore fail only in runs where
+            some holder stalls past 100 ms (200 actors on one event loop, 2 busy cores):
+            measured {"ok":200} in 3 of 6 runs and 41, 126, 171 × 55P03 in the others,
+            while SET LOCAL 3 s had {"ok":200} in all 6 (`locklab run lock-timeouts -n 200
+            --seed k`). The published profile judges that over 5 trials (55P03 in at least
+            one; none with 3 s in any). The `slow-holder` case shows the mechanism without
+            chance: 60 ms of other logic after each update (12 carts) fails nearly every
+            queued cart under the global setting and none under SET LOCAL 3 s.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from dataclasses import replace
 
 import asyncpg
 
-from lab.claims import Claim, Record, invariants_hold
+from lab.claims import Claim, Record, invariants_hold, repeated
 from lab.errors import LabError
 from lab.outcome import notation
 from lab.scenario import Check, Defaults, Env, Scenario
@@ -50,7 +53,7 @@ GLOBAL_TIMEOUT = "100ms"  # the database-wide setting the document warns against
 TX_TIMEOUT = "3s"  # the withTx helper's SET LOCAL
 SLOW = "slow-holder"  # the case where one holder keeps the row past GLOBAL_TIMEOUT
 SLOW_PAUSE_MS = 60.0  # x2 updates: each holder keeps the row past GLOBAL_TIMEOUT
-AT_LOAD_OK = 0.9  # at the document's load the global timeout fails at most 10% of carts
+LOAD_TRIALS = 5  # at the document's load, whether a holder stalls past 100 ms is chance
 
 
 def validate(n: int, p: Mapping[str, object]) -> None:
@@ -136,8 +139,9 @@ def _all_ok(records: Mapping[str, Record]) -> tuple[bool, str]:
 def _at_load(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["buggy"]
     out = rec["outcomes"]
-    ok = out.get("ok", 0) >= AT_LOAD_OK * sum(out.values())
-    return ok and _under(rec, GLOBAL_TIMEOUT), _seen(rec)
+    return out.get("55P03", 0) > 0 and not out.get("40P01") and _under(rec, GLOBAL_TIMEOUT), (
+        _seen(rec)
+    )
 
 
 CLAIMS = (
@@ -159,16 +163,40 @@ CLAIMS = (
         published="await c.query(\"SET LOCAL lock_timeout = '3s'\")",
         cases=(SLOW,),
     ),
+    # At 200 carts a run fails carts only when some holder stalls past 100 ms (a busy event
+    # loop or CPU): measured 0, 0, 0, 41, 126, 171 of 200 in six runs. Over trials.
+    repeated(
+        Claim(
+            "LC-27",
+            f"buggy at the document's load (200 sorted carts, 5 ms between updates): the "
+            f"global {GLOBAL_TIMEOUT} fails carts with 55P03 in some runs (a holder stalled "
+            "past it), never with 40P01",
+            ("buggy",),
+            _at_load,
+            published="đặt 100 ms toàn cục làm checkout lỗi mỗi khi có contention bình thường",
+            profiles=("published",),
+        ),
+        trials=LOAD_TRIALS,
+        required=1 / LOAD_TRIALS,
+    ),
+    repeated(
+        Claim(
+            "LC-27",
+            "fixed at the document's load: every checkout succeeds in every trial",
+            ("fixed",),
+            _all_ok,
+            published="await c.query(\"SET LOCAL lock_timeout = '3s'\")",
+            profiles=("published",),
+        ),
+        trials=LOAD_TRIALS,
+    ),
     Claim(
         "LC-27",
-        f"buggy at the document's load (5 ms between updates): the limit applies to each "
-        f"lock acquisition, each wait lasts one cart, so the global {GLOBAL_TIMEOUT} fails "
-        f"at most {1 - AT_LOAD_OK:.0%} of the carts (what PostgreSQL does; see docstring)",
-        ("buggy",),
-        _at_load,
-        published="200 carts, 5 ms between updates (the checkout batch's load)",
+        "fixed at the quick load: every checkout succeeds",
+        ("fixed",),
+        _all_ok,
+        profiles=("quick",),
     ),
-    Claim("LC-27", "fixed at the document's load: every checkout succeeds", ("fixed",), _all_ok),
     *(
         replace(invariants_hold("LC-27", v, f"{v}: stock moved once per commit"), cases=("", SLOW))
         for v in ("buggy", "fixed")
