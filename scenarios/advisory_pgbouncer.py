@@ -15,7 +15,7 @@ Published:  "lệnh unlock của bạn chạy trên connection khác và trả v
             — locking-concurrency-control.vi.txt (advisory locks, pitfalls);
             deadlock-distributed-lock-cron.vi.txt (edge cases: advisory lock + PgBouncer)
 See:        claims LC-22, LC-23 (LC-24, the leak in the application's own pool, is in
-            pool-pitfalls). PgBouncer runs with server_round_robin = 0 (LIFO):
+            pool-lock-leak). PgBouncer runs with server_round_robin = 0 (LIFO):
             a freed server connection is the next one handed out, which makes the hand-over
             below deterministic rather than lucky.
 """

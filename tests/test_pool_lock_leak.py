@@ -1,8 +1,8 @@
-"""pool-pitfalls on a real server: a leaked session lock, statements spread over a pool."""
+"""pool-lock-leak on a real server: a session lock left on a pooled connection (LC-24)."""
 
 from __future__ import annotations
 
-from scenarios.pool_pitfalls import LATER_RUNS, SCENARIO
+from scenarios.pool_lock_leak import LATER_RUNS, SCENARIO
 from tests.conftest import RunFn, assert_all_held
 
 
@@ -20,15 +20,3 @@ async def test_leaked_lock_blocks_every_other_pod_until_restart(run_scenario: Ru
         assert recs[v]["evidence"]["leak"]["later"] == ["ran"] * LATER_RUNS
     for rec in recs.values():
         assert_all_held(rec["claims"])
-
-
-async def test_statements_on_the_pool_are_no_transaction(run_scenario: RunFn) -> None:
-    """pool.execute('BEGIN') .. ROLLBACK undoes nothing and a FOR UPDATE is not held; asyncpg
-    says it rolled back a connection released in a transaction. withTx undoes and holds."""
-    recs = await run_scenario(SCENARIO, ["buggy", "fixed"])
-    st = recs["buggy"]["evidence"]["statements"]
-    assert st["balance_after_rollback"] == 900 and st["row_locked"] is False
-    assert any("Resetting connection with an active transaction" in n for n in st["asyncpg_notes"])
-    fx = recs["fixed"]["evidence"]["statements"]
-    assert fx["balance_after_rollback"] == 1000 and fx["row_locked"] is True
-    assert fx["asyncpg_notes"] == []
