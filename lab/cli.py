@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any, TypeVar
 
@@ -296,6 +297,48 @@ def list_cmd() -> None:
             s.id, ", ".join(s.variants), ", ".join(sorted(s.uses)), ", ".join(s.sources), s.title
         )
     out().print(table)
+
+
+@app.command("claims")
+def claims_cmd(
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="The catalogue as Markdown (docs/claims.md).")
+    ] = False,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write to this file, not stdout.")
+    ] = None,
+) -> None:
+    """Every document claim id, which scenarios reach it, and each scenario's claims."""
+
+    def body() -> None:
+        from rich.table import Table
+
+        from lab.catalogue import CLAIM_IDS, DOCUMENTS, document_ids, reached, render_markdown
+        from scenarios import SCENARIOS
+
+        if markdown or output is not None:
+            text = render_markdown(SCENARIOS)
+            if output is None:
+                sys.stdout.write(text)
+            else:
+                output.write_text(text, encoding="utf-8")
+                out().print(f"wrote {output}", markup=False)
+            return
+        by_id = reached(SCENARIOS)
+        table = Table(title="document claims")
+        for col in ("id", "claim", "scenarios"):
+            table.add_column(col, overflow="fold")
+        for doc in DOCUMENTS:
+            for i in document_ids(doc):
+                table.add_row(i, CLAIM_IDS[i], ", ".join(by_id.get(i, [])) or "not reached")
+        console = out()
+        console.print(table)
+        for doc in DOCUMENTS:
+            ids = document_ids(doc)
+            hit = sum(1 for i in ids if i in by_id)
+            console.print(f"{doc}: re-checked {hit} of {len(ids)}", markup=False)
+
+    guarded(body)
 
 
 @app.command()

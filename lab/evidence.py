@@ -88,6 +88,29 @@ def _detail_line(report: DeadlockReport, text: str) -> None:
         report.statements[int(s["pid"])] = s["sql"]
 
 
+_LOCK_WAIT = re.compile(
+    r"^process (?P<pid>\d+) (?P<what>still waiting|acquired|detected deadlock while waiting|"
+    r"avoided deadlock for) (?:for )?(?P<mode>\w+) on (?P<on>.+?) after (?P<ms>[\d.]+) ms"
+)
+MAX_LOCK_WAITS = 200  # lines a record keeps
+
+
+def parse_lock_waits(log: str, database: str | None = None) -> list[dict[str, Any]]:
+    """`log_lock_waits` lines ("process 8200 still waiting for ShareLock on transaction
+    99812 after 1000.1 ms", then "acquired ..." or "detected deadlock while waiting ..."),
+    in log order, from a log written with log_line_prefix '%m [%p] %d '."""
+    out: list[dict[str, Any]] = []
+    for raw in log.splitlines():
+        m = _LINE.match(raw)
+        if not m or m["level"] != "LOG" or (database is not None and m["db"] != database):
+            continue
+        if w := _LOCK_WAIT.match(m["msg"]):
+            what = w["what"].removesuffix(" for").replace(" while waiting", "")
+            out.append({"pid": int(w["pid"]), "event": what, "mode": w["mode"], "on": w["on"],
+                        "after_ms": float(w["ms"])})  # fmt: skip
+    return out[:MAX_LOCK_WAITS]
+
+
 def summarize_deadlocks(reports: list[DeadlockReport]) -> dict[str, Any]:
     """What a record keeps: counts, cycle lengths, tuple hops, and the longest report."""
     lengths = Counter(r.cycle_length for r in reports)

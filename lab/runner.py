@@ -17,7 +17,13 @@ import asyncpg
 from lab import __version__
 from lab.claims import judge_all
 from lab.errors import LabError, ScenarioFailure
-from lab.evidence import commandstats_delta, parse_deadlocks, pg_deadlocks, summarize_deadlocks
+from lab.evidence import (
+    commandstats_delta,
+    parse_deadlocks,
+    parse_lock_waits,
+    pg_deadlocks,
+    summarize_deadlocks,
+)
 from lab.outcome import TIMEOUT, notation, ordered
 from lab.profiles import claims_for_run
 from lab.results import SCHEMA_VERSION, git_commit, write_record
@@ -258,6 +264,8 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             evidence["deadlocks"] = (
                 summarize_deadlocks(parse_deadlocks(log, database)) if log is not None else None
             )
+            if log is not None and (waits := parse_lock_waits(log, database)):
+                evidence["lock_waits"] = waits  # sessions that SET log_lock_waits = on
         if rclient is not None:
             evidence["redis_commandstats"] = commandstats_delta(
                 redis_before, await rclient.info("commandstats")

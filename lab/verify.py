@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from lab.catalogue import document_counts
 from lab.claims import Claim, Record, judge_trials
 from lab.errors import LabError
 from lab.profiles import check_profile, claims_for, profile_settings
@@ -32,8 +33,8 @@ from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers
 
-# How many claims each source document makes (ids DL-1..DL-21 etc. in shared/claims.md).
-DOCUMENT_CLAIMS = {"DL": 21, "LC": 25, "DP": 7}
+# How many claims each source document makes (every id is listed in lab/catalogue.py).
+DOCUMENT_CLAIMS = document_counts()
 TRIAL_DIR = "trial-{k}"
 CASE_DIR = "case-{case}"
 VERDICTS_FILE = Path("verify") / "verdicts.json"

@@ -14,7 +14,8 @@ Published:  "lệnh unlock của bạn chạy trên connection khác và trả v
             lock"; leaks are visible in pg_locks WHERE locktype = 'advisory'
             — locking-concurrency-control.vi.txt (advisory locks, pitfalls);
             deadlock-distributed-lock-cron.vi.txt (edge cases: advisory lock + PgBouncer)
-See:        claims LC-22, LC-23, LC-24. PgBouncer runs with server_round_robin = 0 (LIFO):
+See:        claims LC-22, LC-23 (LC-24, the leak in the application's own pool, is in
+            pool-lock-leak). PgBouncer runs with server_round_robin = 0 (LIFO):
             a freed server connection is the next one handed out, which makes the hand-over
             below deterministic rather than lucky.
 """
@@ -204,7 +205,7 @@ CLAIMS = (
         published="client khác mượn connection sẽ thừa kế lock",
     ),
     Claim(
-        "LC-24",
+        "LC-23",
         "The lock stays held by the pooled server connection after the job",
         ("buggy",),
         _leak,

@@ -74,3 +74,33 @@ def test_commandstats_delta() -> None:
         "cmdstat_eval": {"calls": 1},
     }
     assert commandstats_delta(before, after) == {"eval": 1, "get": 25}
+
+
+def test_lock_wait_lines_in_log_order() -> None:
+    """log_lock_waits lines, as PostgreSQL 17 writes them, become (pid, event, mode, on, ms);
+    other databases' lines and other messages are skipped."""
+    from lab.evidence import parse_lock_waits
+
+    log = "\n".join(
+        [
+            "2026-12-01 08:40:01.500 UTC [301] db1 LOG:  process 301 still waiting for "
+            "ShareLock on transaction 748 after 500.112 ms",
+            "2026-12-01 08:40:01.500 UTC [301] db1 DETAIL:  Process holding the lock: 302. "
+            "Wait queue: 301.",
+            "2026-12-01 08:40:01.900 UTC [309] db2 LOG:  process 309 still waiting for "
+            "ShareLock on transaction 9 after 500.000 ms",
+            "2026-12-01 08:40:02.100 UTC [302] db1 LOG:  process 302 detected deadlock while "
+            "waiting for ShareLock on transaction 747 after 500.071 ms",
+            "2026-12-01 08:40:02.100 UTC [302] db1 ERROR:  deadlock detected",
+            "2026-12-01 08:40:02.101 UTC [301] db1 LOG:  process 301 acquired ShareLock on "
+            "transaction 748 after 1101.4 ms",
+        ]
+    )
+    waits = parse_lock_waits(log, "db1")
+    assert [(w["pid"], w["event"], w["on"]) for w in waits] == [
+        (301, "still waiting", "transaction 748"),
+        (302, "detected deadlock", "transaction 747"),
+        (301, "acquired", "transaction 748"),
+    ]
+    assert {w["mode"] for w in waits} == {"ShareLock"}
+    assert waits[-1]["after_ms"] == 1101.4

@@ -350,8 +350,8 @@ def test_coverage_names_rechecked_and_unreached_claims() -> None:
     verdicts = evaluate(judged, [trial(1, {"ok": 1, "40P01": 39}, {"ok": 40})])
     res = ScenarioVerdicts("toy-deadlock", "", "quick", {}, {}, 1, verdicts)
     line = coverage([res], [TOY])
-    assert line.startswith("document claims re-checked: DL 1/21, LC 0/25, DP 0/7")
-    assert "DL-1..2, DL-5..21, DP-1..7, LC-1..25" in line
+    assert line.startswith("document claims re-checked: DL 1/26, LC 0/35, DP 0/10")
+    assert "DL-1..2, DL-5..26, DP-1..10, LC-1..35" in line
 
 
 # --- the command, on real servers and on recorded runs ---------------------------------

@@ -1,0 +1,221 @@
+"""Pool lock leak: a session advisory lock left on a pooled connection by an exception.
+
+Symptom:    after one failed run, a cron job guarded by pg_try_advisory_lock never runs
+            again on any other connection or pod, with no error: every try-lock says "busy".
+Root cause: the job throws between its lock and its unlock; the session lock belongs to the
+            connection, and the connection goes back to the pool still holding it.
+Fix:        unlock in `finally` (fixed), or pg_try_advisory_xact_lock inside a transaction
+            (fixed-xact), released by COMMIT/ROLLBACK on every path.
+Published:  "Advisory lock rò rỉ: session lock không unlock trong nhánh exception, connection
+            trả về pool vẫn giữ lock, và job không bao giờ chạy lại cho tới khi restart. Xem
+            pg_locks WHERE locktype = 'advisory'" — locking-concurrency-control.vi.txt
+            ("Gotchas")
+See:        claim LC-24 (advisory-pgbouncer has the PgBouncer leak, LC-23). asyncpg's own pool
+            hides this bug: on release it runs Connection.reset(), whose default query is
+            `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;`
+            (Connection.get_reset_query, asyncpg 0.30+); every run measures that pool too and
+            finds no lock left. node-postgres's and pgx's pools run no reset, so the pods'
+            pools here are asyncpg pools given a `reset=` hook that does nothing, which is how
+            those pools behave. Two pods, one pool each, as the document's cron runs: pod-1's
+            run throws; pod-2's later runs get false while pg_locks shows the lock on pod-1's
+            idle pooled backend, until pod-1 restarts (its pool closes); then pod-2 runs.
+            pod-1 itself would re-enter the lock if its pool handed it the same connection
+            (session locks count re-entries), so "never runs again" holds for every other
+            connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from lab.claims import Claim, Record
+from lab.scenario import Defaults, Env, Scenario
+
+JOB_KEY = 7001  # the cron job's advisory key
+LATER_RUNS = 3  # pod-2's runs after pod-1's failed one
+LOCKS = """SELECT pid FROM pg_locks WHERE locktype = 'advisory'
+AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
+
+
+class JobFailed(Exception):
+    """The job's work raised (the exception path under test)."""
+
+
+async def _no_reset(conn: asyncpg.Connection) -> None:
+    """node-postgres / pgx: a released connection goes back as it is (no session reset)."""
+
+
+async def job(conn: asyncpg.Connection, variant: str, fail: bool) -> str:
+    async def work() -> None:  # step work: the job's body; throws when asked to
+        if fail:
+            raise JobFailed("invoice provider down")
+
+    if variant == "fixed-xact":
+        async with conn.transaction():
+            if not await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", JOB_KEY):
+                return SKIPPED
+            await work()
+            return RAN
+    if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", JOB_KEY):  # step lock
+        return SKIPPED
+    if variant == "buggy":
+        await work()
+        # step unlock: never reached when work() throws
+        await conn.fetchval("SELECT pg_advisory_unlock($1)", JOB_KEY)
+        return RAN
+    try:  # fixed: the unlock on every path
+        await work()
+        return RAN
+    finally:
+        await conn.fetchval("SELECT pg_advisory_unlock($1)", JOB_KEY)
+
+
+async def _run_job(env: Env, pool: asyncpg.Pool, who: str, fail: bool = False) -> str:
+    async with pool.acquire() as pooled:
+        conn: asyncpg.Connection = pooled  # type: ignore[assignment]
+        pid = conn.get_server_pid()
+        try:
+            word = await job(conn, env.variant, fail)
+        except JobFailed:
+            word = FAILED
+    env.trace(who, word, pid=pid, locks=[r["pid"] for r in await env.db.fetch(LOCKS)])
+    return word
+
+
+async def _leak(env: Env) -> dict[str, Any]:
+    """LC-24: pod-1 fails once; pod-2 runs later; pod-1 restarts; pod-2 runs again."""
+    pod1 = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1, reset=_no_reset)
+    pod2 = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1, reset=_no_reset)
+    try:
+        first = await _run_job(env, pod1, "pod-1", fail=True)
+        async with pod1.acquire() as c:
+            pod1_pid = c.get_server_pid()
+        held = [r["pid"] for r in await env.db.fetch(LOCKS)]  # step observe
+        later = [await _run_job(env, pod2, "pod-2") for _ in range(LATER_RUNS)]
+        await pod1.close()  # step restart: pod-1's connection closes
+        after_restart = await _run_job(env, pod2, "pod-2")
+    finally:
+        pod1.terminate()
+        pod2.terminate()
+    return {"first": first, "pod1_pid": pod1_pid, "locks_after_failure": held,
+            "later": later, "after_restart": after_restart}  # fmt: skip
+
+
+async def _asyncpg_default(env: Env) -> dict[str, Any]:
+    """The same failing job on asyncpg's default pool: its reset unlocks all on release."""
+    pool = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1)
+    try:
+        first = await _run_job(env, pool, "asyncpg-default", fail=True)
+        held = [r["pid"] for r in await env.db.fetch(LOCKS)]
+    finally:
+        await pool.close()
+    return {"first": first, "locks_after_failure": held}
+
+
+async def buggy(env: Env) -> None:
+    await _run(env)
+
+
+async def fixed(env: Env) -> None:
+    await _run(env)
+
+
+async def fixed_xact(env: Env) -> None:
+    await _run(env)
+
+
+async def _run(env: Env) -> None:  # job() applies env.variant's fix
+    leak = await _leak(env)
+    for word in (leak["first"], *leak["later"], leak["after_restart"]):
+        env.outcome(word)
+    env.extra_evidence.update(leak=leak, asyncpg_default=await _asyncpg_default(env))
+
+
+# --- claims -------------------------------------------------------------------------------
+
+
+def _leak_of(records: Mapping[str, Record], variant: str) -> dict[str, Any]:
+    return dict(records[variant]["evidence"]["leak"])
+
+
+def _never_again(records: Mapping[str, Record]) -> tuple[bool, str]:
+    lk = _leak_of(records, "buggy")
+    held = (
+        lk["first"] == FAILED and lk["locks_after_failure"] == [lk["pod1_pid"]]
+        and lk["later"] == [SKIPPED] * LATER_RUNS and lk["after_restart"] == RAN
+    )  # fmt: skip
+    return held, (
+        f"buggy: pod-1 run {lk['first']}; pg_locks advisory held by pid "
+        f"{lk['locks_after_failure']} (pod-1's pooled backend {lk['pod1_pid']}); pod-2's "
+        f"later runs {lk['later']}; after pod-1 restarts: {lk['after_restart']}"
+    )
+
+
+def _fixed_runs(variant: str) -> Claim:
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        lk = _leak_of(records, variant)
+        held = lk["first"] == FAILED and not lk["locks_after_failure"]
+        held = held and lk["later"] == [RAN] * LATER_RUNS
+        return held, (
+            f"{variant}: pod-1 run {lk['first']}; advisory locks after it "
+            f"{lk['locks_after_failure']}; pod-2's later runs {lk['later']}"
+        )
+
+    how = "unlock in finally" if variant == "fixed" else "pg_try_advisory_xact_lock"
+    return Claim(
+        "LC-24",
+        f"{variant} ({how}): the failed run leaves no lock; every later run runs",
+        (variant,),
+        check,
+    )
+
+
+def _asyncpg_hides(records: Mapping[str, Record]) -> tuple[bool, str]:
+    d = records["buggy"]["evidence"]["asyncpg_default"]
+    return d["first"] == FAILED and not d["locks_after_failure"], (
+        f"buggy job on asyncpg's default pool: run {d['first']}, advisory locks after "
+        f"release {d['locks_after_failure']} (its reset ran pg_advisory_unlock_all())"
+    )
+
+
+CLAIMS = (
+    Claim(
+        "LC-24",
+        "buggy (pool without reset): the job throws before its unlock; pg_locks shows the lock "
+        "on the pooled backend; every later run on the other pod skips, until pod-1 restarts",
+        ("buggy",),
+        _never_again,
+        published="job không bao giờ chạy lại cho tới khi restart. Xem pg_locks WHERE "
+        "locktype = 'advisory'",
+    ),
+    Claim(
+        "LC-24",
+        "asyncpg's default pool reset (pg_advisory_unlock_all) releases the leaked lock: the "
+        "leak needs a pool that does not reset, as node-postgres's and pgx's",
+        ("buggy",),
+        _asyncpg_hides,
+    ),
+    _fixed_runs("fixed"),
+    _fixed_runs("fixed-xact"),
+)
+
+SCENARIO = Scenario(
+    id="pool-lock-leak",
+    doc=__doc__ or "",
+    kind="script",
+    variants={"buggy": buggy, "fixed": fixed, "fixed-xact": fixed_xact},
+    outcomes=(RAN, SKIPPED, FAILED),
+    claims=CLAIMS,
+    published={
+        "buggy": "job không bao giờ chạy lại cho tới khi restart",
+        "fixed": "unlock trong finally",
+        "fixed-xact": "pg_advisory_xact_lock",
+    },
+    defaults=Defaults(n=1, run_timeout_s=60),
+    sources=("LC",),
+    script_connections=lambda n: 3,  # two pods' pools and asyncpg's default pool
+)
