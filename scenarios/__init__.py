@@ -20,6 +20,7 @@ from scenarios import (
     lost_update,
     money_transfer,
     redis_failover,
+    row_lock_internals,
     update_lock_order,
     upsert_idempotency,
 )
@@ -43,6 +44,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     lock_order_prevention.SCENARIO,
     update_lock_order.SCENARIO,
     locked_limit.SCENARIO,
+    row_lock_internals.SCENARIO,
 )
 
 

@@ -1,0 +1,60 @@
+"""row-lock-internals on real servers: row locks in the tuple header, MultiXacts, the matrix."""
+
+from __future__ import annotations
+
+from scenarios.row_lock_internals import CONFLICTS, HOT_INSERTS, MIN_WAL_PER_ROW, ROWS, SCENARIO
+from tests.conftest import RunFn, claims_of
+
+
+def test_registered_with_the_documents_sentence() -> None:
+    """The scenario is in the catalogue and quotes the tuple-header sentence."""
+    from scenarios import SCENARIOS
+
+    assert SCENARIO in SCENARIOS
+    assert "tuple header" in SCENARIO.section("Published")
+    assert {c.id for c in SCENARIO.claims} == {"LC-28", "LC-29", "LC-34"}
+
+
+async def test_locking_rows_writes_wal_but_no_lock_table_entries(run_scenario: RunFn) -> None:
+    """LC-28: FOR UPDATE over every row leaves a handful of pg_locks rows and writes WAL per row."""
+    b = (await run_scenario(SCENARIO, ["buggy"]))["buggy"]["evidence"]["batch"]
+    assert b["rows"] == ROWS and b["free_rows"] == 0
+    assert {lk["locktype"] for lk in b["pg_locks"]} == {"relation", "transactionid", "virtualxid"}
+    assert len(b["pg_locks"]) <= 4
+    assert b["wal_bytes"] >= ROWS * MIN_WAL_PER_ROW
+
+
+async def test_hot_parent_mints_multixacts_listing_every_inserter(run_scenario: RunFn) -> None:
+    """LC-29: overlapping inserts under one parent: xmax is a MultiXact of every inserter, KEY SHARE."""
+    c = (await run_scenario(SCENARIO, ["buggy"]))["buggy"]["evidence"]["children"]
+    assert c["open_together"] == HOT_INSERTS
+    assert c["multixacts"] == HOT_INSERTS - 1  # a new one each time a locker joins
+    assert sorted(m["xid"] for m in c["xmax_members"]) == sorted(c["inserters"])
+    assert {m["mode"] for m in c["xmax_members"]} == {"keysh"}
+
+
+async def test_fixed_reads_write_nothing_and_spread_parents_mint_nothing(
+    run_scenario: RunFn,
+) -> None:
+    """The plain read writes no WAL, spread inserts mint no MultiXact, a name change blocks nobody."""
+    ev = (await run_scenario(SCENARIO, ["fixed"]))["fixed"]["evidence"]
+    assert ev["batch"]["wal_bytes"] < 1024 and ev["batch"]["free_rows"] == ROWS
+    assert ev["children"]["multixacts"] == 0 and not ev["children"]["xmax_members"]
+    assert ev["parent_update"]["blocked_by"] is None
+
+
+async def test_matrix_is_the_documented_one(run_scenario: RunFn) -> None:
+    """LC-34: each of the 16 pairs is blocked (by the holder, and NOWAIT gets 55P03) iff documented."""
+    ev = (await run_scenario(SCENARIO, ["matrix"]))["matrix"]["evidence"]
+    seen = {(c["held"], c["asked"]): bool(c["blocked_by"]) for c in ev["matrix"]}
+    assert seen == {(h, a): a in CONFLICTS[h] for h in CONFLICTS for a in CONFLICTS}
+    assert all((c["nowait"] == "55P03") == bool(c["blocked_by"]) for c in ev["matrix"])
+    assert ev["matrix_table"].splitlines()[4].startswith("KS ✗  ·  ·  ·")
+
+
+async def test_every_claim_holds(run_scenario: RunFn) -> None:
+    """All three variants at the defaults: every claim holds."""
+    records = await run_scenario(SCENARIO)
+    for rec in records.values():
+        assert all(v == [True] * len(v) for v in claims_of(rec).values()), rec["claims"]
+    assert sum(len(r["claims"]) for r in records.values()) == len(SCENARIO.claims)
