@@ -23,6 +23,7 @@ from scenarios import (
     row_lock_internals,
     update_lock_order,
     upsert_idempotency,
+    write_skew,
 )
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -45,6 +46,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     update_lock_order.SCENARIO,
     locked_limit.SCENARIO,
     row_lock_internals.SCENARIO,
+    write_skew.SCENARIO,
 )
 
 
