@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lab.scenario import Scenario
 from scenarios import (
+    advisory_keys,
     advisory_pgbouncer,
     cache_stampede,
     checkout_deadlock,
@@ -47,6 +48,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     locked_limit.SCENARIO,
     row_lock_internals.SCENARIO,
     write_skew.SCENARIO,
+    advisory_keys.SCENARIO,
 )
 
 
