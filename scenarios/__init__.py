@@ -9,6 +9,7 @@ from scenarios import (
     cache_stampede,
     checkout_deadlock,
     cron_rerun,
+    deadlock_traffic,
     fk_lock_modes,
     hot_row,
     id_sort_order,
@@ -49,6 +50,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     row_lock_internals.SCENARIO,
     write_skew.SCENARIO,
     advisory_keys.SCENARIO,
+    deadlock_traffic.SCENARIO,
 )
 
 
