@@ -14,6 +14,7 @@ from scenarios import (
     hot_row,
     id_sort_order,
     job_queue,
+    job_retry,
     lease_gc_pause,
     lock_order_prevention,
     lock_queue,
@@ -51,6 +52,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     write_skew.SCENARIO,
     advisory_keys.SCENARIO,
     deadlock_traffic.SCENARIO,
+    job_retry.SCENARIO,
 )
 
 
