@@ -24,6 +24,7 @@ from scenarios import (
     money_transfer,
     redis_failover,
     row_lock_internals,
+    row_lock_modes,
     update_lock_order,
     upsert_idempotency,
     write_skew,
@@ -53,6 +54,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     advisory_keys.SCENARIO,
     deadlock_traffic.SCENARIO,
     job_retry.SCENARIO,
+    row_lock_modes.SCENARIO,
 )
 
 

@@ -1,55 +1,40 @@
-"""Row lock internals: in the tuple header, shared through MultiXacts, four modes.
+"""Row lock internals: row locks live in the row itself and are shared through MultiXacts.
 
 Symptom:    a batch that reads 100,000 rows FOR UPDATE "to be safe" writes megabytes of WAL;
-            every child INSERT under one hot parent mints a MultiXact; an UPDATE that
-            changes a parent's key makes every child INSERT for that parent wait.
+            every child INSERT under one hot parent mints a MultiXact.
 Root cause: a row lock is written into the tuple header (xmax and infomask bits), not into
             the shared lock table: no pg_locks entry per row, no escalation, but locking a
             row writes its page (one WAL record per row). When a second transaction locks
             a row another still holds in a shared mode (the FK check's FOR KEY SHARE), xmax
-            must name both: a new MultiXact each time a locker joins. FOR UPDATE, which an
-            UPDATE of a key column takes, is the one mode that conflicts with FOR KEY SHARE.
+            must name both: a new MultiXact each time a locker joins.
 Fix:        (fixed) read without a locking clause what you will not write; spread children
-            over parents, or keep the overlap short; change other columns than the key
-            (FOR NO KEY UPDATE). Variant `matrix` runs the 16 pairs of the four modes.
+            over parents (or keep the overlap short).
 Published:  "Row lock được ghi ngay trong tuple header (trường xmax cùng các bit cờ), không nằm
             trong bảng lock bộ nhớ ... Cái giá: lock một row là ghi vào page (dirty page,
             WAL). Khi nhiều transaction cùng giữ lock chia sẻ, Postgres tạo một MultiXact."
             "MultiXact bùng nổ: nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha
-            nóng (mỗi insert con), tạo nhiều MultiXact." "FOR KEY SHARE ... chỉ xung đột với
-            FOR UPDATE." "UPDATE đổi giá trị primary key của cha lấy FOR UPDATE và sẽ chặn
-            ... insert con." No numbers (PostgreSQL 17.11) — locking-concurrency-control.vi.txt
-See:        claims LC-28, LC-29, LC-34. The WAL position is pg_current_wal_insert_lsn()
-            (pg_current_wal_lsn() lags until the WAL buffers are written), read before and
-            after the batch, before the SKIP LOCKED probe (which locks rows itself). The
-            MultiXact counter is mxid_age() of a reference taken at the start: live, no
-            CHECKPOINT needed. The document's matrix ("Bảng xung đột") lost its table; the
-            one here is its list of modes, which is PostgreSQL's manual.
+            nóng (mỗi insert con), tạo nhiều MultiXact." No numbers (PostgreSQL 17.11)
+            — locking-concurrency-control.vi.txt, "Row-level lock", "Edge cases"
+See:        claims LC-28, LC-29; scenarios/row_lock_modes.py (the modes, LC-34). The WAL
+            position is pg_current_wal_insert_lsn() (pg_current_wal_lsn() lags until the WAL
+            buffers are written), read before and after the batch and before the SKIP LOCKED
+            probe (which locks rows itself). WAL is cluster-wide: on a busy shared server the
+            plain read's 0 bytes can see others' records. The MultiXact counter is mxid_age()
+            of the parents' relminmxid read at the start: live, no CHECKPOINT needed.
+            Overlap is forced by the server's report: each insert has returned and
+            pg_stat_activity shows every inserter idle in transaction before any commits.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import asyncpg
-
 from lab.claims import Claim, Record
-from lab.interleave import task_or_blocked
 from lab.scenario import Defaults, Env, Scenario
 
 ROWS = 100_000  # the batch the document's "millions of rows" stands for
 HOT_INSERTS = 20  # overlapping child inserts
-KEY_PARENT, MATRIX_ROW = 1000, 1001
-MODES = ("UPDATE", "NO KEY UPDATE", "SHARE", "KEY SHARE")
-# the documented conflicts (✗ = must wait): KEY SHARE conflicts only with UPDATE, ...
-CONFLICTS = {
-    "UPDATE": set(MODES),
-    "NO KEY UPDATE": {"UPDATE", "NO KEY UPDATE", "SHARE"},
-    "SHARE": {"UPDATE", "NO KEY UPDATE"},
-    "KEY SHARE": {"UPDATE"},
-}
 MIN_WAL_PER_ROW = 40  # bytes: one heap-lock record per row (56 measured on 17.10)
 MAX_IDLE_WAL = 1024  # bytes a batch without locks may see (background records)
 MXID_AGE = "SELECT mxid_age($1::text::xid)"
@@ -65,20 +50,17 @@ async def setup(env: Env) -> None:
     )
     await env.db.execute(
         f"INSERT INTO parents SELECT i, 'p' || i FROM generate_series(1, {HOT_INSERTS}) i"
-        f" UNION ALL VALUES ({KEY_PARENT}, 'key'), ({MATRIX_ROW}, 'matrix')"
     )
 
 
 async def buggy(env: Env) -> None:
     env.extra_evidence["batch"] = await lock_batch(env, "FOR UPDATE")
     env.extra_evidence["children"] = await children(env, hot=True)
-    env.extra_evidence["parent_update"] = await parent_update(env, "id = id + 10000")
 
 
 async def fixed(env: Env) -> None:
     env.extra_evidence["batch"] = await lock_batch(env, "")
     env.extra_evidence["children"] = await children(env, hot=False)
-    env.extra_evidence["parent_update"] = await parent_update(env, "name = 'renamed'")
 
 
 async def lock_batch(env: Env, clause: str) -> dict[str, Any]:
@@ -135,7 +117,8 @@ async def children(env: Env, *, hot: bool) -> dict[str, Any]:
         members = []
         if xmax not in xids:  # xmax names no single inserter: a MultiXact
             members = await env.db.fetch(
-                "SELECT xid::text, mode FROM pg_get_multixact_members((SELECT xmax FROM parents WHERE id = 1))"
+                "SELECT xid::text, mode FROM pg_get_multixact_members("
+                "(SELECT xmax FROM parents WHERE id = 1))"
             )
         for c in conns:  # step commit
             await c.execute("COMMIT")
@@ -152,70 +135,6 @@ async def children(env: Env, *, hot: bool) -> dict[str, Any]:
         "xmax_members": [dict(m) for m in members],
         "inserters": xids,
     }
-
-
-async def parent_update(env: Env, change: str) -> dict[str, Any]:
-    """LC-34: a holder updates a parent (`change`) and stays open; a child INSERT for it."""
-    holder, child = await env.connect(), await env.connect()
-    pid = holder.get_server_pid()
-    try:
-        await holder.execute("BEGIN")
-        await holder.execute(f"UPDATE parents SET {change} WHERE id = {KEY_PARENT}")  # step update
-        task = asyncio.create_task(  # step insert: finishes, or the server shows it blocked
-            child.execute("INSERT INTO children (parent_id) VALUES ($1)", KEY_PARENT)
-        )
-        blocked = await task_or_blocked(env.db, child.get_server_pid(), task, what="child insert")
-        await holder.execute("ROLLBACK")  # step end
-        await task
-    finally:
-        holder.terminate()
-        child.terminate()
-    env.outcome("blocked" if blocked else "ok")
-    return {"change": change, "blocked_by": blocked, "holder": pid}
-
-
-async def matrix(env: Env) -> None:
-    """LC-34: for each pair, a holder locks the row in one mode; a NOWAIT probe and a
-    waiting probe ask for the other; the server says who was blocked."""
-    holder, probe = await env.connect(), await env.connect()
-    cells = []
-    try:
-        for held in MODES:
-            for asked in MODES:
-                sql = f"SELECT id FROM parents WHERE id = {MATRIX_ROW} FOR {asked}"
-                await holder.execute("BEGIN")
-                await holder.execute(f"SELECT id FROM parents WHERE id = {MATRIX_ROW} FOR {held}")
-                try:  # step nowait
-                    await probe.execute(sql + " NOWAIT")
-                    nowait = "ok"
-                except asyncpg.LockNotAvailableError:
-                    nowait = "55P03"
-                await probe.execute("BEGIN")  # step wait: finishes, or shown blocked
-                task = asyncio.create_task(probe.execute(sql))
-                blocked = await task_or_blocked(env.db, probe.get_server_pid(), task, what=sql)
-                await holder.execute("ROLLBACK")
-                await task
-                await probe.execute("ROLLBACK")
-                cells.append(
-                    {"held": held, "asked": asked, "nowait": nowait, "blocked_by": blocked}
-                )
-                env.outcome("blocked" if blocked else "ok")
-    finally:
-        holder.terminate()
-        probe.terminate()
-    env.extra_evidence["matrix"] = cells
-    env.extra_evidence["matrix_table"] = table(cells)
-
-
-SHORT = dict(zip(MODES, ("U", "NK", "S", "KS"), strict=True))
-
-
-def table(cells: list[dict[str, Any]]) -> str:
-    """The matrix as the manual prints it: the holder's mode down, the asked mode across."""
-    mark = {(c["held"], c["asked"]): "✗" if c["blocked_by"] else "·" for c in cells}
-    rows = [f"{SHORT[h]:<3}" + "".join(f"{mark[h, a]:<3}" for a in MODES) for h in MODES]
-    legend = "(✗ blocked; U UPDATE, NK NO KEY UPDATE, S SHARE, KS KEY SHARE)"
-    return "\n".join(["   " + "".join(f"{SHORT[a]:<3}" for a in MODES), *rows, legend])
 
 
 # --- claims -------------------------------------------------------------------------------
@@ -251,6 +170,7 @@ def _multixacts(variant: str, hot: bool) -> Judge:
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         c = records[variant]["evidence"]["children"]
         n, mx, members = c["inserts"], c["multixacts"], c["xmax_members"]
+        modes = ", ".join(sorted({m["mode"] for m in members}))
         if hot:
             held = n - 2 <= mx <= n + 2 and sorted(m["xid"] for m in members) == sorted(
                 c["inserters"]
@@ -260,37 +180,10 @@ def _multixacts(variant: str, hot: bool) -> Judge:
         return held and c["open_together"] == n, (
             f"{variant}: {n} overlapping child inserts ({c['open_together']} open together) "
             f"{'under one parent' if hot else 'one per parent'}: MultiXact counter +{mx}; "
-            f"parent's xmax lists {len(members)} lockers ({', '.join(sorted({m['mode'] for m in members})) or '-'})"
+            f"parent's xmax lists {len(members)} lockers ({modes or '-'})"
         )
 
     return check
-
-
-def _parent(variant: str, blocks: bool) -> Judge:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        p = records[variant]["evidence"]["parent_update"]
-        seen = (
-            f"blocked by {p['blocked_by']} (holder {p['holder']})"
-            if p["blocked_by"]
-            else "not blocked"
-        )
-        held = (p["holder"] in (p["blocked_by"] or [])) if blocks else p["blocked_by"] is None
-        return held, f"{variant}: UPDATE parents SET {p['change']} open; child INSERT {seen}"
-
-    return check
-
-
-def _matrix(records: Mapping[str, Record]) -> tuple[bool, str]:
-    cells = records["matrix"]["evidence"]["matrix"]
-    agree = [
-        c
-        for c in cells
-        if bool(c["blocked_by"]) == (c["nowait"] == "55P03") == (c["asked"] in CONFLICTS[c["held"]])
-    ]
-    return len(cells) == 16 and len(agree) == 16, (
-        f"{len(agree)}/16 pairs as documented (pg_blocking_pids and NOWAIT agree):\n"
-        + records["matrix"]["evidence"]["matrix_table"]
-    )
 
 
 CLAIMS = (
@@ -299,7 +192,8 @@ CLAIMS = (
         f"buggy: FOR UPDATE over {ROWS} rows: no per-row pg_locks entry, WAL written",
         ("buggy",),
         _batch("buggy", True),
-        published="Row lock được ghi ngay trong tuple header ... lock một row là ghi vào page (dirty page, WAL)",
+        published="Row lock được ghi ngay trong tuple header ... lock một row là ghi vào page "
+        "(dirty page, WAL)",
     ),
     Claim(
         "LC-28",
@@ -309,10 +203,12 @@ CLAIMS = (
     ),
     Claim(
         "LC-29",
-        f"buggy: {HOT_INSERTS} overlapping child inserts under one parent mint about as many MultiXacts",
+        f"buggy: {HOT_INSERTS} overlapping child inserts under one parent mint about as many "
+        "MultiXacts",
         ("buggy",),
         _multixacts("buggy", True),
-        published="nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha nóng (mỗi insert con), tạo nhiều MultiXact",
+        published="nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha nóng (mỗi insert "
+        "con), tạo nhiều MultiXact",
     ),
     Claim(
         "LC-29",
@@ -320,36 +216,16 @@ CLAIMS = (
         ("fixed",),
         _multixacts("fixed", False),
     ),
-    Claim(
-        "LC-34",
-        "buggy: an UPDATE of the parent's key blocks a child INSERT",
-        ("buggy",),
-        _parent("buggy", True),
-        published="UPDATE đổi giá trị primary key của cha lấy FOR UPDATE và sẽ chặn (và bị chặn bởi) insert con",
-    ),
-    Claim(
-        "LC-34",
-        "fixed: an UPDATE of another column does not",
-        ("fixed",),
-        _parent("fixed", False),
-        published="UPDATE thường không chặn insert con",
-    ),
-    Claim(
-        "LC-34",
-        "matrix: the 16 pairs of row-lock modes block as documented",
-        ("matrix",),
-        _matrix,
-        published="FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR KEY SHARE; FOR KEY SHARE chỉ xung đột với FOR UPDATE",
-    ),
 )
 
 SCENARIO = Scenario(
     id="row-lock-internals",
     doc=__doc__ or "",
     kind="script",
-    variants={"buggy": buggy, "fixed": fixed, "matrix": matrix},
-    outcomes=("ok", "blocked"),
+    variants={"buggy": buggy, "fixed": fixed},
+    outcomes=("ok",),
     claims=CLAIMS,
+    published={"buggy": "lock một row là ghi vào page (dirty page, WAL); ... tạo nhiều MultiXact"},
     setup=setup,
     defaults=Defaults(n=1, run_timeout_s=60),
     script_connections=lambda n: HOT_INSERTS + 2,
