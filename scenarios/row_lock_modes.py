@@ -83,7 +83,7 @@ async def matrix(env: Env) -> None:
     """LC-34: for each pair, a holder locks the row in one mode; a NOWAIT probe and a
     waiting probe ask for the other; the server says who was blocked."""
     holder, probe = await env.connect(), await env.connect()
-    cells = []
+    pid, cells = holder.get_server_pid(), []
     try:
         for held in MODES:
             for asked in MODES:
@@ -108,6 +108,7 @@ async def matrix(env: Env) -> None:
     finally:
         holder.terminate()
         probe.terminate()
+    env.extra_evidence["holder"] = pid
     env.extra_evidence["matrix"] = cells
     env.extra_evidence["matrix_table"] = table(cells)
 
@@ -140,15 +141,17 @@ def _parent(variant: str, blocks: bool) -> Judge:
 
 
 def _matrix(records: Mapping[str, Record]) -> tuple[bool, str]:
-    cells = records["matrix"]["evidence"]["matrix"]
+    ev = records["matrix"]["evidence"]
     agree = [
         c
-        for c in cells
-        if bool(c["blocked_by"]) == (c["nowait"] == "55P03") == (c["asked"] in CONFLICTS[c["held"]])
+        for c in ev["matrix"]
+        if (ev["holder"] in (c["blocked_by"] or []))
+        == (c["nowait"] == "55P03")
+        == (c["asked"] in CONFLICTS[c["held"]])
     ]
-    return len(cells) == 16 and len(agree) == 16, (
+    return len(ev["matrix"]) == len(agree) == 16, (
         f"{len(agree)}/16 pairs as documented (pg_blocking_pids and NOWAIT agree):\n"
-        + records["matrix"]["evidence"]["matrix_table"]
+        + ev["matrix_table"]
     )
 
 
