@@ -15,10 +15,10 @@ Published:  "Row lock được ghi ngay trong tuple header (trường xmax cùng
             "MultiXact bùng nổ: nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha
             nóng (mỗi insert con), tạo nhiều MultiXact." No numbers (PostgreSQL 17.11)
             — locking-concurrency-control.vi.txt, "Row-level lock", "Edge cases"
-See:        claims LC-28, LC-29; scenarios/row_lock_modes.py (the modes, LC-34). The WAL
-            position is pg_current_wal_insert_lsn() (pg_current_wal_lsn() lags until the WAL
-            buffers are written), read before and after the batch and before the SKIP LOCKED
-            probe (which locks rows itself). WAL is cluster-wide: on a busy shared server the
+See:        claims LC-28, LC-29; scenarios/row_lock_modes.py (the modes, LC-34). WAL bytes
+            are pg_current_wal_lsn() after COMMIT minus before BEGIN; the probe of how many
+            rows another session can still lock (SKIP LOCKED, which locks them itself) runs
+            in a second, unmeasured pass. WAL is cluster-wide: on a busy shared server the
             plain read's 0 bytes can see others' records. The MultiXact counter is mxid_age()
             of the parents' relminmxid read at the start: live, no CHECKPOINT needed.
             Overlap is forced by the server's report: each insert has returned and
@@ -38,6 +38,7 @@ HOT_INSERTS = 20  # overlapping child inserts
 MIN_WAL_PER_ROW = 40  # bytes: one heap-lock record per row (56 measured on 17.10)
 MAX_IDLE_WAL = 1024  # bytes a batch without locks may see (background records)
 MXID_AGE = "SELECT mxid_age($1::text::xid)"
+WAL_POSITION = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"  # in bytes
 
 
 async def setup(env: Env) -> None:
@@ -64,25 +65,26 @@ async def fixed(env: Env) -> None:
 
 
 async def lock_batch(env: Env, clause: str) -> dict[str, Any]:
-    """LC-28: one transaction reads every row of items, with `clause`, and stays open."""
+    """LC-28: one transaction reads every row of items with `clause`; twice, because the
+    second look (SKIP LOCKED locks every free row) writes WAL of its own."""
     s = await env.connect()
-    lsn = "SELECT pg_current_wal_insert_lsn()"
+    batch = f"SELECT count(*) FROM (SELECT id FROM items {clause}) b"
     try:
-        before = await s.fetchval(lsn)
+        before = await s.fetchval(WAL_POSITION)
         await s.execute("BEGIN")
-        # step lock: the batch
-        rows = await s.fetchval(f"SELECT count(*) FROM (SELECT id FROM items {clause}) b")
-        after = await s.fetchval(lsn)
-        # step look: what pg_locks holds for it; how many rows another session can still lock
-        locks = await env.db.fetch(
+        rows = await s.fetchval(batch)  # step lock: the batch
+        locks = await env.db.fetch(  # step look: what pg_locks holds for it (writes nothing)
             "SELECT locktype, mode, relation::regclass::text AS rel FROM pg_locks WHERE pid = $1",
             s.get_server_pid(),
         )
+        await s.execute("COMMIT")  # step commit
+        wal = await s.fetchval(WAL_POSITION) - before
+        await s.execute("BEGIN")  # again, and another session counts the rows it can lock
+        await s.execute(batch)
         free = await env.db.fetchval(
             "SELECT count(*) FROM (SELECT id FROM items FOR UPDATE SKIP LOCKED) b"
         )
         await s.execute("COMMIT")
-        wal = await env.db.fetchval("SELECT pg_wal_lsn_diff($1, $2)", after, before)
     finally:
         s.terminate()
     env.outcome("ok")
