@@ -120,16 +120,16 @@ async def worker(conn: asyncpg.Connection, stop: asyncio.Event, fail: Fail) -> N
 
 async def run(env: Env, fail: Fail) -> None:
     hung, *conns = [await env.connect() for _ in range(WORKERS + 1)]
-    await env.db.execute(  # step enqueue: once every worker is connected
-        "INSERT INTO jobs (kind) VALUES ('stuck'), ('poison');"
-        f"INSERT INTO jobs (kind, run_at) SELECT 'email', now() + i * interval '{SPREAD_MS} ms'"
-        f" FROM generate_series(1, {HEALTHY_JOBS}) i"
-    )
+    await env.db.execute("INSERT INTO jobs (kind) VALUES ('stuck'), ('poison')")  # step enqueue
     await hung.execute(  # step hang: a worker claims the stuck job; its handler never returns
         f"UPDATE jobs SET status = 'running', attempts = 1, locked_until = now() +"
         f" interval '{LEASE_MS} ms' WHERE id = {STUCK}"
     )
     stuck_at = time.perf_counter()
+    await env.db.execute(  # step enqueue: the healthy jobs, coming due as the workers start
+        f"INSERT INTO jobs (kind, run_at) SELECT 'email', now() + i * interval '{SPREAD_MS} ms'"
+        f" FROM generate_series(1, {HEALTHY_JOBS}) i"
+    )
     stop = asyncio.Event()
     tasks = [asyncio.create_task(worker(c, stop, fail)) for c in conns]
     deadline = time.perf_counter() + RUN_WINDOW_MS / 1000
