@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lab.servers import Servers
 from scenarios.row_lock_internals import HOT_INSERTS, MIN_WAL_PER_ROW, ROWS, SCENARIO
 from tests.conftest import RunFn, claims_of
 
@@ -48,3 +49,25 @@ async def test_every_claim_holds(run_scenario: RunFn) -> None:
     for rec in records.values():
         assert all(v == [True] * len(v) for v in claims_of(rec).values()), rec["claims"]
     assert sum(len(r["claims"]) for r in records.values()) == len(SCENARIO.claims)
+
+
+async def test_checkpoint_counter_agrees_with_mxid_age(
+    run_scenario: RunFn, servers: Servers
+) -> None:
+    """The MultiXact counter the scenario reads (mxid_age) moves as pg_control_checkpoint()'s
+    next_multixact_id does between two CHECKPOINTs around the run."""
+    import asyncpg
+
+    assert servers.pg is not None
+    conn = await asyncpg.connect(servers.pg.dsn)
+    next_mx = "SELECT next_multixact_id::text::bigint FROM pg_control_checkpoint()"
+    try:
+        await conn.execute("CHECKPOINT")
+        before = await conn.fetchval(next_mx)
+        c = (await run_scenario(SCENARIO, ["buggy"]))["buggy"]["evidence"]["children"]
+        await conn.execute("CHECKPOINT")
+        after = await conn.fetchval(next_mx)
+    finally:
+        await conn.close()
+    assert c["multixacts"] == HOT_INSERTS - 1
+    assert after - before == c["multixacts"]
