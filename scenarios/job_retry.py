@@ -13,14 +13,15 @@ Published:  `const failed = job.attempts >= 5; ... run_at = now() + (2 ** job.at
             || ' seconds')`; "SKIP LOCKED che lỗi: một job bị khoá mãi ... Cần alert trên
             tuổi của job running lâu nhất." No numbers (PostgreSQL 17.11)
             — locking-concurrency-control.vi.txt, "Job queue với FOR UPDATE SKIP LOCKED"
-See:        claim LC-30 (its alert is for LC-17's stuck job); scenarios/job_queue.py (the claim itself, LC-16). Time is
-            the subject here, so the document's seconds are milliseconds: BACKOFF_UNIT_MS
-            (10 s there), POLL_MS (1 s), LEASE_MS (5 min; longer than the run). Steps, the
-            same in both variants (only the failure path differs): a hung worker claims the
-            stuck job; WORKERS workers run the document's loop over a poison job and
-            HEALTHY_JOBS jobs that come due SPREAD_MS apart; the run stops when every
-            healthy job is done and the poison job has failed, or after RUN_WINDOW_MS; the
-            alert query runs. The server's clock_timestamp() stamps every attempt.
+See:        claim LC-30 (its alert finds LC-17's stuck job); scenarios/job_queue.py (the claim
+            itself, LC-16). Time is the subject here, so the document's seconds become milliseconds:
+            BACKOFF_UNIT_MS is 20 ms (10 s there; 20 keeps the gaps growing when a poll comes late),
+            POLL_MS 2 ms (1 s), LEASE_MS 5 s (5 min; longer than the run). Steps, the same in both
+            variants (only the failure path differs): a hung worker claims the stuck job; WORKERS
+            workers run the document's loop over a poison job and HEALTHY_JOBS jobs that come due
+            SPREAD_MS apart; the run stops when every healthy job is done and the poison job has
+            failed, or after RUN_WINDOW_MS; the alert query runs. The server's clock_timestamp()
+            stamps every attempt.
 """
 
 from __future__ import annotations
@@ -36,14 +37,15 @@ import asyncpg
 from lab.claims import Claim, Record
 from lab.scenario import Defaults, Env, Scenario
 
-BACKOFF_UNIT_MS = 10  # the document's 10 s: the gap after attempt a is 2^a units
+BACKOFF_UNIT_MS = 20  # the document's 10 s: the gap after attempt a is 2^a units
 MAX_ATTEMPTS = 5
 POLL_MS = 2  # the document's 1 s sleep when no job is ready
 LEASE_MS = 5_000  # the document's 5 minutes: longer than the run, the stuck job stays running
 WORKERS = 3
-HEALTHY_JOBS, SPREAD_MS = 30, 10  # healthy jobs come due 10 ms apart, over the retries
-RUN_WINDOW_MS = 2 * sum(2**a * BACKOFF_UNIT_MS for a in range(1, MAX_ATTEMPTS))  # 600 ms
-GAP_SLACK_MS = 60.0  # an attempt comes at most this late after its backoff (polls, contention)
+HEALTHY_JOBS, SPREAD_MS = 30, 20  # healthy jobs come due 20 ms apart, over the retries
+SCHEDULE_MS = sum(2**a * BACKOFF_UNIT_MS for a in range(1, MAX_ATTEMPTS))  # 600 ms of backoff
+RUN_WINDOW_MS = SCHEDULE_MS * 3 // 2  # the run's limit: the fixed poison job is failed by then
+GAP_SLACK_MS = 80.0  # an attempt comes at most this late after its backoff (polls, contention)
 FLOW_BOUND_MS = 150.0  # a healthy job is done within this of coming due
 STUCK, POISON = 1, 2
 
