@@ -13,7 +13,7 @@ See:        claim DP-9; scenarios/checkout_deadlock.py (the published 200-cart r
             DL-5). The scenario's own settings are the 200-cart point; cases n10 … n100 run
             the buggy checkout at 10, 20, 40, 100 carts, all at burst arrival (every cart
             released at once) and the same deadlock_timeout. What grows is the count: at
-            burst most carts fail at every size (measured 60–100 %, 75–100 % from 20 carts
+            burst most carts fail at every size (measured 60–100 %, 70–100 % from 20 carts
             on: the share is near saturation and does not keep rising), so the count is
             close to n and each step of n (×2 or more) leaves a wide margin (e.g. at most 9
             of 10, at least 14 of 20); judged on one run of each size.
