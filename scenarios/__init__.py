@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from lab.scenario import Scenario
 from scenarios import (
+    advisory_keys,
     advisory_pgbouncer,
     cache_stampede,
     checkout_deadlock,
     cron_rerun,
     deadlock_detector,
     deadlock_reading,
+    deadlock_traffic,
     fk_lock_modes,
     hot_row,
     id_sort_order,
     job_queue,
+    job_retry,
     lease_gc_pause,
     lock_order_prevention,
     lock_queue,
@@ -25,8 +28,11 @@ from scenarios import (
     pool_lock_leak,
     pool_transaction,
     redis_failover,
+    row_lock_internals,
+    row_lock_modes,
     update_lock_order,
     upsert_idempotency,
+    write_skew,
 )
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -53,6 +59,12 @@ SCENARIOS: tuple[Scenario, ...] = (
     pool_transaction.SCENARIO,
     deadlock_detector.SCENARIO,
     deadlock_reading.SCENARIO,
+    row_lock_internals.SCENARIO,
+    write_skew.SCENARIO,
+    advisory_keys.SCENARIO,
+    deadlock_traffic.SCENARIO,
+    job_retry.SCENARIO,
+    row_lock_modes.SCENARIO,
 )
 
 

@@ -1,0 +1,196 @@
+"""Row lock modes: the four modes conflict as documented; a key UPDATE blocks child inserts.
+
+Symptom:    while one request changes an order's id (or deletes it), every INSERT of an item
+            for that order waits; while another only changes its status, none does.
+Root cause: an UPDATE that changes a column of a unique index usable by a foreign key (here
+            the primary key) takes FOR UPDATE on the row; the FK check of a child INSERT takes
+            FOR KEY SHARE, and FOR UPDATE is the one mode that conflicts with it. An UPDATE of
+            any other column takes FOR NO KEY UPDATE, which does not.
+Fix:        (fixed) do not change keys of referenced rows: update other columns. Variant
+            `matrix` runs every pair of the four modes on one row and prints the table.
+Published:  "FOR UPDATE xung đột với FOR KEY SHARE ... Tương tự, UPDATE đổi giá trị primary key
+            của cha lấy FOR UPDATE và sẽ chặn (và bị chặn bởi) insert con." "Row lock nằm trong
+            tuple header, không escalation: FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR
+            KEY SHARE. FK check dùng KEY SHARE nên UPDATE thường không chặn insert con." No
+            numbers (PostgreSQL 17.11) — locking-concurrency-control.vi.txt, "Row-level lock"
+See:        claim LC-34; scenarios/fk_lock_modes.py (FOR UPDATE vs FOR NO KEY UPDATE on a
+            parent, LC-11). The document's conflict table ("Bảng xung đột (✗ = phải chờ)")
+            lost its rows; CONFLICTS is the one its list of modes describes, which is
+            PostgreSQL's manual (Table 13.3). A pair is blocked when the waiting probe shows up
+            in pg_blocking_pids() behind the holder, and a NOWAIT probe must agree (55P03).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import asyncpg
+
+from lab.claims import Claim, Record
+from lab.interleave import task_or_blocked
+from lab.scenario import Defaults, Env, Scenario
+
+KEY_PARENT, MATRIX_ROW = 1, 2
+MODES = ("UPDATE", "NO KEY UPDATE", "SHARE", "KEY SHARE")
+CONFLICTS = {  # the documented conflicts (✗ = must wait): held mode -> asked modes it blocks
+    "UPDATE": set(MODES),
+    "NO KEY UPDATE": {"UPDATE", "NO KEY UPDATE", "SHARE"},
+    "SHARE": {"UPDATE", "NO KEY UPDATE"},
+    "KEY SHARE": {"UPDATE"},
+}
+SHORT = dict(zip(MODES, ("U", "NK", "S", "KS"), strict=True))
+
+
+async def setup(env: Env) -> None:
+    await env.db.execute("CREATE TABLE parents (id int PRIMARY KEY, name text NOT NULL)")
+    await env.db.execute(
+        "CREATE TABLE children (id serial PRIMARY KEY, parent_id int NOT NULL REFERENCES parents)"
+    )
+    await env.db.execute(f"INSERT INTO parents VALUES ({KEY_PARENT}, 'key'), ({MATRIX_ROW}, 'm')")
+
+
+async def buggy(env: Env) -> None:
+    env.extra_evidence["parent_update"] = await parent_update(env, "id = id + 10000")
+
+
+async def fixed(env: Env) -> None:
+    env.extra_evidence["parent_update"] = await parent_update(env, "name = 'renamed'")
+
+
+async def parent_update(env: Env, change: str) -> dict[str, Any]:
+    """A holder updates a parent (`change`) and stays open; a child INSERT for it."""
+    holder, child = await env.connect(), await env.connect()
+    pid = holder.get_server_pid()
+    try:
+        await holder.execute("BEGIN")
+        await holder.execute(f"UPDATE parents SET {change} WHERE id = {KEY_PARENT}")  # step update
+        task = asyncio.create_task(  # step insert: finishes, or the server shows it blocked
+            child.execute("INSERT INTO children (parent_id) VALUES ($1)", KEY_PARENT)
+        )
+        blocked = await task_or_blocked(env.db, child.get_server_pid(), task, what="child insert")
+        await holder.execute("ROLLBACK")  # step end
+        await task
+    finally:
+        holder.terminate()
+        child.terminate()
+    env.outcome("blocked" if blocked else "ok")
+    return {"change": change, "blocked_by": blocked, "holder": pid}
+
+
+async def matrix(env: Env) -> None:
+    """LC-34: for each pair, a holder locks the row in one mode; a NOWAIT probe and a
+    waiting probe ask for the other; the server says who was blocked."""
+    holder, probe = await env.connect(), await env.connect()
+    pid, cells = holder.get_server_pid(), []
+    try:
+        for held in MODES:
+            for asked in MODES:
+                sql = f"SELECT id FROM parents WHERE id = {MATRIX_ROW} FOR {asked}"
+                await holder.execute("BEGIN")
+                await holder.execute(f"SELECT id FROM parents WHERE id = {MATRIX_ROW} FOR {held}")
+                try:  # step nowait
+                    await probe.execute(sql + " NOWAIT")
+                    nowait = "ok"
+                except asyncpg.LockNotAvailableError:
+                    nowait = "55P03"
+                await probe.execute("BEGIN")  # step wait: finishes, or shown blocked
+                task = asyncio.create_task(probe.execute(sql))
+                blocked = await task_or_blocked(env.db, probe.get_server_pid(), task, what=sql)
+                await holder.execute("ROLLBACK")
+                await task
+                await probe.execute("ROLLBACK")
+                cells.append(
+                    {"held": held, "asked": asked, "nowait": nowait, "blocked_by": blocked}
+                )
+                env.outcome("blocked" if blocked else "ok")
+    finally:
+        holder.terminate()
+        probe.terminate()
+    env.extra_evidence["holder"] = pid
+    env.extra_evidence["matrix"] = cells
+    env.extra_evidence["matrix_table"] = table(cells)
+
+
+def table(cells: list[dict[str, Any]]) -> str:
+    """The matrix as the manual prints it: the holder's mode down, the asked mode across."""
+    mark = {(c["held"], c["asked"]): "✗" if c["blocked_by"] else "·" for c in cells}
+    rows = [f"{SHORT[h]:<3}" + "".join(f"{mark[h, a]:<3}" for a in MODES) for h in MODES]
+    legend = "(✗ blocked; U UPDATE, NK NO KEY UPDATE, S SHARE, KS KEY SHARE)"
+    return "\n".join(["   " + "".join(f"{SHORT[a]:<3}" for a in MODES), *rows, legend])
+
+
+# --- claims -------------------------------------------------------------------------------
+
+Judge = Callable[[Mapping[str, Record]], tuple[bool, str]]
+
+
+def _parent(variant: str, blocks: bool) -> Judge:
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        p = records[variant]["evidence"]["parent_update"]
+        seen = (
+            f"blocked by {p['blocked_by']} (holder {p['holder']})"
+            if p["blocked_by"]
+            else "not blocked"
+        )
+        held = (p["holder"] in (p["blocked_by"] or [])) if blocks else p["blocked_by"] is None
+        return held, f"{variant}: UPDATE parents SET {p['change']} open; child INSERT {seen}"
+
+    return check
+
+
+def _matrix(records: Mapping[str, Record]) -> tuple[bool, str]:
+    ev = records["matrix"]["evidence"]
+    agree = [
+        c
+        for c in ev["matrix"]
+        if (ev["holder"] in (c["blocked_by"] or []))
+        == (c["nowait"] == "55P03")
+        == (c["asked"] in CONFLICTS[c["held"]])
+    ]
+    return len(ev["matrix"]) == len(agree) == 16, (
+        f"{len(agree)}/16 pairs as documented (pg_blocking_pids and NOWAIT agree):\n"
+        + ev["matrix_table"]
+    )
+
+
+CLAIMS = (
+    Claim(
+        "LC-34",
+        "buggy: an UPDATE of the parent's key blocks a child INSERT",
+        ("buggy",),
+        _parent("buggy", True),
+        published="UPDATE đổi giá trị primary key của cha lấy FOR UPDATE và sẽ chặn (và bị chặn "
+        "bởi) insert con",
+    ),
+    Claim(
+        "LC-34",
+        "fixed: an UPDATE of another column does not",
+        ("fixed",),
+        _parent("fixed", False),
+        published="UPDATE thường không chặn insert con",
+    ),
+    Claim(
+        "LC-34",
+        "matrix: the 16 pairs of row-lock modes block as documented",
+        ("matrix",),
+        _matrix,
+        published="FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR KEY SHARE; FOR KEY SHARE chỉ "
+        "xung đột với FOR UPDATE",
+    ),
+)
+
+SCENARIO = Scenario(
+    id="row-lock-modes",
+    doc=__doc__ or "",
+    kind="script",
+    variants={"buggy": buggy, "fixed": fixed, "matrix": matrix},
+    outcomes=("ok", "blocked"),
+    claims=CLAIMS,
+    published={"matrix": "FOR KEY SHARE chỉ xung đột với FOR UPDATE"},
+    setup=setup,
+    defaults=Defaults(n=1, run_timeout_s=60),
+    script_connections=lambda n: 2,
+    sources=("LC",),
+)
