@@ -12,6 +12,7 @@ from scenarios import (
     hot_row,
     id_sort_order,
     job_queue,
+    lease_busy_loop,
     lease_gc_pause,
     lock_order_prevention,
     lock_queue,
@@ -20,6 +21,7 @@ from scenarios import (
     lost_update,
     money_transfer,
     redis_failover,
+    redlock,
     update_lock_order,
     upsert_idempotency,
 )
@@ -43,6 +45,8 @@ SCENARIOS: tuple[Scenario, ...] = (
     lock_order_prevention.SCENARIO,
     update_lock_order.SCENARIO,
     locked_limit.SCENARIO,
+    redlock.SCENARIO,
+    lease_busy_loop.SCENARIO,
 )
 
 
