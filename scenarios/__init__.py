@@ -22,6 +22,7 @@ from scenarios import (
     money_transfer,
     redis_failover,
     redlock,
+    side_effects,
     update_lock_order,
     upsert_idempotency,
 )
@@ -47,6 +48,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     locked_limit.SCENARIO,
     redlock.SCENARIO,
     lease_busy_loop.SCENARIO,
+    side_effects.SCENARIO,
 )
 
 
