@@ -11,10 +11,13 @@ Protocol (the lab's worker protocol): one JSON config line on stdin; one JSON li
   POST /charges   {"customer", "period", "amount"}   -> the charge ({"replayed": true} on a key seen)
   POST /messages  {"to", "body"}                     -> {"id": n}
   GET  /log                                          -> every charge and message, in order
+
+`Provider` below is the lab's side: it starts the process, talks HTTP to it, stops it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -22,8 +25,18 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from lab.errors import ScenarioFailure
+from lab.servers.embedded import stop_pid
+
+if TYPE_CHECKING:
+    from lab.scenario import Env
+
+PROVIDER = str(Path(__file__).resolve())
 
 
 class Ledger:
@@ -111,6 +124,70 @@ def main() -> None:
     sys.stdout.write(json.dumps({"event": "ready", "port": port, "pid": os.getpid()}) + "\n")
     sys.stdout.flush()
     server.serve_forever()
+
+
+# --- the lab's side --------------------------------------------------------------------
+
+
+class Provider:
+    """The provider process: started by the run, stopped by PID in the run's cleanup."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, port: int) -> None:
+        self.proc, self.port = proc, port
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def started(cls, env: Env) -> AsyncIterator[Provider]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, PROVIDER, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        env.cleanups.append(lambda: stop_pid(proc.pid))  # also if this task is cancelled
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            cfg = {"late_replies": 1, "late_reply_s": env.params["late_reply_s"]}
+            proc.stdin.write((json.dumps(cfg) + "\n").encode())
+            await proc.stdin.drain()
+            try:
+                ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+            except (TimeoutError, ValueError):
+                raise ScenarioFailure(f"{env.scenario}: the provider did not start") from None
+            env.extra_evidence["provider_pid"] = proc.pid
+            env.extra_evidence["provider_port"] = ready["port"]
+            yield cls(proc, int(ready["port"]))
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 10)
+
+    async def post(self, path: str, body: Any, headers: Mapping[str, str], timeout: float) -> Any:
+        return await asyncio.wait_for(self._request("POST", path, body, headers), timeout)
+
+    async def _request(self, method: str, path: str, body: Any, headers: Mapping[str, str]) -> Any:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            data = json.dumps(body).encode() if body is not None else b""
+            head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(data)}",
+                    "Content-Type: application/json", "Connection: close",
+                    *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
+            await writer.drain()
+            raw = await reader.read()
+        finally:
+            writer.close()
+        status = int(raw.split(b" ", 2)[1])
+        payload = json.loads(raw.partition(b"\r\n\r\n")[2])
+        if status != 200:
+            raise ScenarioFailure(f"provider: {method} {path} -> {status} {payload}")
+        return payload
+
+    async def record(self, env: Env) -> None:
+        log = await asyncio.wait_for(self._request("GET", "/log", None, {}), 10)
+        env.extra_evidence["provider"] = log
+        env.add("charges", len(log["charges"]))
+        env.add("messages", len(log["messages"]))
 
 
 if __name__ == "__main__":

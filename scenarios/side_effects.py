@@ -29,25 +29,20 @@ See:        claims DL-26, LC-32; scenarios/_provider.py (the provider: a real HT
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import sys
-from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
-from lab.errors import LabError, ScenarioFailure
+from lab.errors import LabError
 from lab.scenario import Check, Defaults, Env, Scenario
-from lab.servers.embedded import stop_pid
+from scenarios._provider import Provider
 
 CUSTOMER, PERIOD, AMOUNT = "c-1", "2026-09", 100
 CLIENT_TIMEOUT_S = 0.2  # the billing job's HTTP timeout
 LATE_REPLY_S = 1.0  # the provider's first answer comes this late, after it charged
 MAX_ATTEMPTS = 5  # the job retries a timed-out call / a 40P01 transaction this often
-PROVIDER = str(Path(__file__).with_name("_provider.py"))
 
 
 async def buggy(env: Env) -> None:
@@ -155,70 +150,6 @@ ONE_MESSAGE = "one message per committed transaction"
 def validate(n: int, p: Mapping[str, Any]) -> None:
     if not 0 < p["client_timeout_s"] < p["late_reply_s"]:
         raise LabError("-p client_timeout_s must be > 0 and below late_reply_s (the fault)")
-
-
-# --- the provider process --------------------------------------------------------------------
-
-
-class Provider:
-    """The provider process: started by the run, stopped by PID in the run's cleanup."""
-
-    def __init__(self, proc: asyncio.subprocess.Process, port: int) -> None:
-        self.proc, self.port = proc, port
-
-    @classmethod
-    @contextlib.asynccontextmanager
-    async def started(cls, env: Env) -> AsyncIterator[Provider]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, PROVIDER, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        )  # fmt: skip
-        env.cleanups.append(lambda: stop_pid(proc.pid))  # also if this task is cancelled
-        try:
-            assert proc.stdin is not None and proc.stdout is not None
-            cfg = {"late_replies": 1, "late_reply_s": env.params["late_reply_s"]}
-            proc.stdin.write((json.dumps(cfg) + "\n").encode())
-            await proc.stdin.drain()
-            try:
-                ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
-            except (TimeoutError, ValueError):
-                raise ScenarioFailure(f"{env.scenario}: the provider did not start") from None
-            env.extra_evidence["provider_pid"] = proc.pid
-            env.extra_evidence["provider_port"] = ready["port"]
-            yield cls(proc, int(ready["port"]))
-        finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 10)
-
-    async def post(self, path: str, body: Any, headers: Mapping[str, str], timeout: float) -> Any:
-        return await asyncio.wait_for(self._request("POST", path, body, headers), timeout)
-
-    async def _request(self, method: str, path: str, body: Any, headers: Mapping[str, str]) -> Any:
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        try:
-            data = json.dumps(body).encode() if body is not None else b""
-            head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(data)}",
-                    "Content-Type: application/json", "Connection: close",
-                    *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
-            await writer.drain()
-            raw = await reader.read()
-        finally:
-            writer.close()
-        status = int(raw.split(b" ", 2)[1])
-        payload = json.loads(raw.partition(b"\r\n\r\n")[2])
-        if status != 200:
-            raise ScenarioFailure(f"provider: {method} {path} -> {status} {payload}")
-        return payload
-
-    async def record(self, env: Env) -> None:
-        log = await asyncio.wait_for(self._request("GET", "/log", None, {}), 10)
-        env.extra_evidence["provider"] = log
-        env.add("charges", len(log["charges"]))
-        env.add("messages", len(log["messages"]))
 
 
 # --- claims ----------------------------------------------------------------------------------

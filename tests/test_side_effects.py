@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from lab.servers.embedded import pid_alive
-from scenarios.side_effects import PROVIDER, SCENARIO
+from scenarios._provider import PROVIDER
+from scenarios.side_effects import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import _wait_for_children, assert_gone, interruptible
 
