@@ -23,11 +23,12 @@ async def test_retries_repeat_side_effects_unless_keyed_or_outboxed(run_scenario
     assert len(fixed["evidence"]["provider"]["charges"]) == 1
     assert fixed["evidence"]["provider"]["charges"][0]["key"] == "bill:c-1:2026-09"
     for rec in (buggy, fixed):
-        c = rec["counters"]
-        assert (c["40P01"], c["attempts"], c["commits"]) == (1, 3, 2)
+        c = rec["counters"]  # a retry may meet the survivor again: 40P01 >= 1, not == 1
+        assert c["commits"] == 2 and c["40P01"] >= 1 and c["attempts"] == 2 + c["40P01"]
         assert not pid_alive(rec["evidence"]["provider_pid"])  # stopped with the run
         assert_all_held(rec["claims"])
-    assert buggy["counters"]["messages"] == 3 and fixed["counters"]["messages"] == 2
+    assert buggy["counters"]["messages"] == buggy["counters"]["attempts"]
+    assert fixed["counters"]["messages"] == 2
 
 
 def test_ctrl_c_leaves_no_provider(tmp_path: Path) -> None:
