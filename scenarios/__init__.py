@@ -22,6 +22,7 @@ from scenarios import (
     money_transfer,
     redis_failover,
     redlock,
+    service_lock_order,
     side_effects,
     update_lock_order,
     upsert_idempotency,
@@ -49,6 +50,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     redlock.SCENARIO,
     lease_busy_loop.SCENARIO,
     side_effects.SCENARIO,
+    service_lock_order.SCENARIO,
 )
 
 
