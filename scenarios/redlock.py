@@ -13,15 +13,18 @@ Fix:        fencing at the storage: each holder gets a number from the storage (
             `UPDATE invoices ... WHERE id = 42 AND fence < $1`: the resumed holder's write
             changes 0 rows (fixed). buggy writes without the fence.
 Published:  no run in the document; its words (deadlock-distributed-lock-cron.vi.txt,
-            "Phản biện Redlock"): for correctness Redlock rests on timing assumptions
-            (clock drift, pauses, bounded network delay); Kleppmann shows that without a
-            fencing token it is unsafe, antirez answers that the assumptions hold in
-            practice; the practical conclusion: fencing at the storage, or consensus with
-            revisions. Redis/Redlock is fine as an efficiency lock. This run sides with
-            neither on how often pauses happen; it shows the mechanism both agree on: a
-            pause after the validity check (antirez's own "the client may be paused after
-            acquiring" case) lets two holders believe at once, on real servers, and the
-            only thing that stops the stale write is the storage's check.
+            the Redlock rebuttal): Redlock rests on timing assumptions (clock drift,
+            pauses, bounded network delay); Kleppmann shows it is unsafe without a fencing
+            token; antirez answers that the assumptions are acceptable in practice (and
+            that a pause after acquiring hurts every auto-expiring lock, not Redlock
+            alone); the practical conclusion: fencing at the storage, or consensus with
+            revisions; Redis locks, Redlock included, are fine as efficiency locks.
+            Where this run sits: on the mechanism both sides accept. A wins 5/5 nodes
+            with a positive validity, is frozen after that check, its keys expire, B wins
+            5/5, A resumes and writes: both believed they held it, and the validity
+            check cannot see it. It does not measure how often such pauses happen (the
+            point antirez disputes); it shows that the storage's fence alone stops the
+            stale write (fixed: 0 rows), as the document concludes.
 See:        claims DL-24; lab/redislock.py (`Redlock`: SET NX PX on every node, majority,
             validity, compare-and-delete on every node); lab/redisnodes.py (the five
             servers, started and stopped by the run); scenarios/_paused_holder.py (the
