@@ -21,6 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from lab.claims import Record
 from lab.errors import ScenarioFailure
 from lab.scenario import Env
 from scenarios._lease_worker import INVOICE_ID, Lease, QuorumLease, hold
@@ -133,19 +134,19 @@ def beliefs(trace: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def event(rec: dict[str, Any] | Any, who: str, name: str) -> dict[str, Any]:
+def event(rec: Record, who: str, name: str) -> dict[str, Any]:
     """`who`'s first `name` event in a record's trace ({} when it never happened)."""
     return next((e for e in rec["trace"] if e["who"] == who and e["event"] == name), {})
 
 
-def writes(rec: Any) -> str:
+def writes(rec: Record) -> str:
     row = rec["evidence"].get("final_row") or {}
     w = [f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}" for e in rec["trace"]
          if e["event"] == "write"]  # fmt: skip
     return "; ".join([*w, f"row {{body: {row.get('body')!r}, fence: {row.get('fence')}}}"])
 
 
-def fenced_verdict(rec: Any) -> tuple[bool, str]:
+def fenced_verdict(rec: Record) -> tuple[bool, str]:
     """B's write lands (1 row), A's later stale write changes 0 rows, the row is B's."""
     aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
     row = rec["evidence"].get("final_row") or {}
@@ -154,7 +155,7 @@ def fenced_verdict(rec: Any) -> tuple[bool, str]:
     return held, writes(rec)
 
 
-def stale_verdict(rec: Any) -> tuple[bool, str]:
+def stale_verdict(rec: Record) -> tuple[bool, str]:
     """Without the fence A's later write lands over B's: the row has the older fence."""
     aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
     row = rec["evidence"].get("final_row") or {}
