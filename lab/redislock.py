@@ -30,7 +30,7 @@ COMPARE_AND_DELETE = (
 
 CLOCK_DRIFT_FACTOR = 0.01  # the reference implementation's: drift = TTL * 0.01 + 2 ms
 CLOCK_DRIFT_MIN_MS = 2.0
-NODE_TIMEOUT_S = 0.05  # per-node reply bound, small against the TTL (the algorithm's advice)
+NODE_TIMEOUT_S = 0.1  # per-node reply bound, small against the TTL (the algorithm's advice)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ async def test_frozen_holder_and_quorum_winner_both_hold(run_scenario: RunFn) ->
     records = await run_scenario(SCENARIO, params={"ttl_ms": 200})
     for name, rec in records.items():
         qa, qb = _ev(rec, "A", "quorum"), _ev(rec, "B", "quorum")
-        assert (qa["votes"], qb["votes"], qa["nodes"]) == (5, 5, 5), name
+        assert qa["votes"] >= 3 and qb["votes"] >= 3 and qa["nodes"] == 5, name
         assert 0 < qa["validity_ms"] < 200 and _ev(rec, "A", "resume")["frozen_ms"] > 200
         assert rec["evidence"]["beliefs"]["both_ms"] > 0
         assert rec["evidence"]["a_state_after_b_write"] in ("T", "t")
