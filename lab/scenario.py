@@ -31,6 +31,7 @@ from lab.errors import ScenarioFailure
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from lab.redisnodes import RedisNodes
     from lab.servers.embedded import RedisPair
 
 Actor = Callable[["Env", "asyncpg.Connection | None", int], Awaitable[str]]
@@ -199,6 +200,16 @@ class Env:
         self.cleanups.append(pair.close)  # before start: a failed start stops what did start
         await asyncio.to_thread(pair.start)
         return pair
+
+    async def redis_nodes(self, k: int) -> RedisNodes:
+        """`k` fresh, independent Redis masters owned by this run (Redlock's nodes);
+        stopped by the harness after the run, like `redis_pair`."""
+        from lab.redisnodes import RedisNodes
+
+        nodes = RedisNodes.prepare(k)
+        self.cleanups.append(nodes.close)  # before start: a failed start stops what did start
+        await asyncio.to_thread(nodes.start)
+        return nodes
 
     def key(self, name: str) -> str:
         """A Redis key under this run's prefix (dropped after the run)."""

@@ -17,6 +17,7 @@ from scenarios import (
     id_sort_order,
     job_queue,
     job_retry,
+    lease_busy_loop,
     lease_gc_pause,
     lock_order_prevention,
     lock_queue,
@@ -28,8 +29,11 @@ from scenarios import (
     pool_lock_leak,
     pool_transaction,
     redis_failover,
+    redlock,
     row_lock_internals,
     row_lock_modes,
+    service_lock_order,
+    side_effects,
     update_lock_order,
     upsert_idempotency,
     write_skew,
@@ -65,6 +69,10 @@ SCENARIOS: tuple[Scenario, ...] = (
     deadlock_traffic.SCENARIO,
     job_retry.SCENARIO,
     row_lock_modes.SCENARIO,
+    redlock.SCENARIO,
+    lease_busy_loop.SCENARIO,
+    side_effects.SCENARIO,
+    service_lock_order.SCENARIO,
 )
 
 

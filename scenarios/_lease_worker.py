@@ -7,6 +7,11 @@ own Redis and PostgreSQL connections, so that the lab can freeze it for real (A 
 ``go`` on stdin, and writes one line per step on stdout. At its pause point it stops
 itself with SIGSTOP, the way a stop-the-world GC halts every thread at a safepoint; the
 lab decides how long it stays frozen and resumes it with SIGCONT (or kills it).
+
+Two more holders speak the same protocol: ``redis_urls`` (several) makes it a Redlock
+holder (`QuorumLease`, the scenario redlock), and ``stall: "cpu"`` makes the stall a
+busy event loop instead of a stop: one large ``json.loads`` (lease-busy-loop), reported
+as ``busy`` / ``idle`` rather than ``stall`` / ``resume``.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lab.redislock import COMPARE_AND_DELETE
+from lab.redislock import COMPARE_AND_DELETE, Redlock
 
 if TYPE_CHECKING:
     import asyncpg
@@ -88,8 +93,37 @@ class Lease:
         return int(await self.redis.delete(self.key))
 
 
+@dataclass
+class QuorumLease:
+    """A Redlock holder around the same write: the fence is issued by the storage
+    (a PostgreSQL sequence), since Redlock's independent nodes have no counter to agree on."""
+
+    lock: Redlock
+    conn: asyncpg.Connection
+    fenced: bool
+    report: Report
+
+    async def acquire(self) -> int | None:
+        grant = await self.lock.acquire()
+        self.report("quorum", votes=grant.votes, nodes=grant.nodes, won=grant.won,
+                    elapsed_ms=round(grant.elapsed_ms, 2),
+                    validity_ms=round(grant.validity_ms, 1))  # fmt: skip
+        if not grant.won:
+            return None
+        return int(await self.conn.fetchval("SELECT nextval('invoice_fence')"))
+
+    async def write(self, fence: int, body: str) -> int:
+        status = await self.conn.execute(WRITE_FENCED if self.fenced else WRITE_PLAIN, fence, body)
+        return int(status.split()[-1])
+
+    async def release(self, window: Hook = noop) -> int:
+        """How many nodes still held this holder's key and deleted it."""
+        await window()
+        return sum(await self.lock.release())
+
+
 async def hold(
-    lease: Lease, who: str, *, pause_at: str | None, stall: Hook, work: Hook = noop
+    lease: Lease | QuorumLease, who: str, *, pause_at: str | None, stall: Hook, work: Hook = noop
 ) -> str:
     """One worker: take the lease, write with its fence, work, release in `finally`.
 
@@ -110,7 +144,8 @@ async def hold(
         await work()
     finally:
         result = await lease.release(stall if pause_at == "release" else noop)
-        lease.report("release", result=result, how=RELEASES[lease.release_kind])
+        how = RELEASES[lease.release_kind] if isinstance(lease, Lease) else RELEASES["cad"]
+        lease.report("release", result=result, how=how)
     return "wrote" if rows else "write_rejected"
 
 
@@ -131,6 +166,27 @@ async def _stop_self() -> None:
     _emit("resume", frozen_ms=round((time.monotonic() - before) * 1000, 1))
 
 
+def busy_payload(rows: int) -> str:
+    """A JSON array of `rows` small objects (built fast; parsing it is the CPU work)."""
+    return "[" + ",".join([BUSY_ROW] * rows) + "]"
+
+
+BUSY_ROW = '{"id": 1, "customer": "c-000001", "lines": [1, 2, 3], "amount": 1.5}'
+
+
+def _busy_stall(payload: str) -> Hook:
+    """The stall of a holder that is "still running": its own event loop parses JSON, so no
+    other coroutine of it (a lease renewal, a timeout) runs until the parse ends."""
+
+    async def stall() -> None:
+        before = time.monotonic()
+        _emit("busy", how="json.loads", chars=len(payload))
+        json.loads(payload)
+        _emit("idle", busy_ms=round((time.monotonic() - before) * 1000, 1))
+
+    return stall
+
+
 def _die_with_parent() -> None:
     """Linux: SIGKILL this process when the lab dies, even while it is stopped."""
     with contextlib.suppress(Exception):
@@ -148,22 +204,33 @@ async def _main() -> None:
 
     cfg = json.loads(await asyncio.to_thread(sys.stdin.readline))
     # No silent retries: a lock client that retries hides what the server answered.
-    redis = aioredis.Redis.from_url(cfg["redis_url"], retry=Retry(NoBackoff(), 0))
+    urls = cfg.get("redis_urls") or [cfg["redis_url"]]
+    nodes = [aioredis.Redis.from_url(u, retry=Retry(NoBackoff(), 0)) for u in urls]
     conn = await asyncpg.connect(cfg["dsn"])
     try:
-        await redis.ping()
-        lease = Lease(
-            redis, conn, cfg["key"], cfg["fence_key"], cfg["ttl_ms"], cfg["token"],
-            cfg["release"], cfg["fenced"], _emit,
-        )  # fmt: skip
+        for node in nodes:
+            await node.ping()
+        lease: Lease | QuorumLease
+        if "redis_urls" in cfg:
+            lock = Redlock(nodes, cfg["key"], cfg["ttl_ms"], cfg["token"])
+            lease = QuorumLease(lock, conn, cfg["fenced"], _emit)
+        else:
+            lease = Lease(
+                nodes[0], conn, cfg["key"], cfg["fence_key"], cfg["ttl_ms"], cfg["token"],
+                cfg["release"], cfg["fenced"], _emit,
+            )  # fmt: skip
+        stall: Hook = _stop_self
+        if cfg.get("stall") == "cpu":
+            stall = _busy_stall(busy_payload(int(cfg["busy_rows"])))  # built before "ready"
         _emit("ready", pid=os.getpid())
         if (await asyncio.to_thread(sys.stdin.readline)).strip() != "go":
             return
-        outcome = await hold(lease, cfg["who"], pause_at=cfg["pause_at"], stall=_stop_self)
+        outcome = await hold(lease, cfg["who"], pause_at=cfg["pause_at"], stall=stall)
         _emit("done", outcome=outcome)
     finally:
         await conn.close()
-        await redis.aclose()
+        for node in nodes:
+            await node.aclose()
 
 
 if __name__ == "__main__":

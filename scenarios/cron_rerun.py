@@ -19,7 +19,10 @@ Published:  [ 'pod-1: billed 5', 'pod-2: skipped (lock held)' ]; job retry after
             (PostgreSQL 17.11, Node 24 + node-postgres) — deadlock-distributed-lock-cron.vi.txt
 See:        claims DL-15..DL-18, LC-3; scenarios/_billing_worker.py (the job and the pod
             process); -p pod2_connect=inside -p password_auth=true -p trials=50 measures
-            how often both pods bill.
+            how often both pods bill. DL-17's slow login is real: case slow-login makes
+            pod-2 log in as a role whose password has SLOW_SCRAM_ITERATIONS SCRAM
+            iterations (the client computes that PBKDF2 at every login; the connect time
+            is measured per trial), case fast-login the same with the server's 4096.
 """
 
 from __future__ import annotations
@@ -54,6 +57,18 @@ RELEASE_POLL_S = 0.001
 TRACE_CUSTOMERS = 10  # trace every customer only for small jobs
 MAX_TRIALS_KEPT = 200  # per-trial evidence kept in the record
 CONNECT_MODES = ("before", "inside")
+# DL-17: a login slow enough (the document's ">100 ms with SCRAM"), against a pod-1 whose
+# job (5 customers x SLOW_BILL_PAUSE_MS) outlasts a fast login but not the slow one
+SLOW_SCRAM_ITERATIONS = 600_000  # ~270 ms of client PBKDF2 per login here (idle), more under load
+SLOW_LOGIN_MS = 100.0
+SLOW_BILL_PAUSE_MS = 25.0
+SLOW_LOGIN_TRIALS, SLOW_LOGIN_NEEDED = 3, 2  # both pods bill in at least 2 of 3
+_INSIDE = {"pod2_connect": "inside", "password_auth": True, "bill_pause_ms": SLOW_BILL_PAUSE_MS,
+           "trials": SLOW_LOGIN_TRIALS}  # fmt: skip
+LOGIN_CASES: dict[str, dict[str, Any]] = {  # DL-17: pod-2 logs in inside the race, by SCRAM
+    "slow-login": {**_INSIDE, "scram_iterations": SLOW_SCRAM_ITERATIONS},
+    "fast-login": {**_INSIDE, "scram_iterations": 4096},
+}
 BEFORE_CRASH, AFTER_CRASH = "before the crash", "after the crash"
 
 AT_CRASH = """
@@ -623,6 +638,41 @@ def _late_pod_bills(variant: str) -> Claim:
     )  # fmt: skip
 
 
+def _slow_login(case: str) -> Claim:
+    """slow-login: both pods bill in >= 2 of 3 trials, each login >= 100 ms; fast-login
+    (the same race, the server's default iterations): pod-2 is in time and skips."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+        rec = records["buggy"]
+        if any(rec["params"].get(k) != v for k, v in LOGIN_CASES[case].items() if k != "trials"):
+            return None  # another setting: this case's login was not exercised
+        ts = _trials(rec)
+        both = [t for t in ts if t["pod2"]["result"] == "billed"]
+        ms = [t["pod2"]["connect_ms"] for t in ts]
+        if case == "slow-login":
+            late = all(t["pod2"]["arrived"] == AFTER_CRASH for t in both)
+            need = -(-SLOW_LOGIN_NEEDED * len(ts) // SLOW_LOGIN_TRIALS)  # 2 of 3, rounded up
+            held = bool(ts) and len(both) >= need and late and min(ms) >= SLOW_LOGIN_MS
+        else:
+            held = bool(ts) and not both  # in time: the lock stops it (its login time is shown)
+        c = rec["evidence"].get("connect", {})
+        return held, (
+            f"buggy@{case}: pod-2 logged in (scram_iterations={c.get('scram_iterations')}) in "
+            f"{', '.join(f'{x:.0f}' for x in ms)} ms; pod-1 billed and died "
+            f"{c.get('pod1_killed_ms_p50')} ms (p50) after locking; pod-2 tried the lock "
+            f"{', '.join(str(round(t['pod2']['arrived_ms'])) for t in ts)} ms after pod-1 "
+            f"locked; both pods billed in {_of(len(both), ts)} (invoices: "
+            f"{', '.join(str(t['invoices']) for t in ts)})"
+        )
+
+    slow = case == "slow-login"
+    text = (f"a pod-2 whose SCRAM login takes >= {SLOW_LOGIN_MS:.0f} ms arrives after pod-1 "
+            f"is gone: both pods bill in >= {SLOW_LOGIN_NEEDED} of {SLOW_LOGIN_TRIALS} trials"
+            if slow else "the same race with a fast login: pod-2 arrives in time and skips")  # fmt: skip
+    published = 'hai "pod" đều bill 5, vì pod-2 mất hơn 100 ms để mở connection mới (SCRAM auth)'
+    return Claim("DL-17", text, ("buggy",), check, published if slow else "", cases=(case,))
+
+
 def _rerun_walks_all(variant: str) -> Claim:
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         ts = _trials(records[variant])
@@ -684,6 +734,8 @@ CLAIMS = (
     ),
     *(_unique_holds(v) for v in ("fixed", "fixed-xact-lock")),
     *(_late_pod_bills(v) for v in FIXES),
+    _slow_login("slow-login"),
+    _slow_login("fast-login"),
     *(_rerun_walks_all(v) for v in ("fixed", "fixed-xact-lock")),
     Claim(
         "LC-3", "fixed-xact-lock: the job's transaction stays open mid-job (holds the xmin horizon)",
@@ -736,4 +788,5 @@ SCENARIO = Scenario(
     sources=("DL", "LC"),
     quick={"trials": 2},
     headline={"invoices": "invoices"},
+    cases=LOGIN_CASES,
 )

@@ -150,3 +150,27 @@ async def test_bad_parameters_are_one_clear_error(
     """Impossible knobs (crash after more customers than exist, unknown modes) are a LabError."""
     with pytest.raises(LabError, match=next(iter(params))):
         await run_scenario(SCENARIO, ["buggy"], params=params)
+
+
+async def test_a_slow_scram_login_makes_both_pods_bill(run_scenario: RunFn) -> None:
+    """DL-17, slow-login vs fast-login: only the login's iteration count differs; the slow
+    one (>= 100 ms, measured) makes pod-2 bill too, the fast one lets it skip. (Two trials
+    and one here, to keep the test short: every slow login costs ~0.3-1 s of PBKDF2;
+    verify runs three of each.)"""
+    from lab.profiles import profile_settings
+    from scenarios.cron_rerun import SLOW_LOGIN_MS
+
+    seen: dict[str, dict[str, Any]] = {}
+    for case in ("slow-login", "fast-login"):
+        knobs, params = profile_settings(SCENARIO, "quick", case=case)
+        params["trials"] = 2 if case == "slow-login" else 1
+        rec = (await run_scenario(SCENARIO, ["buggy"], params=params, n=knobs.n))["buggy"]
+        seen[case] = rec
+        ms = [t["pod2"]["connect_ms"] for t in trials(rec)]
+        assert len(ms) == params["trials"] and rec["evidence"]["connect"]["auth"] == "scram-sha-256"
+        if case == "slow-login":
+            assert min(ms) >= SLOW_LOGIN_MS
+    assert seen["slow-login"]["counters"]["both_billed"] == 2
+    assert seen["fast-login"]["counters"]["both_billed"] == 0
+    verdicts = [c for c in seen["slow-login"]["claims"] if "SCRAM login" in c["text"]]
+    assert verdicts and verdicts[0]["held"], verdicts

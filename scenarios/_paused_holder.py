@@ -1,0 +1,163 @@
+"""The choreography redlock and lease-busy-loop share: a holder stalls past its lease, a
+second client takes the lock, both write through the storage's fence.
+
+A runs in its own process (the lease worker, `scenarios/_lease_worker.py`, one protocol
+for every holder the lab stalls); B runs in the lab's event loop. Steps, each after the
+event it depends on, never after a guessed time:
+
+1. A takes the lock and stalls (SIGSTOP, or its own event loop busy), before its write.
+2. Redis reports A's key gone on every node (PX expiry, polled with GET).
+3. B takes the lock and writes with its fence; B then works until A is done.
+4. A resumes (SIGCONT; a busy A resumes by itself), writes with its older fence, releases.
+5. B releases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from lab.claims import Record
+from lab.errors import ScenarioFailure
+from lab.scenario import Env
+from scenarios._lease_worker import INVOICE_ID, Lease, QuorumLease, hold
+from scenarios.lease_gc_pause import Worker, WorkerProcess, _proc_state
+
+GONE_POLL_S = 0.001  # how often the lab looks for A's key on the nodes
+STEP_LIMIT_S = 20.0  # every step ends within this after the TTL, or the run fails naming it
+FENCE_SEQUENCE = "CREATE SEQUENCE invoice_fence"  # Redlock's fences come from the storage
+
+
+class Holder(Worker):
+    """A or B: a busy event loop counts as the stall, as SIGSTOP does."""
+
+    def report(self, event: str, *, at_ms: float | None = None, **fields: Any) -> None:
+        super().report(event, at_ms=at_ms, **fields)
+        if event == "busy":
+            self.stalled.set()
+
+
+async def _bounded(aw: Awaitable[Any], what: str, env: Env) -> Any:
+    limit = env.params["ttl_ms"] / 1000 + STEP_LIMIT_S
+    try:
+        return await asyncio.wait_for(aw, limit)
+    except TimeoutError:
+        raise ScenarioFailure(
+            f"{env.scenario} / {env.variant}: stuck at {what} after {limit:.0f} s"
+        ) from None
+
+
+async def gone(env: Env, nodes: Sequence[aioredis.Redis], key: str, token: str) -> float:
+    """When no node held `token` as the value of `key` any more (ms on the run's clock)."""
+    polls = 0
+    while True:
+        values = await asyncio.gather(*(n.get(key) for n in nodes))
+        polls += 1
+        if all(v not in (token, token.encode()) for v in values):
+            env.extra_evidence["gone_polls"] = polls
+            return env.now_ms()
+        await asyncio.sleep(GONE_POLL_S)
+
+
+async def overlap(
+    env: Env,
+    cfg: dict[str, Any],
+    nodes: Sequence[aioredis.Redis],
+    b_lease: Callable[[Holder], Lease | QuorumLease],
+    *,
+    frozen: bool,
+) -> None:
+    """Steps 1-5 above; `cfg` configures the worker process (A), `b_lease` builds B's."""
+    a, b = Holder(env, "A"), Holder(env, "B")
+    tasks: list[asyncio.Task[None]] = []
+    proc = await WorkerProcess.start(env, a, cfg)
+    try:
+        env.t0 = time.perf_counter()  # the clock starts with A; both are connected
+        proc.go()
+        await _bounded(a.stalled.wait(), "A to take the lock and stall", env)
+        if "got lock" not in a.seen:
+            raise ScenarioFailure(f"{env.scenario}: A did not get the lock: {sorted(a.seen)}")
+        at = await _bounded(gone(env, nodes, cfg["key"], cfg["token"]), "A's key to expire", env)
+        env.trace("redis", f"A's key gone on all {len(nodes)} node(s)", at_ms=at)
+
+        async def b_work() -> None:  # B still works when A writes: both believe they hold it
+            await _bounded(a.done.wait(), "A to finish while B holds the lock", env)
+
+        body = hold(b_lease(b), "B", pause_at=None, stall=_noop, work=b_work)
+        tasks.append(asyncio.create_task(b.run(body)))
+        await _bounded(b.turn.wait(), "B to take the lock and write", env)
+        # the kernel's view of A while B holds the lock: T (stopped) or R (running, busy)
+        env.extra_evidence["a_state_after_b_write"] = _proc_state(proc.proc.pid)
+        if frozen:
+            proc.wake()
+        await _bounded(a.done.wait(), "A to resume and finish", env)
+        await _bounded(b.done.wait(), "B to release", env)
+        for t in tasks:
+            if t.exception() is not None:
+                raise ScenarioFailure(f"{env.scenario}: B raised {t.exception()!r}")
+        if proc.error:
+            raise ScenarioFailure(f"{env.scenario} / {env.variant}: {proc.error}")
+    finally:
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        await proc.close()
+    for w in (a, b):
+        env.outcome(w.outcome or "unfinished")
+    row = await env.db.fetchrow("SELECT id, body, fence FROM invoices WHERE id = $1", INVOICE_ID)
+    env.extra_evidence["final_row"] = dict(row) if row else None
+    env.extra_evidence["beliefs"] = beliefs(env.events)
+
+
+async def _noop() -> None:
+    return None
+
+
+def beliefs(trace: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each holder's belief (got lock -> release) and when both believed at once."""
+    span: dict[str, list[float]] = {}
+    for e in trace:
+        if e["event"] == "got lock":
+            span[e["who"]] = [e["t_ms"], e["t_ms"]]
+        elif e["event"] == "release" and e["who"] in span:
+            span[e["who"]][1] = e["t_ms"]
+    out: dict[str, Any] = {w: {"from_ms": s[0], "to_ms": s[1]} for w, s in span.items()}
+    if "A" in span and "B" in span:
+        lo, hi = max(span["A"][0], span["B"][0]), min(span["A"][1], span["B"][1])
+        out["both_ms"] = round(hi - lo, 1) if hi > lo else 0.0
+        out["both_from_ms"], out["both_to_ms"] = lo, hi
+    return out
+
+
+def event(rec: Record, who: str, name: str) -> dict[str, Any]:
+    """`who`'s first `name` event in a record's trace ({} when it never happened)."""
+    return next((e for e in rec["trace"] if e["who"] == who and e["event"] == name), {})
+
+
+def writes(rec: Record) -> str:
+    row = rec["evidence"].get("final_row") or {}
+    w = [f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}" for e in rec["trace"]
+         if e["event"] == "write"]  # fmt: skip
+    return "; ".join([*w, f"row {{body: {row.get('body')!r}, fence: {row.get('fence')}}}"])
+
+
+def fenced_verdict(rec: Record) -> tuple[bool, str]:
+    """B's write lands (1 row), A's later stale write changes 0 rows, the row is B's."""
+    aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
+    row = rec["evidence"].get("final_row") or {}
+    held = (bool(aw and bw) and (bw["rows"], aw["rows"]) == (1, 0) and bw["t_ms"] < aw["t_ms"]
+            and row.get("body") == "from B")  # fmt: skip
+    return held, writes(rec)
+
+
+def stale_verdict(rec: Record) -> tuple[bool, str]:
+    """Without the fence A's later write lands over B's: the row has the older fence."""
+    aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
+    row = rec["evidence"].get("final_row") or {}
+    held = bool(aw and bw) and aw["rows"] == 1 and bw["t_ms"] < aw["t_ms"]
+    return held and row.get("body") == "from A" and aw["fence"] < bw["fence"], writes(rec)

@@ -1,0 +1,144 @@
+"""Lease busy loop: the lease expires under a holder that never stopped running.
+
+Symptom:    two workers wrote the same invoice; nothing was paused, killed or slow on the
+            network: the first holder was "still running" the whole time.
+Root cause: a lease expires on the server's clock, whatever the holder is doing. A holder
+            whose event loop is busy with CPU work (here one large `json.loads`; a slow
+            `await` does the same) runs none of its other coroutines: no renewal, no
+            timeout, no check of the lease. Redis lets the key expire, B takes the lock,
+            and A's code goes on to its write as if it still held it: the lease-gc-pause
+            overlap without a GC pause or SIGSTOP.
+Fix:        the same as for a pause: the storage's fence. Each lease INCRs a fence and the
+            write is `UPDATE invoices ... WHERE id = 42 AND fence < $1`; A's write after
+            its busy spell changes 0 rows (fixed). buggy writes without the fence. Both
+            release by compare-and-delete.
+Published:  no run; the document lists it among the ways a lease expires mid-work: "GC
+            pause, await một call chậm, event loop block bởi JSON lớn; lease nào cũng có
+            cửa sổ này" (deadlock-distributed-lock-cron.vi.txt, edge cases).
+See:        claims DL-25; scenarios/_paused_holder.py (the steps, shared with redlock);
+            scenarios/_lease_worker.py (A, a process whose stall is `stall: cpu`); the
+            lease-gc-pause scenario (the same window with SIGSTOP). The busy spell is
+            BUSY_ROWS objects of JSON (~470 ms on an idle core here, more under load),
+            against a TTL of TTL_MS; the record keeps both and A's process state ('R')
+            read from /proc while B held the lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.errors import LabError
+from lab.scenario import Defaults, Env, Scenario
+from scenarios import lease_gc_pause
+from scenarios._lease_worker import INVOICE_ID, Lease
+from scenarios._paused_holder import Holder, event, fenced_verdict, overlap, stale_verdict
+
+TTL_MS = 150  # SET lock:invoice:42 <token> NX PX 150
+BUSY_ROWS = 200_000  # objects in the JSON A parses in its event loop (~13 MB)
+
+
+async def buggy(env: Env) -> None:
+    await _run(env, fenced=False)
+
+
+async def fixed(env: Env) -> None:
+    await _run(env, fenced=True)
+
+
+async def _run(env: Env, *, fenced: bool) -> None:
+    p = env.params
+    key = env.key(f"lock:invoice:{INVOICE_ID}")
+    fence_key = env.key(f"lock:invoice:{INVOICE_ID}:fence")
+    rng = env.rng()
+    tokens = {who: f"{who}-{rng.getrandbits(64):016x}" for who in "AB"}
+    conn = await env.connect()
+    cfg = {"who": "A", "redis_url": env.redis_url, "dsn": env.dsn, "key": key,
+           "fence_key": fence_key, "ttl_ms": p["ttl_ms"], "token": tokens["A"],
+           "release": "cad", "fenced": fenced, "pause_at": "work", "stall": "cpu",
+           "busy_rows": p["busy_rows"]}  # fmt: skip
+
+    def b_lease(b: Holder) -> Lease:
+        return Lease(env.redis, conn, key, fence_key, p["ttl_ms"], tokens["B"], "cad", fenced,
+                     b.report)  # fmt: skip
+
+    env.extra_evidence["ttl_ms"] = p["ttl_ms"]
+    await overlap(env, cfg, [env.redis], b_lease, frozen=False)
+
+
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["ttl_ms"] < 1 or p["busy_rows"] < 1:
+        raise LabError(f"-p ttl_ms={p['ttl_ms']} busy_rows={p['busy_rows']}: both must be >= 1")
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+
+def _overlap(variant: str) -> Claim:
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        rec = records[variant]
+        busy, idle = event(rec, "A", "busy"), event(rec, "A", "idle")
+        got_b, b = event(rec, "B", "got lock"), rec["evidence"].get("beliefs", {})
+        state = rec["evidence"].get("a_state_after_b_write")
+        held = (bool(busy and idle and got_b) and not event(rec, "A", "stall")
+                and busy["t_ms"] < got_b["t_ms"] < idle["t_ms"]
+                and idle["busy_ms"] > rec["params"]["ttl_ms"]
+                and state == "R" and b.get("both_ms", 0) > 0)  # fmt: skip
+        return held, (
+            f"{variant}: A's loop busy {idle.get('busy_ms')} ms in json.loads of "
+            f"{busy.get('chars', 0) / 1e6:.1f} MB (TTL {rec['params']['ttl_ms']} ms, no "
+            f"SIGSTOP, process state {state!r} while B held it); B got the lock at "
+            f"{got_b.get('t_ms')} ms; both believed they held it for {b.get('both_ms')} ms"
+        )
+
+    return Claim(
+        "DL-25", f"{variant}: the lease expires under a holder busy in its own event loop, "
+        "and a second client takes it while the first still believes", (variant,), check,
+        PUBLISHED,
+    )  # fmt: skip
+
+
+def _fenced(records: Mapping[str, Record]) -> tuple[bool, str]:
+    held, seen = fenced_verdict(records["fixed"])
+    return held, f"fixed: {seen}"
+
+
+def _stale(records: Mapping[str, Record]) -> tuple[bool, str]:
+    held, seen = stale_verdict(records["buggy"])
+    return held, f"buggy: {seen}"
+
+
+PUBLISHED = "event loop block bởi JSON lớn; lease nào cũng có cửa sổ này"
+CLAIMS = (
+    _overlap("buggy"),
+    _overlap("fixed"),
+    Claim("DL-25", "fixed: the storage's fence stops the busy holder's write (0 rows)",
+          ("fixed",), _fenced, "fencing token ở storage để chặn write cũ"),
+    Claim("DL-25", "buggy: without a fence the busy holder's stale write lands over B's",
+          ("buggy",), _stale),
+    invariant_broken("DL-25", "buggy", lease_gc_pause.FENCE_INVARIANT,
+                     "buggy: the invoice's fence goes backwards"),
+    invariants_hold("DL-25", "fixed", "fixed: the invoice's fence never goes backwards"),
+)  # fmt: skip
+
+SCENARIO = Scenario(
+    id="lease-busy-loop",
+    validate=validate,
+    doc=__doc__ or "",
+    kind="script",
+    variants={"buggy": buggy, "fixed": fixed},
+    outcomes=("wrote", "write_rejected"),
+    claims=CLAIMS,
+    published={"fixed": PUBLISHED},
+    setup=lease_gc_pause.setup,
+    invariant=lease_gc_pause.invariant,
+    defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
+    params={"ttl_ms": TTL_MS, "busy_rows": BUSY_ROWS},
+    param_help={
+        "ttl_ms": "the lease: SET ... NX PX ttl_ms",
+        "busy_rows": "objects in the JSON A parses in its own event loop (its busy spell)",
+    },
+    uses=frozenset({"pg", "redis"}),
+    sources=("DL",),
+)
