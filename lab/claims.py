@@ -44,6 +44,7 @@ class Claim:
     # load runs: `variants` name the variants explore must cover; the check reads, per
     # variant, its `by_isolation` cells.
     explore: bool = False
+    levels: tuple[str, ...] = ()  # the isolation levels an explore claim reads
 
     def needed(self, trials: int) -> int:
         """How many of `trials` trials must hold for the claim to hold."""

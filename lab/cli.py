@@ -574,12 +574,14 @@ def verify(
         from lab.results import new_run_id
         from lab.verify import (
             coverage,
+            explore_claims,
             judge_across,
             print_summary,
             print_verdicts,
             save_verdicts,
             steps,
             summarize,
+            verify_explore,
             verify_plan,
             verify_recorded,
             verify_scenario,
@@ -617,6 +619,17 @@ def verify(
                         if res.error:
                             log.print(f"locklab: {name} failed: {res.error}", markup=False)
                         results.append(res)
+                    for sc in chosen:  # claims about every interleaving (lab/pinned.py)
+                        if explore_claims(sc, profile):
+                            bar.describe(f"verify {profile}: {sc.id} [explore]")
+                            ex = asyncio.run(
+                                verify_explore(sc, profile, srv, run_id=run_id,
+                                               write=not no_record, on_step=bar.advance)
+                            )  # fmt: skip
+                            if ex is not None:
+                                if ex.error:
+                                    log.print(f"locklab: {sc.id} explore failed: {ex.error}")
+                                results.append(ex)
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)
@@ -707,6 +720,107 @@ def report_cmd(
 
         path = write_report(run, Path(output) if output else None)
         out().print(f"wrote {path}", markup=False)
+
+    guarded(body)
+
+
+# --- trace and explore: the pinned sessions (lab/pinned.py) ------------------------------
+
+Isolation = Annotated[
+    str | None,
+    typer.Option(help="Comma list of read_committed, repeatable_read, serializable."),
+]
+
+
+@app.command("trace")
+def trace_cmd(
+    scenario: ScenarioId,
+    variant: Annotated[
+        str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
+    ] = "all",
+    schedule: Annotated[
+        str | None,
+        typer.Option(help="A canonical schedule's name, or steps: 's1 read, s2 read, ...'."),
+    ] = None,
+    isolation: Isolation = None,
+    deadlock_timeout: DeadlockTimeout = None,
+    pg_dsn: PgDsn = None,
+) -> None:
+    """Print the transcript of a schedule: each step, its SQL and result, who waited."""
+
+    def body() -> None:
+        from lab.pinned import isolation_levels, schedules_for, trace
+        from lab.results import new_run_id
+
+        sc = find_scenario(scenario)
+        runs = schedules_for(sc, variants_of(sc, variant), schedule)
+        levels = isolation_levels(sc, isolation)
+        dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
+        if dl < 1:
+            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        console = out()
+        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+            report.servers(err(), srv.infos(), srv.notes)
+
+            shown: list[str] = []
+
+            def show(res: Any) -> None:  # a blank line between two transcripts
+                console.print(("\n" if shown else "") + res.transcript, markup=False, end="",
+                              soft_wrap=True)  # fmt: skip
+                shown.append(res.name)
+
+            asyncio.run(trace(sc, srv, runs, levels, run_id=new_run_id(), deadlock_ms=dl,
+                              on_result=show))  # fmt: skip
+
+    guarded(body)
+
+
+@app.command("explore")
+def explore_cmd(
+    scenario: ScenarioId,
+    variant: Annotated[
+        str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
+    ] = "all",
+    isolation: Isolation = None,
+    deadlock_timeout: Annotated[
+        int | None,
+        typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (default 100)."),
+    ] = None,
+    pg_dsn: PgDsn = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the explore record only.")] = False,
+    no_record: NoRecord = False,
+) -> None:
+    """Run every interleaving of the sessions' steps; per variant and isolation level, how
+    many kept the invariants and how the others broke them."""
+
+    def body() -> None:
+        from lab.pinned import explore, isolation_levels, pinned_of, print_explore, write_explore
+        from lab.results import new_run_id
+
+        sc = find_scenario(scenario)
+        pinned = pinned_of(sc)
+        chosen = variants_of(sc, variant)
+        levels = isolation_levels(sc, isolation or ",".join(pinned.isolation))
+        dl = 100 if deadlock_timeout is None else deadlock_timeout
+        if dl < 1:
+            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        run_id = new_run_id()
+        log = err()
+        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            with report.DelayedProgress(log, len(chosen) * len(levels)) as bar:
+                bar.describe(f"explore {sc.id}")
+                plan = {v: levels for v in chosen}
+                record = asyncio.run(explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl,
+                                             on_progress=bar.advance))  # fmt: skip
+        path = None if no_record else write_explore(record)
+        if as_json:
+            sys.stdout.write(json.dumps(record, default=str) + "\n")
+            return
+        console = _tables()
+        print_explore(console, record)
+        if path is not None:
+            console.print(f"[dim]record: {path}[/dim]")
 
     guarded(body)
 

@@ -269,6 +269,11 @@ class Sequencer:
                 await self._resolve()  # every live session is blocked
             await asyncio.gather(*tasks)
         finally:
+            if not all(t.done() for t in tasks):
+                # an unfinished run closes its sessions' connections: nothing it left half
+                # done (an open transaction, a statement waiting on a lock) is reused
+                for st in self.states.values():
+                    st.session.conn.terminate()
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,102 @@
+"""Pinned scenarios: golden transcripts, repeatability, and the trace / explore commands.
+
+Every converted scenario ships expected/<variant>.<schedule>[.<isolation>].out beside its
+code, as the isolation tester keeps expected/<name>.out beside specs/<name>.spec; these
+tests run each schedule on the real server and diff the transcript.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lab.cli import app
+from lab.pinned import check_steps, expected_dir, expected_name, pinned_lab, trace
+from lab.scenario import Scenario
+from lab.servers import Servers
+from lab.steps import parse_step
+from scenarios import SCENARIOS
+
+PINNED = [s for s in SCENARIOS if s.pinned is not None]
+GOLDEN = [(s, p) for s in PINNED for p in sorted(expected_dir(s).glob("*.out"))]
+
+
+def _parts(path: Path) -> tuple[str, str, str]:
+    variant, schedule, *level = path.name.removesuffix(".out").split(".")
+    return variant, schedule, level[0] if level else "read_committed"
+
+
+def test_some_scenarios_are_pinned() -> None:
+    """lost-update at least runs pinned (trace / explore)."""
+    assert {"lost-update"} <= {s.id for s in PINNED}
+
+
+@pytest.mark.parametrize("sc", PINNED, ids=[s.id for s in PINNED])
+def test_schedules_fit_the_declared_steps(sc: Scenario) -> None:
+    """Every canonical schedule names declared sessions and steps in each session's order,
+    every variant has its code and steps, and every schedule has its golden transcript."""
+    pinned = sc.pinned
+    assert pinned is not None
+    assert set(pinned.code) == set(pinned.steps) == set(sc.variants)
+    for variant, schedules in pinned.schedules.items():
+        assert set(pinned.steps[variant]) == set(pinned.sessions)
+        for name, steps in schedules.items():
+            check_steps(sc, variant, steps)
+            assert {parse_step(x)[0] for x in steps} == set(pinned.sessions), name
+            assert (expected_dir(sc) / expected_name(variant, name)).is_file(), (variant, name)
+
+
+@pytest.mark.parametrize(
+    ("sc", "path"), GOLDEN, ids=[f"{s.id}/{p.name.removesuffix('.out')}" for s, p in GOLDEN]
+)
+async def test_transcript_matches_the_golden_file(
+    servers: Servers, sc: Scenario, path: Path
+) -> None:
+    """The schedule prints exactly its expected transcript (pids, xids normalised)."""
+    variant, schedule, level = _parts(path)
+    expected = path.read_text()  # noqa: ASYNC240 - a small file, read before the loop runs
+    assert sc.pinned is not None
+    steps = sc.pinned.schedules[variant][schedule]
+    [res] = await trace(
+        sc, servers, [(variant, schedule, steps)], [level], run_id="test",
+        deadlock_ms=sc.defaults.deadlock_timeout_ms,
+    )  # fmt: skip
+    assert res.transcript == expected
+
+
+async def test_the_same_schedule_prints_the_same_text_20_times(servers: Servers) -> None:
+    """lost-update's canonical schedule, run 20 times on one database: 20 identical texts."""
+    sc = next(s for s in PINNED if s.id == "lost-update")
+    assert sc.pinned is not None
+    steps = sc.pinned.schedules["buggy"]["both-read-first"]
+    async with pinned_lab(sc, servers, "test", 1000) as lab:
+        texts = {
+            (await lab.run("buggy", steps, isolation="read_committed", name="x")).transcript
+            for _ in range(20)
+        }
+    assert len(texts) == 1
+
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["trace", "lost-update", "--schedule", "nope"], "has no schedule 'nope'"),
+        (["trace", "lost-update", "--schedule", "s1 read, s3 write"], "has sessions s1, s2"),
+        (["trace", "lost-update", "-v", "buggy", "--schedule", "s1 jump"], "s1 has steps"),
+        (["trace", "lost-update", "-v", "buggy", "--schedule", "s1 write, s1 read"], "order"),
+        (["trace", "lost-update", "-v", "bogus"], "has no variant 'bogus'"),
+        (["explore", "lost-update", "--isolation", "chaos"], "--isolation 'chaos'"),
+        (["explore", "hot-row"], "has no pinned sessions yet"),
+    ],
+)
+def test_bad_names_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    """Unknown schedules, steps, variants or levels: one line on stderr, exit 2, no server."""
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
