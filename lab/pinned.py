@@ -223,6 +223,8 @@ class PinnedLab:
             try:
                 res.outcomes = await seq.run(schedule)
             except InvalidPermutation as exc:
+                # the sequencer rolled every session back (or closed its connection)
+                clean = not any(c.is_closed() or c.is_in_transaction() for c in conns)
                 res.invalid, res.invalid_at = exc.why, exc.at
                 seq.transcript.add(schedule[exc.at], "", f"(invalid permutation: {exc.why})")
                 res.transcript = seq.transcript.text()
@@ -254,7 +256,7 @@ class PinnedLab:
             return self._idle.pop(0)
         app = f"locklab/{self.scenario.id}/pinned/{name}"[:63]
         conn: asyncpg.Connection = await asyncpg.connect(
-            self.dsn, server_settings={"application_name": app}, statement_cache_size=0
+            self.dsn, server_settings={"application_name": app}
         )
         self._all.append(conn)
         self._pids[id(conn)] = conn.get_server_pid()
@@ -310,9 +312,7 @@ async def pinned_lab(
         )
         assert servers.pg is not None
         lab.dsn = with_database(servers.pg.dsn, lab.database)
-        lab.pool = await asyncpg.create_pool(
-            lab.dsn, min_size=1, max_size=3, statement_cache_size=0
-        )
+        lab.pool = await asyncpg.create_pool(lab.dsn, min_size=1, max_size=3)
         if "redis" in scenario.uses:
             lab.redis = await redis_client(servers, 16)
         yield lab

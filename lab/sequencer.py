@@ -44,6 +44,11 @@ class ScheduleError(ScenarioFailure):
     """Session code asked for a step its schedule does not have where it asked for it."""
 
 
+class _Aborted(BaseException):
+    """Raised at a step point when the sequencer ends a run early: the session's code
+    unwinds through its transaction (ROLLBACK) and the connection stays usable."""
+
+
 class InvalidPermutation(Exception):
     """The schedule asked a blocked session for its next step (the isolation tester's
     "invalid permutation"): skipped and counted, not a failure."""
@@ -136,16 +141,21 @@ class Sequencer:
         self._granted: tuple[_State, str, str] | None = None  # session, step, its SQL
         self._done: list[tuple[int, Line]] = []  # completions seen while settling
         self._item = ""
+        self._aborting = False
         self.waited: list[str] = []  # "s2 write": steps the server showed blocked
 
     # --- the Gate side: called from the sessions' step points ----------------------------
 
     async def ask(self, session: Session, step: str, shown: str) -> None:
         st = self.states[session.name]
+        if self._aborting:
+            raise _Aborted
         st.pending, st.shown = step, shown
         st.grant.clear()
         self._notify(st)
         await st.grant.wait()
+        if self._aborting:
+            raise _Aborted
 
     def waiting(self, session: Session, predicate: Callable[[], Awaitable[bool]] | None) -> None:
         self.states[session.name].waits = predicate
@@ -161,6 +171,8 @@ class Sequencer:
 
     def _end_step(self, st: _State, step: str, result: str, more: Sequence[str]) -> None:
         st.running, st.waits, st.blocked = None, None, False
+        if self._aborting:
+            return
         st.taken.append(step)
         if st.said_waiting:
             line = Line(f"{st.session.name} {step}", "", f"<... completed> {result.lstrip('-> ')}")
@@ -207,6 +219,8 @@ class Sequencer:
         except asyncio.CancelledError:
             st.outcome = "cancelled"
             raise
+        except _Aborted:
+            st.outcome = "aborted"
         except BaseException as exc:
             key = classify(exc)
             st.outcome, st.error = (key, None) if key else (type(exc).__name__, exc)
@@ -270,10 +284,7 @@ class Sequencer:
             await asyncio.gather(*tasks)
         finally:
             if not all(t.done() for t in tasks):
-                # an unfinished run closes its sessions' connections: nothing it left half
-                # done (an open transaction, a statement waiting on a lock) is reused
-                for st in self.states.values():
-                    st.session.conn.terminate()
+                await self._abort(tasks)
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -284,6 +295,31 @@ class Sequencer:
                 ) from st.error
             self.transcript.add(name, "", f"ends {st.outcome}")
         return {name: st.outcome for name, st in self.states.items()}
+
+    async def _abort(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        """End an unfinished run: sessions waiting for a grant unwind (ROLLBACK), those
+        blocked in a statement are cancelled by the server (pg_cancel_backend). Sessions
+        that do not end within a second have their connections closed."""
+        self._aborting = True
+        in_step = [st for st in self.states.values() if not st.ended and st.pending is None]
+        try:
+            if in_step:  # first the blocked statements, while nobody releases their locks
+                pids = [st.pid for st in in_step]
+                await self.db.fetch(
+                    "SELECT pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", pids
+                )
+                mine = [
+                    t for t, st in zip(tasks, self.states.values(), strict=True) if st in in_step
+                ]
+                await asyncio.wait(mine, timeout=1.0)
+            for st in self.states.values():
+                st.grant.set()
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+        except Exception:
+            pending = {t for t in tasks if not t.done()}
+        if pending:  # nothing a run left half done is reused
+            for st in self.states.values():
+                st.session.conn.terminate()
 
     def _grant(self, st: _State) -> None:
         st.running, st.pending = st.pending, None

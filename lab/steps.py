@@ -134,7 +134,12 @@ class Session:
             if not self.conn.is_closed():
                 await tx.rollback()
             raise
-        await self.step("commit", tx.commit, shown="COMMIT", result=lambda _: "COMMIT")
+        try:
+            await self.step("commit", tx.commit, shown="COMMIT", result=lambda _: "COMMIT")
+        except BaseException:  # a run ended before its commit was granted
+            if not self.conn.is_closed() and self.conn.is_in_transaction():
+                await tx.rollback()
+            raise
 
 
 SessionCode = Callable[["Env", Session], Awaitable[str]]

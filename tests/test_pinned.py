@@ -29,8 +29,8 @@ def _parts(path: Path) -> tuple[str, str, str]:
 
 
 def test_some_scenarios_are_pinned() -> None:
-    """lost-update at least runs pinned (trace / explore)."""
-    assert {"lost-update"} <= {s.id for s in PINNED}
+    """lost-update and checkout-deadlock at least run pinned (trace / explore)."""
+    assert {"lost-update", "checkout-deadlock"} <= {s.id for s in PINNED}
 
 
 @pytest.mark.parametrize("sc", PINNED, ids=[s.id for s in PINNED])
