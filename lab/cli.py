@@ -94,12 +94,35 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def find_scenario(name: str) -> Scenario:
     from scenarios import by_id
 
+    if name.endswith(".py"):  # a user's own scenario file, named explicitly
+        return scenario_file(name)
     catalogue = by_id()
     if name in catalogue:
         return catalogue[name]
     close = difflib.get_close_matches(name, catalogue, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
+
+
+def scenario_file(path: str) -> Scenario:
+    """The `SCENARIO` of a Python file outside the catalogue (docs/write-a-scenario.md)."""
+    import importlib.util
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        raise LabError(f"no scenario file {path!r}")
+    name = f"locklab_user_{file.stem}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise LabError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    found = getattr(module, "SCENARIO", None)
+    if not isinstance(found, Scenario):
+        raise LabError(f"{path}: defines no SCENARIO = Scenario(...)")
+    return found
 
 
 def parse_params(

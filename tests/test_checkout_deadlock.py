@@ -15,15 +15,6 @@ from scenarios.checkout_deadlock import SCENARIO
 CROSS = ("s1 lock-a", "s2 lock-b", "s1 lock-b", "s2 lock-a", "s1 commit", "s2 commit")
 
 
-def test_code_under_test_reads_on_one_screen() -> None:
-    """The code file (setup, the checkout, the variants, schedules) stays within ~150 lines."""
-    from pathlib import Path
-
-    import scenarios.checkout_deadlock.checkout_deadlock as code
-
-    assert len(Path(code.__file__).read_text().splitlines()) <= 150
-
-
 async def test_cross_deadlocks_once_at_every_isolation_level(servers: Servers) -> None:
     """DL-2: both carts hold their first row and wait for the other's; the server fails one
     with 40P01 and the other commits, at every isolation level. (Which one: the golden

@@ -37,15 +37,6 @@ def test_registered_with_the_published_sentences() -> None:
         assert SCENARIO.section(heading), heading
 
 
-def test_code_under_test_reads_on_one_screen() -> None:
-    """The code file (setup, sessions, variants, schedules) stays within ~150 lines."""
-    from pathlib import Path
-
-    import scenarios.lost_update.lost_update as code
-
-    assert len(Path(code.__file__).read_text().splitlines()) <= 150
-
-
 async def test_explore_claims_hold(servers: Servers) -> None:
     """LC-4..LC-8 on pinned schedules: buggy oversells in its canonical order and in some
     interleavings; each fix refuses the second buyer and keeps the invariants in all."""
