@@ -100,3 +100,22 @@ def test_bad_names_are_one_line_and_exit_2(args: list[str], message: str) -> Non
     assert result.exit_code == 2, result.output
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], lines
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not __import__("os").environ.get("LOCKLAB_SLOW"),
+    reason="20 deadlocks at deadlock_timeout 1 s (~25 s): LOCKLAB_SLOW=1 pytest -m slow",
+)
+async def test_the_deadlock_schedule_prints_the_same_text_20_times(servers: Servers) -> None:
+    """checkout-deadlock's cross, 20 times: the same victim and the same normalised DETAIL."""
+    sc = next(s for s in PINNED if s.id == "checkout-deadlock")
+    assert sc.pinned is not None
+    steps = sc.pinned.schedules["buggy"]["cross"]
+    async with pinned_lab(sc, servers, "test", 1000) as lab:
+        texts = [
+            (await lab.run("buggy", steps, isolation="read_committed", name="cross")).transcript
+            for _ in range(20)
+        ]
+    assert len(set(texts)) == 1
+    assert texts[0] == (expected_dir(sc) / "buggy.cross.out").read_text()
