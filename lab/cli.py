@@ -385,6 +385,9 @@ def show(scenario: Annotated[str, typer.Argument(help="Scenario id.")]) -> None:
             console.print(
                 f"case {name}: {settings}  (locklab run {sc.id} --case {name})", markup=False
             )
+        for v, named in (sc.pinned.schedules if sc.pinned else {}).items():
+            for name, steps in named.items():
+                console.print(f"schedule {v} {name}: {', '.join(steps)}", markup=False)
         for c in sc.claims:
             console.print(f"claim {c.id} [{', '.join(c.variants)}] {c.text}", markup=False)
 
