@@ -20,6 +20,7 @@ A scenario declares its sessions' steps and its schedules in a ``Pinned``.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -121,6 +122,13 @@ class Session:
             name, self.conn.fetch, sql, *args, shown=show_sql(sql, args), result=show_rows
         )
         return rows
+
+    async def other_logic(self, seconds: float) -> None:
+        """The application's own work between two steps, where time is the subject of a
+        load (the document's "5 ms of other logic"). Pinned, the schedule decides what
+        runs when, so it takes no time."""
+        if self.gate is None and seconds > 0:
+            await asyncio.sleep(seconds)
 
     @asynccontextmanager
     async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[None]:

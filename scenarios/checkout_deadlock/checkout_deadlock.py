@@ -17,7 +17,6 @@ See:        claims DL-1..DL-5 in claims.py; expected/ has the schedules' transcr
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,13 +51,12 @@ def cart(s: Session) -> list[str]:
 
 
 async def _checkout(env: Env, s: Session, skus: list[str], lock_first: bool = False) -> str:
-    other_logic_s = env.params["step_pause_ms"] / 1000  # time is the subject: the app's work
     async with s.transaction(isolation=env.params["isolation"]):
         if lock_first:
             await s.execute("lock-all", LOCK_ALL, skus)
         for sku in skus:
             await s.execute(STEP[sku], TAKE, sku)
-            await asyncio.sleep(other_logic_s)  # "other logic" inside the transaction
+            await s.other_logic(env.params["step_pause_ms"] / 1000)  # inside the transaction
     return "ok"
 
 

@@ -96,7 +96,7 @@ CLAIMS = (
         "cross",
         "Two carts each holding their first row: both wait, the server breaks the cycle by "
         "failing one with 40P01, the other commits",
-        outcomes={"s1": "40P01", "s2": "ok"},
+        outcomes=("40P01", "ok"),
         waited=("s1 lock-b", "s2 lock-a"),
         kept=True,
     ),

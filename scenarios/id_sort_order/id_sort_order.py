@@ -19,8 +19,6 @@ See:        claim DL-6 in claims.py; expected/ has the schedules' transcripts. E
 
 from __future__ import annotations
 
-import asyncio
-
 from lab.scenario import Check, Env
 from lab.steps import Pinned, Session
 
@@ -47,11 +45,10 @@ def numeric_sort(ids: list[int]) -> list[int]:
 
 
 async def _app_path(env: Env, s: Session, order: list[int]) -> str:
-    other_logic_s = env.params["step_pause_ms"] / 1000  # time is the subject: the app's work
     async with s.transaction():
         for i in order:
             await s.execute(f"lock-{i}", LOCK_ONE, i)
-            await asyncio.sleep(other_logic_s)  # other logic between the two locks
+            await s.other_logic(env.params["step_pause_ms"] / 1000)  # between the two locks
         await s.execute("touch", TOUCH, order, AMOUNT)
     return "ok"
 
