@@ -36,7 +36,13 @@ from lab.errors import LabError, ScenarioFailure
 from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
 from lab.runner import admin_connect, database_name, probe_pg, redis_client
 from lab.scenario import Check, Env, Scenario
-from lab.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
+from lab.sequencer import (
+    RESOLVE_S,
+    InvalidPermutation,
+    Sequencer,
+    count_interleavings,
+    interleavings,
+)
 from lab.servers import Servers
 from lab.servers.base import with_database
 from lab.steps import ISOLATION_LEVELS, Pinned, parse_step
@@ -219,6 +225,7 @@ class PinnedLab:
                 {s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)},
                 label=f"{sc.id} / {variant} / {name or 'interleaving'}",
                 header=self.header(variant, name or "interleaving", isolation),
+                resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
             )
             try:
                 res.outcomes = await seq.run(schedule)

@@ -37,7 +37,7 @@ from lab.outcome import classify
 from lab.steps import Session, parse_step
 
 POLL_S = 0.002  # between two looks at pg_stat_activity while a step settles
-RESOLVE_S = 30.0  # every session blocked: the longest the server may take to break it
+RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
 
 
 class ScheduleError(ScenarioFailure):
@@ -126,10 +126,12 @@ class Sequencer:
         label: str,
         header: str = "",
         timeout: float = TIMEOUT_S,
+        resolve_timeout: float = RESOLVE_S,
     ) -> None:
         self.db = db
         self.label = label
         self.timeout = timeout
+        self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
         self.code = {name: code for name, (_, code) in sessions.items()}
         self.states: dict[str, _State] = {}
         for i, (name, (conn, _)) in enumerate(sessions.items()):
@@ -361,13 +363,13 @@ class Sequencer:
     async def _resolve(self) -> None:
         """Every live session is blocked: wait for the server to end one wait, then settle."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + RESOLVE_S
+        deadline = loop.time() + self.resolve_timeout
         before = {n: (st.running, st.ended) for n, st in self.states.items()}
         while {n: (st.running, st.ended) for n, st in self.states.items()} == before:
             if loop.time() > deadline:
                 raise InterleaveTimeout(
                     f"{self.label}, at {self._item}: every session blocked and the server "
-                    f"broke no wait in {RESOLVE_S} s"
+                    f"broke no wait in {self.resolve_timeout} s"
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):

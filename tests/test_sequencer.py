@@ -249,3 +249,21 @@ async def test_load_mode_only_stamps(conns: list[asyncpg.Connection]) -> None:
     async with s.transaction():
         assert await s.execute("write", "UPDATE t SET v = 1 WHERE id = 2") == "UPDATE 1"
     assert [name for name, _ in s.stamps] == ["read", "write", "commit"]
+
+
+async def test_every_session_blocked_by_an_outsider_fails_loudly(
+    servers: Servers, database: str, db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """Both sessions wait on a lock a third connection holds: no cycle for the server to
+    break, so the bounded wait ends in InterleaveTimeout naming the step, not a hang."""
+    assert servers.pg is not None
+    outsider = await asyncpg.connect(servers.pg.dsn, database=database)
+    try:
+        tx = outsider.transaction()
+        await tx.start()
+        await outsider.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+        sq = seq(db, conns, bump, resolve_timeout=0.3)
+        with pytest.raises(InterleaveTimeout, match=r"at s1 commit: every session blocked"):
+            await sq.run(("s1 write", "s2 write", "s1 commit", "s2 commit"))
+    finally:
+        outsider.terminate()
