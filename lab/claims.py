@@ -40,6 +40,11 @@ class Claim:
     # A claim that compares cases (the same run at two settings) is judged once, on records
     # named "<variant>@<case>"; its `variants` use those names, its `cases` list the cases.
     across: bool = False
+    # A claim about interleavings is judged on an explore record (lab/pinned.py), not on
+    # load runs: `variants` name the variants explore must cover; the check reads, per
+    # variant, its `by_isolation` cells.
+    explore: bool = False
+    levels: tuple[str, ...] = ()  # the isolation levels an explore claim reads
 
     def needed(self, trials: int) -> int:
         """How many of `trials` trials must hold for the claim to hold."""

@@ -96,12 +96,35 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def find_scenario(name: str) -> Scenario:
     from scenarios import by_id
 
+    if name.endswith(".py"):  # a user's own scenario file, named explicitly
+        return scenario_file(name)
     catalogue = by_id()
     if name in catalogue:
         return catalogue[name]
     close = difflib.get_close_matches(name, catalogue, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
+
+
+def scenario_file(path: str) -> Scenario:
+    """The `SCENARIO` of a Python file outside the catalogue (docs/write-a-scenario.md)."""
+    import importlib.util
+    from pathlib import Path
+
+    file = Path(path)
+    if not file.is_file():
+        raise LabError(f"no scenario file {path!r}")
+    name = f"locklab_user_{file.stem}"
+    spec = importlib.util.spec_from_file_location(name, file)
+    if spec is None or spec.loader is None:
+        raise LabError(f"{path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    found = getattr(module, "SCENARIO", None)
+    if not isinstance(found, Scenario):
+        raise LabError(f"{path}: defines no SCENARIO = Scenario(...)")
+    return found
 
 
 def parse_params(
@@ -427,6 +450,9 @@ def show(scenario: Annotated[str, typer.Argument(help="Scenario id.")]) -> None:
             console.print(
                 f"case {name}: {settings}  (locklab run {sc.id} --case {name})", markup=False
             )
+        for v, named in (sc.pinned.schedules if sc.pinned else {}).items():
+            for name, steps in named.items():
+                console.print(f"schedule {v} {name}: {', '.join(steps)}", markup=False)
         for c in sc.claims:
             console.print(f"claim {c.id} [{', '.join(c.variants)}] {c.text}", markup=False)
 
@@ -640,12 +666,14 @@ def verify(
         from lab.results import new_run_id
         from lab.verify import (
             coverage,
+            explore_claims,
             judge_across,
             print_summary,
             print_verdicts,
             save_verdicts,
             steps,
             summarize,
+            verify_explore,
             verify_plan,
             verify_recorded,
             verify_scenario,
@@ -683,6 +711,17 @@ def verify(
                         if res.error:
                             log.print(f"locklab: {name} failed: {res.error}", markup=False)
                         results.append(res)
+                    for sc in chosen:  # claims about every interleaving (lab/pinned.py)
+                        if explore_claims(sc, profile):
+                            bar.describe(f"verify {profile}: {sc.id} [explore]")
+                            ex = asyncio.run(
+                                verify_explore(sc, profile, srv, run_id=run_id,
+                                               write=not no_record, on_step=bar.advance)
+                            )  # fmt: skip
+                            if ex is not None:
+                                if ex.error:
+                                    log.print(f"locklab: {sc.id} explore failed: {ex.error}")
+                                results.append(ex)
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)
@@ -773,6 +812,107 @@ def report_cmd(
 
         path = write_report(run, Path(output) if output else None)
         out().print(f"wrote {path}", markup=False)
+
+    guarded(body)
+
+
+# --- trace and explore: the pinned sessions (lab/pinned.py) ------------------------------
+
+Isolation = Annotated[
+    str | None,
+    typer.Option(help="Comma list of read_committed, repeatable_read, serializable."),
+]
+
+
+@app.command("trace")
+def trace_cmd(
+    scenario: ScenarioId,
+    variant: Annotated[
+        str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
+    ] = "all",
+    schedule: Annotated[
+        str | None,
+        typer.Option(help="A canonical schedule's name, or steps: 's1 read, s2 read, ...'."),
+    ] = None,
+    isolation: Isolation = None,
+    deadlock_timeout: DeadlockTimeout = None,
+    pg_dsn: PgDsn = None,
+) -> None:
+    """Print the transcript of a schedule: each step, its SQL and result, who waited."""
+
+    def body() -> None:
+        from lab.pinned import isolation_levels, schedules_for, trace
+        from lab.results import new_run_id
+
+        sc = find_scenario(scenario)
+        runs = schedules_for(sc, variants_of(sc, variant), schedule)
+        levels = isolation_levels(sc, isolation)
+        dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
+        if dl < 1:
+            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        console = out()
+        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+            report.servers(err(), srv.infos(), srv.notes)
+
+            shown: list[str] = []
+
+            def show(res: Any) -> None:  # a blank line between two transcripts
+                console.print(("\n" if shown else "") + res.transcript, markup=False, end="",
+                              soft_wrap=True)  # fmt: skip
+                shown.append(res.name)
+
+            asyncio.run(trace(sc, srv, runs, levels, run_id=new_run_id(), deadlock_ms=dl,
+                              on_result=show))  # fmt: skip
+
+    guarded(body)
+
+
+@app.command("explore")
+def explore_cmd(
+    scenario: ScenarioId,
+    variant: Annotated[
+        str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
+    ] = "all",
+    isolation: Isolation = None,
+    deadlock_timeout: Annotated[
+        int | None,
+        typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (default 100)."),
+    ] = None,
+    pg_dsn: PgDsn = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the explore record only.")] = False,
+    no_record: NoRecord = False,
+) -> None:
+    """Run every interleaving of the sessions' steps; per variant and isolation level, how
+    many kept the invariants and how the others broke them."""
+
+    def body() -> None:
+        from lab.pinned import explore, isolation_levels, pinned_of, print_explore, write_explore
+        from lab.results import new_run_id
+
+        sc = find_scenario(scenario)
+        pinned = pinned_of(sc)
+        chosen = variants_of(sc, variant)
+        levels = isolation_levels(sc, isolation or ",".join(pinned.isolation))
+        dl = 100 if deadlock_timeout is None else deadlock_timeout
+        if dl < 1:
+            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        run_id = new_run_id()
+        log = err()
+        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            with report.DelayedProgress(log, len(chosen) * len(levels)) as bar:
+                bar.describe(f"explore {sc.id}")
+                plan = {v: levels for v in chosen}
+                record = asyncio.run(explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl,
+                                             on_progress=bar.advance))  # fmt: skip
+        path = None if no_record else write_explore(record)
+        if as_json:
+            sys.stdout.write(json.dumps(record, default=str) + "\n")
+            return
+        console = _tables()
+        print_explore(console, record)
+        if path is not None:
+            console.print(f"[dim]record: {path}[/dim]")
 
     guarded(body)
 

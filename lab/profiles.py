@@ -100,8 +100,8 @@ def claims_for(
     judged: list[Claim] = []
     skipped: list[Claim] = []
     for c in scenario.claims:
-        if c.across or case not in c.cases:
-            continue  # judged under other settings of this scenario, or across them
+        if c.across or c.explore or case not in c.cases:
+            continue  # judged under other settings, across them, or on interleavings
         if profile not in c.profiles:
             skipped.append(c)
         else:
@@ -139,7 +139,9 @@ def claims_for_run(
     not_judged: list[dict[str, Any]] = []
     for c in scenario.claims:
         only = "/".join(c.profiles)
-        if c.across:
+        if c.explore:
+            why = f"judged on every interleaving: locklab explore {scenario.id} (or verify)"
+        elif c.across:
             named = " vs ".join(x or "defaults" for x in c.cases)
             why = f"compares settings ({named}): locklab verify {scenario.id}"
         elif matched and not any(k in c.cases for _, k in matched):

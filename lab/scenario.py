@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from lab.redisnodes import RedisNodes
     from lab.servers.embedded import RedisPair
+    from lab.steps import Pinned
 
 Actor = Callable[["Env", "asyncpg.Connection | None", int], Awaitable[str]]
 Script = Callable[["Env"], Awaitable[None]]
@@ -94,6 +95,9 @@ class Scenario:
     # Rejects impossible -n / -p values with LabError, before any server or database is
     # touched (the CLI calls it before starting servers; the runner before every plan).
     validate: Callable[[int, Mapping[str, Any]], None] | None = None
+    # Session code with declared steps and schedules (lab/steps.py): `variants` are then
+    # its load actors, and `locklab trace` / `explore` run it pinned.
+    pinned: Pinned | None = None
 
     @property
     def title(self) -> str:

@@ -318,7 +318,7 @@ def run_variants(
 
 def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
     """How many variant runs verify makes for `scenario`, cases included (progress bar)."""
-    total = 0
+    total = 1 if explore_claims(scenario, profile) else 0
     for sc, case in verify_plan([scenario], profile, trials):
         claims, _ = claims_for(sc, profile, trials, case)
         total += sum(
@@ -407,6 +407,102 @@ async def verify_scenario(
     return result
 
 
+# --- claims about interleavings -----------------------------------------------------------
+
+EXPLORE_CASE = "explore"
+
+
+def explore_claims(scenario: Scenario, profile: str) -> list[Claim]:
+    """Claims judged on every interleaving of the scenario's pinned sessions."""
+    return [c for c in scenario.claims if c.explore and profile in c.profiles]
+
+
+def _explore_verdicts(
+    scenario: Scenario, profile: str, claims: Sequence[Claim], record: Mapping[str, Any]
+) -> ScenarioVerdicts:
+    return ScenarioVerdicts(
+        scenario=scenario.id,
+        title=scenario.title,
+        profile=profile,
+        knobs={},
+        params={
+            "isolation": record.get("isolation", []),
+            "deadlock_timeout_ms": record.get("deadlock_timeout_ms"),
+        },
+        trials=1,
+        verdicts=evaluate(claims, [Trial(1, record.get("variants", {}))]),
+        case=EXPLORE_CASE,
+    )
+
+
+async def verify_explore(
+    scenario: Scenario,
+    profile: str,
+    servers: Servers,
+    *,
+    run_id: str,
+    write: bool = True,
+    on_step: Callable[[str], None] | None = None,
+) -> ScenarioVerdicts | None:
+    """Run explore for the variants the scenario's explore claims name (at its isolation
+    axis and the profile's deadlock_timeout), then judge those claims on the record."""
+    from lab.pinned import explore, pinned_of, write_explore
+    from lab.steps import ISOLATION_LEVELS
+
+    claims = explore_claims(scenario, profile)
+    if not claims:
+        return None
+    started = time.perf_counter()
+    pinned_of(scenario)
+    plan = {
+        v: [lv for lv in ISOLATION_LEVELS if any(lv in c.levels for c in claims if v in c.variants)]
+        for v in scenario.variants
+        if any(v in c.variants for c in claims)
+    }
+    knobs, _ = profile_settings(scenario, profile)
+    try:
+        record = await explore(
+            scenario, servers, plan, run_id=run_id, deadlock_ms=knobs.deadlock_timeout_ms
+        )
+    except LabError:
+        raise
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        failed = _explore_verdicts(scenario, profile, [], {})
+        failed.error = error
+        failed.verdicts = [
+            {**_bare(c), "held": False, "judged": True, "status": "not held",
+             "trials_asked": 1, "measured": f"explore failed: {error}"}
+            for c in claims
+        ]  # fmt: skip
+        return failed
+    if write:
+        write_explore(record)
+    result = _explore_verdicts(scenario, profile, claims, record)
+    result.wall_s = time.perf_counter() - started
+    if on_step is not None:
+        on_step(f"{scenario.id}: explore done")
+    return result
+
+
+def recorded_explore(
+    folder: Path, catalogue: Mapping[str, Scenario], profile: str, only: Sequence[str] = ()
+) -> list[ScenarioVerdicts]:
+    """The explore claims judged again on the explore records of a recorded run."""
+    from lab.pinned import EXPLORE_DIR
+
+    out = []
+    for path in sorted((folder / EXPLORE_DIR).glob("*.json")):
+        record = read_record(path)
+        scenario = catalogue.get(str(record.get("scenario")))
+        if scenario is None or (only and scenario.id not in only):
+            continue
+        claims = explore_claims(scenario, profile)
+        if claims:
+            out.append(_explore_verdicts(scenario, profile, claims, record))
+    return out
+
+
 # --- recorded runs -----------------------------------------------------------------------
 
 
@@ -449,7 +545,7 @@ def verify_recorded(
     """
     folder = run_folder(ref)
     found = recorded_trials(folder)
-    if not found:
+    if not found and not (folder / "explore").is_dir():
         raise LabError(f"run {ref!r} has no records")
     results = []
     for (sc_id, case), runs in found.items():
@@ -484,6 +580,9 @@ def verify_recorded(
                 skipped=[{**_bare(c), "trials_asked": c.trials} for c in skipped],
             )
         )
+    results += recorded_explore(
+        folder, catalogue, results[0].profile if results else profile or "quick", only
+    )
     if only and not results:
         raise LabError(f"run {ref!r} has no records of {', '.join(only)}")
     for sc_id in dict.fromkeys(r.scenario for r in results):

@@ -17,9 +17,12 @@ IDS = [s.id for s in SCENARIOS]
 
 
 def test_ids_are_unique_and_name_their_module() -> None:
-    """A scenario's id is its module's name with dashes: checkout_deadlock.py -> checkout-deadlock."""
+    """A scenario's id is its module's name with dashes: checkout_deadlock.py (or the folder
+    checkout_deadlock/) -> checkout-deadlock."""
     assert len(set(IDS)) == len(IDS)
-    modules = {p.stem for p in (Path(__file__).parent.parent / "scenarios").glob("[!_]*.py")}
+    root = Path(__file__).parent.parent / "scenarios"
+    modules = {p.stem for p in root.glob("[!_]*.py")}
+    modules |= {p.parent.name for p in root.glob("[!_]*/__init__.py")}
     assert {i.replace("-", "_") for i in IDS} == modules
 
 

@@ -1,0 +1,614 @@
+"""Pinned runs: one schedule (`locklab trace`) or every interleaving (`locklab explore`).
+
+One database serves a whole command: before each run its ``public`` schema is dropped
+and the scenario's setup runs again, each session gets a fresh connection, and after the
+run the sessions' backends are terminated (waiting until they are gone, so no lock of one
+run outlives it). The scenario's invariants are checked after every run, as after a load.
+
+An explore record keeps, per variant and isolation level, how many interleavings kept
+every invariant, how many broke one and how (each session's outcome word or SQLSTATE),
+how many were invalid (a blocked session asked for its next step), the first failing
+schedule's transcript and the canonical schedules' results. Claims marked ``explore``
+are judged on it (``locklab verify``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import platform
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from lab import __version__
+from lab.claims import Claim, Record
+from lab.errors import LabError, ScenarioFailure
+from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
+from lab.runner import admin_connect, database_name, probe_pg, redis_client
+from lab.scenario import Check, Env, Scenario
+from lab.sequencer import (
+    RESOLVE_S,
+    InvalidPermutation,
+    Sequencer,
+    count_interleavings,
+    interleavings,
+)
+from lab.servers import Servers
+from lab.servers.base import with_database
+from lab.steps import ISOLATION_LEVELS, Pinned, parse_step
+
+EXPLORE_DIR = "explore"
+
+
+@dataclass
+class PinnedResult:
+    """One pinned run: what each session ended with, the invariants, the transcript."""
+
+    variant: str
+    schedule: tuple[str, ...]
+    isolation: str
+    name: str = ""  # the canonical schedule's name, "" for an explored interleaving
+    outcomes: dict[str, str] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    transcript: str = ""
+    waited: list[str] = field(default_factory=list)  # steps the server showed blocked
+    invalid: str = ""  # why the permutation was invalid ("" when it ran)
+    invalid_at: int = -1
+
+    @property
+    def kept(self) -> bool:
+        return all(c.held for c in self.checks)
+
+    @property
+    def signature(self) -> str:
+        return " ".join(f"{s}={o}" for s, o in self.outcomes.items())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "schedule": list(self.schedule),
+            "outcomes": self.outcomes,
+            "invariants": [c.to_json() for c in self.checks],
+            "kept": self.kept,
+            "waited": self.waited,
+            "transcript": self.transcript,
+        }
+
+
+def expected_dir(scenario: Scenario) -> Path:
+    """The scenario's folder of golden transcripts: expected/ beside its code."""
+    import sys
+
+    module = next(iter(pinned_of(scenario).code.values())).__module__
+    return Path(str(sys.modules[module].__file__)).parent / "expected"
+
+
+def expected_name(variant: str, schedule: str, isolation: str = "read_committed") -> str:
+    """`buggy.both-read-first.out`; another level than READ COMMITTED is named too."""
+    level = "" if isolation == "read_committed" else f".{isolation}"
+    return f"{variant}.{schedule}{level}.out"
+
+
+def pinned_of(scenario: Scenario) -> Pinned:
+    if scenario.pinned is None:
+        raise LabError(
+            f"{scenario.id} has no pinned sessions yet; trace and explore cover: "
+            + ", ".join(_pinned_ids())
+        )
+    return scenario.pinned
+
+
+def _pinned_ids() -> list[str]:
+    from scenarios import SCENARIOS
+
+    return [s.id for s in SCENARIOS if s.pinned is not None]
+
+
+def isolation_levels(scenario: Scenario, spec: str | None) -> list[str]:
+    """`read_committed,serializable` -> levels; None -> the scenario's own default."""
+    if spec is None:
+        return [str(scenario.params.get("isolation", "read_committed"))]
+    levels = list(dict.fromkeys(x.strip() for x in spec.split(",") if x.strip()))
+    bad = [x for x in levels if x not in ISOLATION_LEVELS]
+    if bad or not levels:
+        raise LabError(f"--isolation {spec!r}: choose from {', '.join(ISOLATION_LEVELS)}")
+    if "isolation" not in scenario.params and levels != ["read_committed"]:
+        raise LabError(f"{scenario.id} has no isolation parameter; it runs at read_committed")
+    return levels
+
+
+def schedules_for(
+    scenario: Scenario, variants: Sequence[str], schedule: str | None
+) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(variant, schedule name, steps) to trace: every canonical schedule of each variant,
+    the one named, or the steps given ("s1 read, s2 read, ...", checked against the
+    declared steps)."""
+    pinned = pinned_of(scenario)
+    out: list[tuple[str, str, tuple[str, ...]]] = []
+    if schedule is not None and ("," in schedule or " " in schedule.strip()):
+        steps = tuple(x.strip() for x in schedule.split(",") if x.strip())
+        for v in variants:
+            check_steps(scenario, v, steps)
+            out.append((v, "custom", steps))
+        return out
+    for v in variants:
+        named = pinned.schedules.get(v, {})
+        for name, steps in named.items():
+            if schedule is None or name == schedule:
+                out.append((v, name, steps))
+    if not out:
+        known = sorted({n for v in variants for n in pinned.schedules.get(v, {})})
+        raise LabError(
+            f"{scenario.id} has no schedule {schedule!r} for {', '.join(variants)} "
+            f"(schedules: {', '.join(known) or 'none'}; or give steps: 's1 read, s2 read, ...')"
+        )
+    return out
+
+
+def check_steps(scenario: Scenario, variant: str, steps: Sequence[str]) -> None:
+    """Every item names a session and one of its declared steps, in the session's order."""
+    declared = pinned_of(scenario).steps[variant]
+    pos = dict.fromkeys(declared, 0)
+    for item in steps:
+        who, step = parse_step(item)
+        if who not in declared:
+            raise LabError(f"step {item!r}: {scenario.id} has sessions {', '.join(declared)}")
+        own = declared[who]
+        if step not in own:
+            raise LabError(
+                f"step {item!r}: {scenario.id} / {variant} {who} has steps {', '.join(own)}"
+            )
+        i = own.index(step)
+        if i < pos[who]:
+            raise LabError(f"step {item!r}: {who} takes its steps in the order {', '.join(own)}")
+        pos[who] = i + 1
+
+
+# --- one database for a command ----------------------------------------------------------
+
+
+class PinnedLab:
+    """A database for pinned runs of one scenario, reset before every run."""
+
+    def __init__(self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int):
+        self.scenario = scenario
+        self.servers = servers
+        self.run_id = run_id
+        self.deadlock_ms = deadlock_ms
+        self.database = database_name(run_id, scenario.id, "pinned")
+        self.dsn = ""
+        self.pool: asyncpg.Pool | None = None
+        self.redis: Any = None
+        self.prefix = f"locklab:{run_id}:pinned:"
+        self._idle: list[asyncpg.Connection] = []  # session connections free for a run
+        self._all: list[asyncpg.Connection] = []
+        self._pids: dict[int, int] = {}  # id(connection) -> its backend's pid
+
+    async def run(
+        self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
+    ) -> PinnedResult:
+        """Reset, set up, run the sessions under `schedule`, check the invariants."""
+        sc, pinned = self.scenario, pinned_of(self.scenario)
+        assert self.pool is not None
+        params = dict(sc.params)
+        if "isolation" in params:
+            params["isolation"] = isolation
+        env = Env(
+            scenario=sc.id, variant=variant, dsn=self.dsn, database=self.database, db=self.pool,
+            redis=self.redis, prefix=self.prefix, params=params, seed=1, n=len(pinned.sessions),
+        )  # fmt: skip
+        await self._reset()
+        if sc.setup is not None:
+            await sc.setup(env)
+        res = PinnedResult(variant, tuple(schedule), isolation, name)
+        conns: list[asyncpg.Connection] = []
+        clean = False
+        try:
+            conns = list(await asyncio.gather(*(self._session(s) for s in pinned.sessions)))
+            code = pinned.code[variant]
+
+            def bind(c: Any) -> Any:
+                return lambda s: c(env, s)
+
+            seq = Sequencer(
+                self.pool,
+                {s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)},
+                label=f"{sc.id} / {variant} / {name or 'interleaving'}",
+                header=self.header(variant, name or "interleaving", isolation),
+                resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
+            )
+            try:
+                res.outcomes = await seq.run(schedule)
+            except InvalidPermutation as exc:
+                # the sequencer rolled every session back (or closed its connection)
+                clean = not any(c.is_closed() or c.is_in_transaction() for c in conns)
+                res.invalid, res.invalid_at = exc.why, exc.at
+                seq.transcript.add(schedule[exc.at], "", f"(invalid permutation: {exc.why})")
+                res.transcript = seq.transcript.text()
+                return res
+            finally:
+                res.waited = list(seq.waited)
+            clean = not any(c.is_closed() or c.is_in_transaction() for c in conns)
+            undeclared = set(res.outcomes.values()) - set(sc.outcomes)
+            if undeclared:
+                raise ScenarioFailure(
+                    f"{sc.id} / {variant}: undeclared outcome(s) {sorted(undeclared)} under "
+                    f"schedule {', '.join(schedule)}"
+                )
+            env.outcomes = Counter(res.outcomes.values())
+            res.checks = await sc.invariant(env) if sc.invariant else []
+            for c in res.checks:
+                seq.transcript.add("invariant", f"{c.name}: {c.detail}", _held(c.held))
+            res.transcript = seq.transcript.text()
+            return res
+        finally:
+            if clean:  # every session's code ran to its end: no transaction left, reuse them
+                self._idle += conns
+            else:
+                await self._end_sessions(conns)
+
+    async def _session(self, name: str) -> asyncpg.Connection:
+        """An idle session connection from an earlier clean run, or a new one."""
+        if self._idle:
+            return self._idle.pop(0)
+        app = f"locklab/{self.scenario.id}/pinned/{name}"[:63]
+        conn: asyncpg.Connection = await asyncpg.connect(
+            self.dsn, server_settings={"application_name": app}
+        )
+        self._all.append(conn)
+        self._pids[id(conn)] = conn.get_server_pid()
+        return conn
+
+    def header(self, variant: str, name: str, isolation: str) -> str:
+        # deadlock_timeout is not printed: it decides when a cycle is broken, not the
+        # order; a transcript is the same at any value long enough for the schedule
+        what = f"{self.scenario.id} / {variant}, {isolation.replace('_', ' ')}"
+        return f"schedule {name}   ({what})"
+
+    async def _reset(self) -> None:
+        assert self.pool is not None
+        await self.pool.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+        if self.redis is not None:
+            keys = [k async for k in self.redis.scan_iter(match=f"{self.prefix}*", count=1000)]
+            if keys:
+                await self.redis.delete(*keys)
+
+    async def _end_sessions(self, conns: list[asyncpg.Connection]) -> None:
+        """Close the sessions and wait until the server has ended their backends."""
+        pids = [self._pids[id(c)] for c in conns]
+        for c in conns:
+            if not c.is_closed():
+                c.terminate()
+        conns.clear()
+        if pids and self.pool is not None:
+            await self.pool.execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                " WHERE pid = ANY($1::int[])",
+                pids,
+            )
+
+
+def _held(held: bool) -> str:
+    return "held" if held else "BROKEN"
+
+
+@asynccontextmanager
+async def pinned_lab(
+    scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int
+) -> AsyncIterator[PinnedLab]:
+    """A fresh database (and Redis prefix) for one trace or explore, dropped afterwards."""
+    lab = PinnedLab(scenario, servers, run_id, deadlock_ms)
+    admin = await admin_connect(servers)
+    created = False
+    try:
+        await probe_pg(admin, servers)
+        await admin.execute(f'CREATE DATABASE "{lab.database}"')
+        created = True
+        await admin.execute(
+            f"ALTER DATABASE \"{lab.database}\" SET deadlock_timeout = '{int(deadlock_ms)}ms'"
+        )
+        assert servers.pg is not None
+        lab.dsn = with_database(servers.pg.dsn, lab.database)
+        lab.pool = await asyncpg.create_pool(lab.dsn, min_size=1, max_size=3)
+        if "redis" in scenario.uses:
+            lab.redis = await redis_client(servers, 16)
+        yield lab
+    finally:
+        for conn in lab._all:
+            conn.terminate()
+        if lab.pool is not None:
+            lab.pool.terminate()
+        if lab.redis is not None:
+            with contextlib.suppress(Exception):
+                await lab.redis.aclose()
+        if created:
+            with contextlib.suppress(Exception):
+                await admin.execute(f'DROP DATABASE IF EXISTS "{lab.database}" WITH (FORCE)')
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+# --- trace -------------------------------------------------------------------------------
+
+
+async def trace(
+    scenario: Scenario,
+    servers: Servers,
+    runs: Sequence[tuple[str, str, tuple[str, ...]]],
+    isolations: Sequence[str],
+    *,
+    run_id: str,
+    deadlock_ms: int,
+    on_result: Callable[[PinnedResult], None] | None = None,
+) -> list[PinnedResult]:
+    """Each (variant, schedule) at each isolation level, in order."""
+    out = []
+    async with pinned_lab(scenario, servers, run_id, deadlock_ms) as lab:
+        for variant, name, steps in runs:
+            for iso in isolations:
+                res = await lab.run(variant, steps, isolation=iso, name=name)
+                out.append(res)
+                if on_result is not None:
+                    on_result(res)
+    return out
+
+
+# --- explore -----------------------------------------------------------------------------
+
+
+def _cell(results: Sequence[PinnedResult], total: int, invalid: int) -> dict[str, Any]:
+    ran = [r for r in results if not r.invalid]
+    broke = [r for r in ran if not r.kept]
+    states = Counter(o for r in ran for o in r.outcomes.values() if o[:1].isdigit())
+    first_broken = next((r for r in broke), None)
+    first_error = next((r for r in ran if any(o[:1].isdigit() for o in r.outcomes.values())), None)
+    return {
+        "interleavings": total,
+        "ran": len(ran),
+        "invalid": invalid,
+        "kept": len(ran) - len(broke),
+        "broke": len(broke),
+        "outcomes": dict(Counter(r.signature for r in ran).most_common()),
+        "broke_by": dict(Counter(r.signature for r in broke).most_common()),
+        "broken_invariants": dict(
+            Counter(c.name for r in broke for c in r.checks if not c.held).most_common()
+        ),
+        # interleavings in which some session ended with this SQLSTATE
+        "sqlstates": dict(
+            sorted(
+                Counter(o for r in ran for o in set(r.outcomes.values()) if o[:1].isdigit()).items()
+            )
+        ),
+        "sqlstate_sessions": dict(sorted(states.items())),
+        "first_failing": first_broken.to_json() if first_broken else None,
+        "first_error": first_error.to_json() if first_error else None,
+    }
+
+
+async def explore(
+    scenario: Scenario,
+    servers: Servers,
+    plan: Mapping[str, Sequence[str]],
+    *,
+    run_id: str,
+    deadlock_ms: int,
+    on_progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Every interleaving of each variant's declared steps at each of its isolation levels
+    (`plan`: variant -> levels), and its canonical schedules; the explore record (see the
+    module doc)."""
+    pinned = pinned_of(scenario)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    by_variant: dict[str, dict[str, Any]] = {}
+    async with pinned_lab(scenario, servers, run_id, deadlock_ms) as lab:
+        for variant, levels in plan.items():
+            steps = pinned.steps[variant]
+            total = count_interleavings(steps)
+            cells: dict[str, Any] = {}
+            for iso in levels:
+                results: list[PinnedResult] = []
+                dead: list[tuple[str, ...]] = []  # prefixes known to be invalid
+                invalid = 0
+                for sched in interleavings(steps):
+                    if any(sched[: len(p)] == p for p in dead):
+                        invalid += 1
+                        continue
+                    res = await lab.run(variant, sched, isolation=iso)
+                    if res.invalid:
+                        dead.append(sched[: res.invalid_at + 1])
+                        invalid += 1
+                    results.append(res)
+                cell = _cell(results, total, invalid)
+                cell["canonical"] = {
+                    name: (await lab.run(variant, s, isolation=iso, name=name)).to_json()
+                    for name, s in pinned.schedules.get(variant, {}).items()
+                }
+                cells[iso] = cell
+                if on_progress is not None:
+                    on_progress(f"{scenario.id}: {variant} at {iso} done")
+            by_variant[variant] = {"variant": variant, "steps": dict(steps), "by_isolation": cells}
+    levels_all = [x for x in ISOLATION_LEVELS if any(x in v for v in plan.values())]
+    return {
+        "schema": SCHEMA_VERSION,
+        "kind": "explore",
+        "run_id": run_id,
+        "scenario": scenario.id,
+        "title": scenario.title,
+        "started_at": started,
+        "deadlock_timeout_ms": deadlock_ms,
+        "isolation": levels_all,
+        "servers": {i.product: i.to_json() for i in servers.infos()},
+        "lab": {"version": __version__, "git_commit": git_commit(), "python": platform.python_version()},
+        "variants": by_variant,
+    }  # fmt: skip
+
+
+def explore_path(run_id: str, scenario: str, root: Path | None = None) -> Path:
+    return (root or results_root()) / run_id / EXPLORE_DIR / f"{scenario}.json"
+
+
+def write_explore(record: Mapping[str, Any]) -> Path:
+    return write_json(explore_path(record["run_id"], record["scenario"]), record)
+
+
+def print_explore(console: Console, record: Mapping[str, Any], transcripts: bool = True) -> None:
+    """The matrix (variant x isolation: kept / broke / invalid), then the first failing
+    schedule's transcript of each variant."""
+    levels = record["isolation"]
+    table = Table(title=f"{record['scenario']}: every interleaving", title_justify="left")
+    table.add_column("variant", no_wrap=True)
+    for iso in levels:
+        table.add_column(iso.replace("_", " "), overflow="fold")
+    for v, entry in record["variants"].items():
+        cells = []
+        for iso in levels:
+            c = entry["by_isolation"].get(iso)
+            if c is None:
+                cells.append("[dim]not explored[/dim]")
+                continue
+            text = f"kept {c['kept']}/{c['ran']}"
+            if c["broke"]:
+                text += f", [red]BROKE {c['broke']}[/red]"
+            if c["sqlstates"]:
+                text += ", " + ", ".join(f"{k} in {n}" for k, n in c["sqlstates"].items())
+            text += f" [dim](invalid {c['invalid']} of {c['interleavings']})[/dim]"
+            cells.append(text)
+        table.add_row(escape(v), *cells)
+    console.print(table)
+    if not transcripts:
+        return
+    for v, entry in record["variants"].items():
+        for iso in levels:
+            c = entry["by_isolation"].get(iso)
+            first = c and (c["first_failing"] or c["first_error"])
+            if first is None:
+                continue
+            why = "first failing" if c and c["first_failing"] else "first with an error"
+            console.print(f"\n{v} at {iso}, {why}: {', '.join(first['schedule'])}", markup=False)
+            console.print(first["transcript"], markup=False, end="")
+            break
+
+
+# --- explore claims ----------------------------------------------------------------------
+# Each check reads, for its variant, the cells of the isolation levels the claim names
+# (`levels`); a level the record lacks leaves the claim not exercised, never held.
+
+RC = "read_committed"
+
+
+def _levels(rec: Record, levels: Sequence[str]) -> dict[str, Any] | None:
+    cells = rec["by_isolation"]
+    if any(lv not in cells for lv in levels):
+        return None
+    return {lv: cells[lv] for lv in levels}
+
+
+def _explored(
+    cid: str,
+    variant: str,
+    text: str,
+    levels: Sequence[str],
+    check: Callable[[dict[str, Any]], tuple[bool, str]],
+    published: str = "",
+) -> Claim:
+    def judged(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+        cells = _levels(records[variant], levels)
+        if cells is None:
+            return None
+        held, seen = check(cells)
+        return held, f"{variant}: {seen}"
+
+    return Claim(cid, text, (variant,), judged, published, explore=True, levels=tuple(levels))
+
+
+def kept_in_all(
+    cid: str, variant: str, text: str, levels: Sequence[str] = (RC,), published: str = ""
+) -> Claim:
+    """`variant` keeps every invariant in every interleaving that ran, at each level."""
+
+    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+        seen = "; ".join(f"{lv}: kept {c['kept']}/{c['ran']}" for lv, c in cells.items())
+        return all(c["ran"] > 0 and c["broke"] == 0 for c in cells.values()), seen
+
+    return _explored(cid, variant, text, levels, check, published)
+
+
+def broke_in_some(
+    cid: str, variant: str, text: str, levels: Sequence[str] = (RC,), published: str = ""
+) -> Claim:
+    """`variant` breaks an invariant in at least one interleaving at each level."""
+
+    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+        seen = "; ".join(
+            f"{lv}: broke {c['broke']}/{c['ran']} {c['broken_invariants']}"
+            for lv, c in cells.items()
+        )
+        return all(c["broke"] > 0 for c in cells.values()), seen
+
+    return _explored(cid, variant, text, levels, check, published)
+
+
+def error_in(
+    cid: str,
+    variant: str,
+    sqlstate: str,
+    text: str,
+    *,
+    expect: bool,
+    levels: Sequence[str] = (RC,),
+    published: str = "",
+) -> Claim:
+    """At each level, some interleaving ends with `sqlstate` (expect=True) or none does."""
+
+    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+        n = {lv: c["sqlstates"].get(sqlstate, 0) for lv, c in cells.items()}
+        seen = "; ".join(f"{lv}: {sqlstate} in {k}/{cells[lv]['ran']}" for lv, k in n.items())
+        ran = all(c["ran"] > 0 for c in cells.values())
+        return ran and all((k > 0) == expect for k in n.values()), seen
+
+    return _explored(cid, variant, text, levels, check, published)
+
+
+def canonical(
+    cid: str,
+    variant: str,
+    schedule: str,
+    text: str,
+    *,
+    outcomes: Mapping[str, str] | Sequence[str],
+    waited: Sequence[str] = (),
+    kept: bool,
+    isolation: str = RC,
+    published: str = "",
+) -> Claim:
+    """The canonical `schedule` of `variant` at `isolation` ends with `outcomes` per
+    session (a mapping), or with these words in any session (a sequence: which cart the
+    deadlock detector picks depends on timing), the server showed the `waited` steps
+    blocked, and the invariants held (kept=True) or one broke."""
+
+    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+        run = cells[isolation]["canonical"].get(schedule)
+        if run is None:
+            return False, f"no canonical schedule {schedule!r} in the record"
+        got = " ".join(f"{s}={o}" for s, o in run["outcomes"].items())
+        inv = "held" if run["kept"] else "BROKEN"
+        seen = f"{schedule} at {isolation}: {got}; waited: {', '.join(run['waited']) or 'none'}; invariants {inv}"
+        words = (
+            run["outcomes"] == dict(outcomes)
+            if isinstance(outcomes, Mapping)
+            else sorted(run["outcomes"].values()) == sorted(outcomes)
+        )
+        held = words and all(w in run["waited"] for w in waited) and run["kept"] == kept
+        return held, seen
+
+    return _explored(cid, variant, text, (isolation,), check, published)

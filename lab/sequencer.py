@@ -1,0 +1,431 @@
+"""Grant session steps in the order of a schedule, moving on when the server says so.
+
+The sequencer runs K sessions' code concurrently. Each step point (``lab.steps``) asks
+for a grant; the sequencer grants the schedule's next step, then waits until every
+session has settled: it asks for its next grant, it has ended, or the server reports it
+waiting on a lock (``pg_blocking_pids()`` / ``wait_event_type = 'Lock'``, the isolation
+tester's ``pg_isolation_test_session_is_blocked``; a Redis step declares its own test).
+No sleep decides an order: a bounded poll of ``pg_stat_activity`` does.
+
+As in PostgreSQL's isolation tester:
+
+* a step of a session that is still blocked makes the permutation invalid
+  (``InvalidPermutation``), unless every live session is blocked: then the server must
+  break the cycle (the deadlock detector, a lock timeout) and the sequencer waits for it;
+* a session that has ended (returned, or raised) has its remaining steps skipped, and a
+  session that returned past a step (out of stock after its read) skips that step;
+* the transcript prints each step with its SQL and result, ``<waiting ...>`` when the
+  server reports the session blocked, ``<... completed>`` when it moves on.
+
+Transcripts are normalised (pids become session names, xids and OIDs letters) so the
+same schedule prints the same text on every run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from lab.errors import ScenarioFailure
+from lab.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
+from lab.outcome import classify
+from lab.steps import Session, parse_step
+
+POLL_S = 0.002  # between two looks at pg_stat_activity while a step settles
+RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
+
+
+class ScheduleError(ScenarioFailure):
+    """Session code asked for a step its schedule does not have where it asked for it."""
+
+
+class _Aborted(BaseException):
+    """Raised at a step point when the sequencer ends a run early: the session's code
+    unwinds through its transaction (ROLLBACK) and the connection stays usable."""
+
+
+class InvalidPermutation(Exception):
+    """The schedule asked a blocked session for its next step (the isolation tester's
+    "invalid permutation"): skipped and counted, not a failure."""
+
+    def __init__(self, at: int, why: str) -> None:
+        super().__init__(why)
+        self.at = at  # index of the offending schedule item
+        self.why = why
+
+
+@dataclass
+class Line:
+    who: str  # "s1 read", "invariant", "s1"
+    shown: str  # SQL or command ("" on a completion line)
+    result: str
+    more: list[str] = field(default_factory=list)  # DETAIL lines
+
+
+@dataclass
+class Transcript:
+    """What a pinned run printed: header, step lines, session ends, invariants."""
+
+    header: str
+    lines: list[Line] = field(default_factory=list)
+
+    def add(self, who: str, shown: str, result: str, more: Sequence[str] = ()) -> None:
+        self.lines.append(Line(who, shown, result, list(more)))
+
+    def text(self, sql_width: int = 64) -> str:
+        w1 = max((len(x.who) for x in self.lines), default=0)
+        w2 = min(sql_width, max((len(x.shown) for x in self.lines), default=0))
+        out = [self.header]
+        for x in self.lines:
+            row = f"{x.who:<{w1}}  {x.shown:<{w2}}  {x.result}".rstrip()
+            out.append(row)
+            out += [f"{'':<{w1}}  {'':<{w2}}  {m}".rstrip() for m in x.more]
+        return "\n".join(out) + "\n"
+
+
+@dataclass
+class _State:
+    session: Session
+    pid: int
+    pending: str | None = None  # the step it asked for, not yet granted
+    shown: str = ""
+    grant: asyncio.Event = field(default_factory=asyncio.Event)
+    running: str | None = None  # the granted step in progress
+    result: str | None = None  # the granted step's result, until its line is printed
+    more: list[str] = field(default_factory=list)  # and its DETAIL lines
+    said_waiting: bool = False  # its running step's line said <waiting ...>
+    blocked: bool = False  # as last seen by the server
+    waits: Callable[[], Awaitable[bool]] | None = None
+    ended: bool = False
+    outcome: str = ""
+    error: BaseException | None = None
+    taken: list[str] = field(default_factory=list)
+    epoch: int = 0  # bumped on every change the session makes (asks, ends a step, ends)
+
+
+Code = Callable[[Session], Awaitable[str]]
+
+
+class Sequencer:
+    """Run `sessions` (name -> (connection, code)) under one schedule; see the module doc.
+
+    `db` observes the server (a pool on the same database, not one of the sessions);
+    `label` names the run in errors ("lost-update / buggy").
+    """
+
+    def __init__(
+        self,
+        db: Fetcher,
+        sessions: Mapping[str, tuple[asyncpg.Connection, Code]],
+        *,
+        label: str,
+        header: str = "",
+        timeout: float = TIMEOUT_S,
+        resolve_timeout: float = RESOLVE_S,
+    ) -> None:
+        self.db = db
+        self.label = label
+        self.timeout = timeout
+        self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
+        self.code = {name: code for name, (_, code) in sessions.items()}
+        self.states: dict[str, _State] = {}
+        for i, (name, (conn, _)) in enumerate(sessions.items()):
+            s = Session(name, conn, i, gate=self)
+            self.states[name] = _State(s, conn.get_server_pid())
+        self.names = {st.pid: name for name, st in self.states.items()}
+        self.transcript = Transcript(header)
+        self._changed = asyncio.Event()
+        self._granted: tuple[_State, str, str] | None = None  # session, step, its SQL
+        self._done: list[tuple[int, Line]] = []  # completions seen while settling
+        self._item = ""
+        self._aborting = False
+        self.waited: list[str] = []  # "s2 write": steps the server showed blocked
+
+    # --- the Gate side: called from the sessions' step points ----------------------------
+
+    async def ask(self, session: Session, step: str, shown: str) -> None:
+        st = self.states[session.name]
+        if self._aborting:
+            raise _Aborted
+        st.pending, st.shown = step, shown
+        st.grant.clear()
+        self._notify(st)
+        await st.grant.wait()
+        if self._aborting:
+            raise _Aborted
+
+    def waiting(self, session: Session, predicate: Callable[[], Awaitable[bool]] | None) -> None:
+        self.states[session.name].waits = predicate
+
+    def finished(self, session: Session, step: str, result: str) -> None:
+        self._end_step(self.states[session.name], step, f"-> {result}", ())
+
+    def failed(self, session: Session, step: str, exc: BaseException) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            return
+        head, more = self.error_text(exc)
+        self._end_step(self.states[session.name], step, head, more)
+
+    def _end_step(self, st: _State, step: str, result: str, more: Sequence[str]) -> None:
+        st.running, st.waits, st.blocked = None, None, False
+        if self._aborting:
+            return
+        st.taken.append(step)
+        if st.said_waiting:
+            line = Line(f"{st.session.name} {step}", "", f"<... completed> {result.lstrip('-> ')}")
+            line.more = list(more)
+            self._done.append((st.session.index, line))
+            st.said_waiting = False
+        else:
+            st.result, st.more = result, list(more)
+        self._notify(st)
+
+    def _notify(self, st: _State | None = None) -> None:
+        if st is not None:
+            st.epoch += 1
+        self._changed.set()
+
+    # --- normalised errors ---------------------------------------------------------------
+
+    def normalise(self, text: str) -> str:
+        """Pids become session names; xids, OIDs, ports and timestamps become letters."""
+
+        def pid(m: re.Match[str]) -> str:
+            return self.names.get(int(m[2]), "another process")
+
+        text = re.sub(r"\b([Pp]rocess) (\d+)", pid, text)
+        text = re.sub(r"\btransaction \d+", "transaction X", text)
+        text = re.sub(r"\brelation \d+", "relation R", text)
+        text = re.sub(r"\bdatabase \d+", "database D", text)
+        text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?", "T", text)
+        return re.sub(r"\bport \d+", "port P", text)
+
+    def error_text(self, exc: BaseException) -> tuple[str, list[str]]:
+        if isinstance(exc, asyncpg.PostgresError):
+            message = getattr(exc, "message", None) or str(exc).splitlines()[0]
+            head = f"ERROR {exc.sqlstate} {self.normalise(message)}"
+            detail = getattr(exc, "detail", None) or ""
+            return head, [f"DETAIL {self.normalise(d)}" for d in detail.splitlines() if d]
+        return f"ERROR {type(exc).__name__}: {self.normalise(str(exc))}", []
+
+    # --- running -------------------------------------------------------------------------
+
+    async def _main(self, st: _State) -> None:
+        try:
+            st.outcome = await self.code[st.session.name](st.session)
+        except asyncio.CancelledError:
+            st.outcome = "cancelled"
+            raise
+        except _Aborted:
+            st.outcome = "aborted"
+        except BaseException as exc:
+            key = classify(exc)
+            st.outcome, st.error = (key, None) if key else (type(exc).__name__, exc)
+        finally:
+            st.ended, st.pending, st.running, st.blocked = True, None, None, False
+            self._notify(st)
+
+    async def run(self, schedule: Sequence[str]) -> dict[str, str]:
+        """Grant `schedule`'s steps in order; each session's outcome word (or SQLSTATE).
+
+        Raises InvalidPermutation (counted by explore), ScheduleError for a schedule that
+        does not fit the code, InterleaveTimeout when a step neither finished nor blocked,
+        ScenarioFailure when session code raised something undeclared.
+        """
+        items = [parse_step(x) for x in schedule]
+        for who, step in items:
+            if who not in self.states or not step:
+                raise ScheduleError(
+                    f"{self.label}: schedule step {who} {step!r}: sessions are "
+                    f"{', '.join(self.states)}"
+                )
+        tasks = [asyncio.create_task(self._main(st)) for st in self.states.values()]
+        try:
+            for k, (who, step) in enumerate(items):
+                self._item = f"{who} {step}"
+                await self._settle()
+                st = self.states[who]
+                if not st.ended and st.blocked and self._all_blocked():
+                    await self._resolve()
+                if st.ended:
+                    why = f"{who} ended: {st.outcome}"
+                    self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
+                    continue
+                if st.blocked:
+                    raise InvalidPermutation(
+                        k, f"{who} {step}: {who} is still blocked in {st.running or 'its step'}"
+                    )
+                if st.pending != step:
+                    later = [s for w, s in items[k + 1 :] if w == who]
+                    if st.pending in later:
+                        why = f"{who} went on to {st.pending}"
+                        self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
+                        continue
+                    raise ScheduleError(
+                        f"{self.label}: {who} asked for step {st.pending!r} where the schedule "
+                        f"has {step!r}"
+                    )
+                self._grant(st)
+            self._item = "the end of the schedule"
+            while True:
+                await self._settle()
+                for name, st in self.states.items():
+                    if not st.ended and st.pending is not None:
+                        raise ScheduleError(
+                            f"{self.label}: {name} asked for step {st.pending!r} after its "
+                            "last step in the schedule"
+                        )
+                if all(st.ended for st in self.states.values()):
+                    break
+                await self._resolve()  # every live session is blocked
+            await asyncio.gather(*tasks)
+        finally:
+            if not all(t.done() for t in tasks):
+                await self._abort(tasks)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for name, st in self.states.items():
+            if st.error is not None:
+                raise ScenarioFailure(
+                    f"{self.label}: {name} raised {type(st.error).__name__}: {st.error}"
+                ) from st.error
+            self.transcript.add(name, "", f"ends {st.outcome}")
+        return {name: st.outcome for name, st in self.states.items()}
+
+    async def _abort(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        """End an unfinished run: sessions waiting for a grant unwind (ROLLBACK), those
+        blocked in a statement are cancelled by the server (pg_cancel_backend). Sessions
+        that do not end within a second have their connections closed."""
+        self._aborting = True
+        in_step = [st for st in self.states.values() if not st.ended and st.pending is None]
+        try:
+            if in_step:  # first the blocked statements, while nobody releases their locks
+                pids = [st.pid for st in in_step]
+                await self.db.fetch(
+                    "SELECT pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", pids
+                )
+                mine = [
+                    t for t, st in zip(tasks, self.states.values(), strict=True) if st in in_step
+                ]
+                await asyncio.wait(mine, timeout=1.0)
+            for st in self.states.values():
+                st.grant.set()
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+        except Exception:
+            pending = {t for t in tasks if not t.done()}
+        if pending:  # nothing a run left half done is reused
+            for st in self.states.values():
+                st.session.conn.terminate()
+
+    def _grant(self, st: _State) -> None:
+        st.running, st.pending = st.pending, None
+        st.result, st.more, st.said_waiting = None, [], False
+        self._granted = (st, st.running or "", st.shown)
+        st.grant.set()
+
+    def _all_blocked(self) -> bool:
+        live = [st for st in self.states.values() if not st.ended]
+        return bool(live) and all(st.blocked for st in live)
+
+    async def _settle(self) -> None:
+        """Until every live session asks for a grant, has ended, or is blocked."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            busy = [st for st in self.states.values() if not st.ended and st.pending is None]
+            if busy:
+                epochs = [st.epoch for st in busy]
+                waits = await lock_waiters(self.db, [st.pid for st in busy])
+                for st, epoch in zip(busy, epochs, strict=True):
+                    blocked = st.pid in waits or (st.waits is not None and await st.waits())
+                    # an answer about a session that moved on meanwhile is stale
+                    st.blocked = blocked and st.epoch == epoch
+                busy = [st for st in busy if not st.ended and st.pending is None]
+            if all(st.blocked for st in busy):
+                self._flush()
+                return
+            if loop.time() > deadline:
+                stuck = ", ".join(f"{st.session.name} in {st.running or 'its code'}" for st in busy)
+                raise InterleaveTimeout(
+                    f"{self.label}, at {self._item}: {stuck} neither finished nor blocked "
+                    f"in {self.timeout} s"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), POLL_S)
+
+    async def _resolve(self) -> None:
+        """Every live session is blocked: wait for the server to end one wait, then settle."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.resolve_timeout
+        before = {n: (st.running, st.ended) for n, st in self.states.items()}
+        while {n: (st.running, st.ended) for n, st in self.states.items()} == before:
+            if loop.time() > deadline:
+                raise InterleaveTimeout(
+                    f"{self.label}, at {self._item}: every session blocked and the server "
+                    f"broke no wait in {self.resolve_timeout} s"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), 0.05)
+        await self._settle()
+
+    def _flush(self) -> None:
+        """Print the granted step's line, then completions in session order."""
+        granted, self._granted = self._granted, None
+        if granted is not None:
+            st, step, shown = granted
+            who = f"{st.session.name} {step}"
+            if st.result is not None:
+                self.transcript.add(who, shown, st.result, st.more)
+                st.result = None
+            elif st.running == step:
+                self.transcript.add(who, shown, "<waiting ...>")
+                self.waited.append(who)
+                st.said_waiting = True
+        for _, line in sorted(self._done, key=lambda x: x[0]):
+            self.transcript.lines.append(line)
+        self._done.clear()
+
+
+# --- every interleaving -----------------------------------------------------------------
+
+
+def interleavings(steps: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, ...]]:
+    """Every merge of the sessions' step lists that keeps each session's own order, in a
+    stable order (the isolation tester's "all permutations" for a spec naming none)."""
+    names = list(steps)
+
+    def merge(pos: tuple[int, ...]) -> Iterator[tuple[str, ...]]:
+        if all(p == len(steps[n]) for p, n in zip(pos, names, strict=True)):
+            yield ()
+            return
+        for i, n in enumerate(names):
+            if pos[i] < len(steps[n]):
+                head = f"{n} {steps[n][pos[i]]}"
+                nxt = (*pos[:i], pos[i] + 1, *pos[i + 1 :])
+                for rest in merge(nxt):
+                    yield (head, *rest)
+
+    yield from merge(tuple(0 for _ in names))
+
+
+def count_interleavings(steps: Mapping[str, Sequence[str]]) -> int:
+    """The multinomial (sum n_i)! / prod(n_i!)."""
+    import math
+
+    total = math.factorial(sum(len(s) for s in steps.values()))
+    for s in steps.values():
+        total //= math.factorial(len(s))
+    return total
+
+
+def prefixed(schedule: Sequence[str], prefixes: Sequence[tuple[str, ...]]) -> bool:
+    """Whether `schedule` starts with one of `prefixes` (known invalid beginnings)."""
+    return any(tuple(schedule[: len(p)]) == p for p in prefixes)

@@ -1,0 +1,172 @@
+"""checkout-deadlock: what the documents claim, how each claim is judged, and the assembly.
+
+The load claims (most carts fail, the fixes never deadlock, the first 40P01 waits
+deadlock_timeout, longer cycles under load, the batch scales with the timeout) are
+judged on `locklab run` records. "Isolation has nothing to do with it" is judged on
+every interleaving of two carts at each isolation level (`locklab explore
+checkout-deadlock`): cart order deadlocks in some of them at every level, sorted in none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
+from lab.pinned import canonical, error_in
+from lab.scenario import Defaults, Scenario
+from lab.steps import ISOLATION_LEVELS
+from scenarios._node_seconds import CHECKOUT_CASES, CHECKOUT_SECONDS
+from scenarios.checkout_deadlock import checkout_deadlock as code
+
+
+def _no_early_40p01(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["buggy"]
+    timeout_ms = rec["knobs"]["deadlock_timeout_ms"]
+    first = rec.get("latency_ms_by_outcome", {}).get("40P01", {}).get("min")
+    if first is None:
+        return False, "buggy: no 40P01 to time"
+    return (
+        first >= timeout_ms,
+        f"buggy: first 40P01 after {first:.0f} ms (deadlock_timeout {timeout_ms} ms)",
+    )
+
+
+def _scales_with_timeout(records: Mapping[str, Record]) -> tuple[bool, str]:
+    short, long = records[f"buggy@{SHORT}"], records[f"buggy@{LONG}"]
+    ratio = long["wall_ms"] / max(short["wall_ms"], 1.0)
+    return ratio >= MIN_SLOWDOWN, (
+        f"buggy, {short['knobs']['n']} carts: {short['wall_ms']:.0f} ms at deadlock_timeout "
+        f"{short['knobs']['deadlock_timeout_ms']} ms, {long['wall_ms']:.0f} ms at "
+        f"{long['knobs']['deadlock_timeout_ms']} ms: x{ratio:.1f}"
+    )
+
+
+def _long_cycles(records: Mapping[str, Record]) -> tuple[bool, str]:
+    dl = records["buggy"]["evidence"].get("deadlocks") or {}
+    return dl.get("max_cycle", 0) > 2, (
+        f"buggy: cycle lengths {dl.get('cycle_lengths')}, tuple hops {dl.get('tuple_hops')}"
+    )
+
+
+FIXES = ("fixed", "fixed-lock-first")
+# DL-5: the same batch with a 4x longer deadlock_timeout. Every cycle waits the timeout
+# before it is detected, so the batch grows with it (measured x2.6-x5.8 at 20 carts).
+SHORT, LONG = "timeout-250", "timeout-1000"
+MIN_SLOWDOWN = 1.5
+DL2 = "Deadlock row-lock không liên quan isolation level"
+CLAIMS = (
+    Claim(
+        "DL-5",
+        f"Each cycle costs deadlock_timeout: 4x the timeout makes the buggy batch at least "
+        f"{MIN_SLOWDOWN}x longer",
+        (f"buggy@{SHORT}", f"buggy@{LONG}"),
+        _scales_with_timeout,
+        published="cả batch mất 99 giây, vì mỗi vòng chờ tốn ít nhất deadlock_timeout = 1s",
+        cases=(SHORT, LONG),
+        across=True,
+    ),
+    deadlocks("DL-2", "buggy", "Cart order deadlocks under a load", expect=True, published=DL2),
+    error_in(
+        "DL-2",
+        "buggy",
+        "40P01",
+        "Lowering or raising isolation does not help: two carts in cart order deadlock in "
+        "some interleavings at every level",
+        expect=True,
+        levels=ISOLATION_LEVELS,
+        published=DL2,
+    ),
+    error_in(
+        "DL-2",
+        "fixed",
+        "40P01",
+        "Sorted: two carts deadlock in no interleaving, at any level",
+        expect=False,
+        levels=ISOLATION_LEVELS,
+    ),
+    error_in(
+        "DL-2",
+        "fixed-lock-first",
+        "40P01",
+        "Locks taken first in sku order: no interleaving deadlocks",
+        expect=False,
+    ),
+    canonical(
+        "DL-1",
+        "buggy",
+        "cross",
+        "Two carts each holding their first row: both wait, the server breaks the cycle by "
+        "failing one with 40P01, the other commits",
+        outcomes=("40P01", "ok"),
+        waited=("s1 lock-b", "s2 lock-a"),
+        kept=True,
+    ),
+    Claim(
+        "DL-1",
+        "No 40P01 comes before the waiter has waited deadlock_timeout",
+        ("buggy",),
+        _no_early_40p01,
+    ),
+    # How many carts deadlock depends on scheduling: judged over trials, not one lucky run.
+    repeated(
+        majority(
+            "DL-3",
+            "buggy",
+            "40P01",
+            "Cart order: most checkouts fail with 40P01",
+            published='{"ok":4,"40P01":196} in 99403 ms',
+        ),
+        trials=3,
+        required=2 / 3,
+    ),
+    deadlocks("DL-3", "buggy", "Cart order: the server reports deadlocks", expect=True),
+    *(
+        all_ok("DL-3", v, f"{v}: every checkout succeeds", published='{"ok":200} in 10955 ms')
+        for v in FIXES
+    ),
+    *(deadlocks("DL-3", v, f"{v}: zero deadlocks", expect=False) for v in FIXES),
+    *(invariants_hold("DL-3", v, f"{v}: stock moved once per commit") for v in ("buggy", *FIXES)),
+    repeated(
+        Claim(
+            "DL-4",
+            "Under load the parsed cycles include more than 2 processes",
+            ("buggy",),
+            _long_cycles,
+            published="4 processes with ExclusiveLock on tuple hops",
+            profiles=("published",),
+        ),
+        trials=3,
+        required=2 / 3,
+    ),
+    *CHECKOUT_SECONDS,  # the published seconds, under the node-* cases
+)
+
+SCENARIO = Scenario(
+    id="checkout-deadlock",
+    validate=code.validate,
+    doc=code.__doc__ or "",
+    kind="actors",
+    variants=code.PINNED.actors(),
+    pinned=code.PINNED,
+    outcomes=("ok", "40P01", "40001"),
+    claims=CLAIMS,
+    published={
+        "buggy": '{"ok":4,"40P01":196} in 99403 ms (n=200); {"ok":9,"40P01":31} in 20.7 s (n=40)',
+        "fixed": '{"ok":200} in 10955 ms (n=200); {"ok":40} in 6.1 s (n=40)',
+    },
+    setup=code.setup,
+    invariant=code.invariant,
+    defaults=Defaults(n=200, arrival="burst", actor_timeout_s=300, run_timeout_s=900),
+    params={"step_pause_ms": 5.0, "isolation": "read_committed"},
+    param_help={
+        "step_pause_ms": "pause between the two UPDATEs (the 'other logic' of the checkout)",
+        "isolation": "transaction isolation: " + ", ".join(ISOLATION_LEVELS),
+    },
+    sources=("DL", "LC"),
+    quick={"n": 40, "deadlock_timeout_ms": 100},
+    cases={
+        SHORT: {"n": 20, "deadlock_timeout_ms": 250},
+        LONG: {"n": 20, "deadlock_timeout_ms": 1000},
+        **CHECKOUT_CASES,  # node-200, node-40: the documents' network and pool
+    },
+)

@@ -1,0 +1,48 @@
+"""id-sort-order: what the document claims, how each claim is judged, and the assembly.
+
+Under a load (20 transfers at burst) the two paths deadlock or not; on every
+interleaving of one app-path and one SQL-path transfer (`locklab explore
+id-sort-order`) the string sort deadlocks in some, the numeric sort in none.
+"""
+
+from __future__ import annotations
+
+from lab.claims import all_ok, deadlocks, invariants_hold
+from lab.pinned import canonical, error_in
+from lab.scenario import Defaults, Scenario
+from scenarios.id_sort_order import id_sort_order as code
+
+PUBLISHED = "thứ tự lại không nhất quán và deadlock quay lại"
+CLAIMS = (
+    deadlocks("DL-6", "buggy", "String-sorted path against ORDER BY id deadlocks", expect=True,
+              published=PUBLISHED),
+    all_ok("DL-6", "fixed", "Both paths in numeric order: every transfer commits"),
+    deadlocks("DL-6", "fixed", "Both paths in numeric order: zero deadlocks", expect=False),
+    *(invariants_hold("DL-6", v, f"{v}: balances moved once per commit") for v in ("buggy", "fixed")),
+    error_in("DL-6", "buggy", "40P01", "String sort vs ORDER BY id: some interleavings of two "
+             "transfers deadlock", expect=True, published=PUBLISHED),
+    error_in("DL-6", "fixed", "40P01", "Numeric order in both paths: no interleaving deadlocks",
+             expect=False),
+    canonical("DL-6", "buggy", "app-first", "The app path holds 10, the SQL path locks 9 and "
+              "waits for 10, the app path waits for 9: one of them gets 40P01",
+              outcomes=("ok", "40P01"), waited=("s2 lock-both", "s1 lock-9"),
+              kept=True),
+)  # fmt: skip
+
+SCENARIO = Scenario(
+    id="id-sort-order",
+    doc=code.__doc__ or "",
+    kind="actors",
+    variants=code.PINNED.actors(),
+    pinned=code.PINNED,
+    outcomes=("ok", "40P01"),
+    claims=CLAIMS,
+    published={"buggy": PUBLISHED},
+    setup=code.setup,
+    invariant=code.invariant,
+    defaults=Defaults(n=20, arrival="burst", actor_timeout_s=120, run_timeout_s=300),
+    params={"step_pause_ms": 5.0},
+    param_help={"step_pause_ms": "other logic between the app path's two locks"},
+    sources=("DL",),
+    quick={"deadlock_timeout_ms": 100},
+)

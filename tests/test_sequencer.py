@@ -1,0 +1,269 @@
+"""lab/sequencer.py on a real server: steps granted in schedule order, the recorded trace.
+
+Like trio's Sequencer tests, each test asserts the transcript the sequencer recorded:
+what the server answered, and when it reported a session blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from lab.interleave import InterleaveTimeout
+from lab.sequencer import (
+    InvalidPermutation,
+    ScheduleError,
+    Sequencer,
+    count_interleavings,
+    interleavings,
+)
+from lab.servers import Servers
+from lab.steps import Session, show_sql
+
+
+@pytest.fixture
+async def database(servers: Servers) -> AsyncIterator[str]:
+    """A throwaway database with one row to fight over (deadlock_timeout 1 s, as published)."""
+    assert servers.pg is not None
+    name = f"locklab_seq_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(servers.pg.dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    await admin.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '1s'")
+    try:
+        conn = await asyncpg.connect(servers.pg.dsn, database=name)
+        await conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
+        await conn.execute("INSERT INTO t VALUES (1, 0), (2, 0)")
+        await conn.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@pytest.fixture
+async def db(servers: Servers, database: str) -> AsyncIterator[asyncpg.Pool]:
+    """The observer: a small pool on the throwaway database."""
+    assert servers.pg is not None
+    pool = await asyncpg.create_pool(servers.pg.dsn, database=database, min_size=1, max_size=2)
+    assert pool is not None
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def conns(servers: Servers, database: str) -> AsyncIterator[list[asyncpg.Connection]]:
+    """Two sessions' connections."""
+    assert servers.pg is not None
+    cs = [await asyncpg.connect(servers.pg.dsn, database=database) for _ in range(2)]
+    try:
+        yield cs
+    finally:
+        for c in cs:
+            c.terminate()
+
+
+async def bump(s: Session) -> str:
+    """Both sessions: one UPDATE of row 1, then COMMIT."""
+    async with s.transaction():
+        await s.execute("write", "UPDATE t SET v = v + 1 WHERE id = $1", 1)
+    return "ok"
+
+
+async def cross(s: Session) -> str:
+    """s1 updates row 1 then 2, s2 row 2 then 1: the textbook deadlock."""
+    first, second = (1, 2) if s.index == 0 else (2, 1)
+    async with s.transaction():
+        await s.execute("lock-1st", "UPDATE t SET v = v + 1 WHERE id = $1", first)
+        await s.execute("lock-2nd", "UPDATE t SET v = v + 1 WHERE id = $1", second)
+    return "ok"
+
+
+def seq(db: asyncpg.Pool, conns: list[asyncpg.Connection], code: object, **kw: object) -> Sequencer:
+    return Sequencer(
+        db,
+        {"s1": (conns[0], code), "s2": (conns[1], code)},  # type: ignore[dict-item]
+        label="test",
+        header="schedule test",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def test_a_blocked_step_waits_then_completes(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """s2's UPDATE waits on s1's row lock: <waiting ...>, then <... completed> after s1's COMMIT."""
+    sq = seq(db, conns, bump)
+    outcomes = await sq.run(("s1 write", "s2 write", "s1 commit", "s2 commit"))
+    assert outcomes == {"s1": "ok", "s2": "ok"}
+    assert sq.transcript.text() == (
+        "schedule test\n"
+        "s1 write   UPDATE t SET v = v + 1 WHERE id = 1  -> UPDATE 1\n"
+        "s2 write   UPDATE t SET v = v + 1 WHERE id = 1  <waiting ...>\n"
+        "s1 commit  COMMIT                               -> COMMIT\n"
+        "s2 write                                        <... completed> UPDATE 1\n"
+        "s2 commit  COMMIT                               -> COMMIT\n"
+        "s1                                              ends ok\n"
+        "s2                                              ends ok\n"
+    )
+    assert sq.waited == ["s2 write"]
+    assert await db.fetchval("SELECT v FROM t WHERE id = 1") == 2
+
+
+async def test_a_step_for_a_blocked_session_is_an_invalid_permutation(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """Asking s2 for its commit while its UPDATE still waits on s1 is invalid, as in the
+    isolation tester: InvalidPermutation names the item, nothing is left waiting."""
+    sq = seq(db, conns, bump)
+    with pytest.raises(InvalidPermutation, match="s2 is still blocked in write") as info:
+        await sq.run(("s1 write", "s2 write", "s2 commit", "s1 commit"))
+    assert info.value.at == 2
+
+
+async def test_every_session_blocked_waits_for_the_deadlock_detector(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """Both sessions blocked: the sequencer waits for the server; s1 waited first, so its
+    check runs first and it is the victim; the DETAIL names sessions, not pids."""
+    sq = seq(db, conns, cross)
+    outcomes = await sq.run(
+        ("s1 lock-1st", "s2 lock-1st", "s1 lock-2nd", "s2 lock-2nd", "s1 commit", "s2 commit")
+    )
+    assert outcomes == {"s1": "40P01", "s2": "ok"}
+    lines = sq.transcript.text().splitlines()
+    assert lines[3].startswith("s1 lock-2nd") and lines[3].endswith("<waiting ...>")
+    assert lines[4].startswith("s2 lock-2nd") and lines[4].endswith("<waiting ...>")
+    assert lines[5].split()[2:] == ["<...", "completed>", "ERROR", "40P01", "deadlock", "detected"]
+    assert lines[6].split()[:2] == ["DETAIL", "s1"]
+    assert "blocked by s2" in lines[6] and "transaction X" in lines[6]
+    assert "blocked by s1" in lines[7]
+    assert lines[8].split() == ["s2", "lock-2nd", "<...", "completed>", "UPDATE", "1"]
+    assert lines[9].split() == ["s1", "commit", "(skipped:", "s1", "ended:", "40P01)"]
+    assert lines[-2].split() == ["s1", "ends", "40P01"]
+
+
+async def test_a_session_that_returned_early_skips_its_steps(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """A session past a step (it returned before writing) has that step skipped; the
+    transcript says where it went."""
+
+    async def maybe(s: Session) -> str:
+        async with s.transaction():
+            v = await s.fetchval("read", "SELECT v FROM t WHERE id = $1", 1)
+            if s.index == 1:
+                return f"skipped at {v}"
+            await s.execute("write", "UPDATE t SET v = 5 WHERE id = 1")
+        return "ok"
+
+    sq = seq(db, conns, maybe)
+    out = await sq.run(("s1 read", "s2 read", "s2 write", "s1 write", "s1 commit", "s2 commit"))
+    assert out == {"s1": "ok", "s2": "skipped at 0"}
+    lines = [x.split() for x in sq.transcript.text().splitlines()]
+    assert ["s2", "write", "(skipped:", "s2", "went", "on", "to", "commit)"] in lines
+    assert lines[1][-1] == lines[2][-1] == "v=0"  # both read before s1 wrote
+
+
+async def test_a_step_that_neither_finishes_nor_blocks_times_out_loudly(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """A session stuck outside the server (not a lock wait) fails the run, naming the step."""
+    never = asyncio.Event()
+
+    async def stuck(s: Session) -> str:
+        await s.step("hang", never.wait, shown="(waits forever)")
+        return "ok"
+
+    sq = seq(db, conns, stuck, timeout=0.3)
+    with pytest.raises(InterleaveTimeout, match=r"test, at s2 hang: s1 in hang neither"):
+        await sq.run(("s1 hang", "s2 hang"))
+
+
+async def test_a_step_the_schedule_does_not_have_fails(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """Code that asks for a step its schedule leaves out is a ScheduleError, not a hang."""
+    sq = seq(db, conns, bump)
+    with pytest.raises(ScheduleError, match="s2 asked for step 'write' after"):
+        await sq.run(("s1 write", "s1 commit"))
+
+
+async def test_a_waiting_predicate_counts_as_blocked(
+    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """A step outside PostgreSQL that declares it is waiting (a Redis poll) is blocked,
+    so the schedule goes on to the step that releases it."""
+    flag = asyncio.Event()
+
+    async def poller(s: Session) -> str:
+        if s.index == 0:
+
+            async def is_waiting() -> bool:
+                return not flag.is_set()
+
+            await s.step("poll", flag.wait, shown="(poll)", waits=is_waiting)
+        else:
+
+            async def release() -> None:
+                flag.set()
+
+            await s.step("release", release, shown="(release)", result=lambda _: "set")
+        return "ok"
+
+    sq = seq(db, conns, poller)
+    assert await sq.run(("s1 poll", "s2 release")) == {"s1": "ok", "s2": "ok"}
+    assert sq.transcript.text().splitlines()[1:4] == [
+        "s1 poll     (poll)     <waiting ...>",
+        "s2 release  (release)  -> set",
+        "s1 poll                <... completed> True",
+    ]
+
+
+def test_interleavings_keep_each_session_order() -> None:
+    """Two sessions of 3 steps merge 20 ways, each keeping its own order, no duplicates."""
+    steps = {"s1": ("a", "b", "c"), "s2": ("a", "b", "c")}
+    all_ = list(interleavings(steps))
+    assert len(all_) == len(set(all_)) == count_interleavings(steps) == 20
+    assert all_[0] == ("s1 a", "s1 b", "s1 c", "s2 a", "s2 b", "s2 c")
+    for sched in all_:
+        assert [x for x in sched if x.startswith("s1")] == ["s1 a", "s1 b", "s1 c"]
+
+
+def test_sql_is_shown_with_its_parameters() -> None:
+    """$n parameters are written in as SQL literals, the statement on one line."""
+    assert show_sql("UPDATE t\n   SET v = $1 WHERE k = $2 AND a = ANY($3)", [3, "A-1", ["x"]]) == (
+        "UPDATE t SET v = 3 WHERE k = 'A-1' AND a = ANY('{x}')"
+    )
+
+
+async def test_load_mode_only_stamps(conns: list[asyncpg.Connection]) -> None:
+    """Without a sequencer a step calls asyncpg directly and stamps the time."""
+    s = Session("s1", conns[0], 0)
+    assert await s.fetchval("read", "SELECT v FROM t WHERE id = $1", 2) == 0
+    async with s.transaction():
+        assert await s.execute("write", "UPDATE t SET v = 1 WHERE id = 2") == "UPDATE 1"
+    assert [name for name, _ in s.stamps] == ["read", "write", "commit"]
+
+
+async def test_every_session_blocked_by_an_outsider_fails_loudly(
+    servers: Servers, database: str, db: asyncpg.Pool, conns: list[asyncpg.Connection]
+) -> None:
+    """Both sessions wait on a lock a third connection holds: no cycle for the server to
+    break, so the bounded wait ends in InterleaveTimeout naming the step, not a hang."""
+    assert servers.pg is not None
+    outsider = await asyncpg.connect(servers.pg.dsn, database=database)
+    try:
+        tx = outsider.transaction()
+        await tx.start()
+        await outsider.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+        sq = seq(db, conns, bump, resolve_timeout=0.3)
+        with pytest.raises(InterleaveTimeout, match=r"at s1 commit: every session blocked"):
+            await sq.run(("s1 write", "s2 write", "s1 commit", "s2 commit"))
+    finally:
+        outsider.terminate()
