@@ -908,12 +908,7 @@ def locks(
             if any(s.query == "<insufficient privilege>" for s in sessions):
                 console.print(f"[dim]{lk.ROLE_NOTE}[/dim]")
 
-    try:
-        guarded(body)
-    except typer.Exit as exc:
-        if watch and exc.exit_code == 130:  # Ctrl-C is how --watch ends
-            raise typer.Exit(0) from None
-        raise
+    guarded(body)  # Ctrl-C is how --watch ends: lab/locks.py watch() returns quietly
 
 
 def main() -> None:

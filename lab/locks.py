@@ -12,6 +12,7 @@ staging server cannot block or change anything.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -188,17 +189,15 @@ def _label(s: Session, query_width: int) -> str:
     head = f"[bold]{s.pid}[/bold] {escape(s.user)}@{escape(s.database)} {escape(s.state)}"
     if s.wants:
         wait = f"{s.wait_event_type}/{s.wait_event}" if s.wait_event_type else "?"
-        held = ", ".join(
-            f"{h.pid} {'holds' if h.granted else 'queued ahead for'} {h.mode}".rstrip()
+        held = "; ".join(
+            f"{h.pid} {'holds' if h.granted else 'is queued ahead for'} {h.mode}".rstrip()
             for h in s.holders
         )
-        head += (
-            f"  waits {_secs(s.wait_s)} ({escape(wait)}) for [yellow]{escape(s.wants)}[/yellow]"
-            f"  [dim]<- {escape(held)}[/dim]"
-        )
+        head += f", waits {_secs(s.wait_s)} ({escape(wait)})"
+        head += f"\n[yellow]wants {escape(s.wants)}[/yellow]; {escape(held)}"
     else:
-        head += f"  [red]root[/red], transaction open {_secs(s.xact_s)}"
-    return f"{head}\n  [dim]{escape(query)}[/dim]"
+        head += f", [red]root[/red]: transaction open {_secs(s.xact_s)}"
+    return f"{head}\n[dim]{escape(query)}[/dim]"
 
 
 def render(sessions: Sequence[Session], query_width: int = 100) -> Group | str:
@@ -244,7 +243,7 @@ def watch(console: Console, dsn: str, database: str | None, interval_s: float) -
 
     from rich.live import Live
 
-    with Live(console=console, auto_refresh=False) as live:
+    with contextlib.suppress(KeyboardInterrupt), Live(console=console, auto_refresh=False) as live:
         while True:
             sessions = asyncio.run(snapshot(dsn, database))
             stamp = time.strftime("%H:%M:%S")

@@ -112,8 +112,8 @@ async def test_cli_json_and_text(blocked: Blocked) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "1 waiting, 1 root(s): " + str(blocked.holder) in proc.stdout
-    assert f"{blocked.waiter} " in proc.stdout and "for ShareLock on transaction" in proc.stdout
-    assert f"<- {blocked.holder} holds ExclusiveLock" in proc.stdout
+    assert f"{blocked.waiter} " in proc.stdout and "wants ShareLock on transaction" in proc.stdout
+    assert f"; {blocked.holder} holds ExclusiveLock" in proc.stdout
 
 
 async def test_plain_role_sees_the_tree_pg_read_all_stats_sees_queries(blocked: Blocked) -> None:
