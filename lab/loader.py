@@ -38,7 +38,9 @@ def scenario_files(name: str) -> list[Path]:
 
 
 def load_file(path: Path) -> Scenario:
-    """The SCENARIO a file defines; one line when it has none or fails to import."""
+    """The SCENARIO a file defines; one line (naming the path as given) when it has none
+    or fails to import."""
+    shown = str(path)
     path = path.resolve()
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
     module_name = f"locklab_user_{path.stem}_{digest}"
@@ -48,7 +50,7 @@ def load_file(path: Path) -> Scenario:
             return found
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
-        raise LabError(f"{path}: cannot be loaded as a Python module")
+        raise LabError(f"{shown}: cannot be loaded as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
     if (folder := str(path.parent)) not in sys.path:  # its variants may import lazily too
@@ -57,13 +59,13 @@ def load_file(path: Path) -> Scenario:
         spec.loader.exec_module(module)
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        raise LabError(f"{path}: importing it failed: {type(exc).__name__}: {exc}") from None
+        raise LabError(f"{shown}: importing it failed: {type(exc).__name__}: {exc}") from None
     scenario = getattr(module, "SCENARIO", None)
     if not isinstance(scenario, Scenario):
         sys.modules.pop(module_name, None)
         what = "no SCENARIO" if scenario is None else f"SCENARIO of type {type(scenario).__name__}"
         raise LabError(
-            f"{path}: defines {what}; a scenario file must define SCENARIO = Scenario(...)"
+            f"{shown}: defines {what}; a scenario file must define SCENARIO = Scenario(...)"
         )
     return scenario
 
