@@ -3,9 +3,9 @@
 Printed the way Hermitage prints anomalies x databases: one row per claim id, one column
 per server build, each cell the claim's verdict there (held / NOT HELD / not judged /
 ERROR when its scenario failed to run on that build), and a last column saying whether
-the versions agree. PostgreSQL columns run every scenario on that PostgreSQL (with the
-default Redis); each further Redis build gets a column of its own for the scenarios that
-use Redis (with the default PostgreSQL).
+the versions agree. PostgreSQL columns run every scenario that uses PostgreSQL on that
+build (with the default Redis); Redis columns run every scenario that uses Redis on that
+build (with the default PostgreSQL).
 """
 
 from __future__ import annotations
@@ -51,18 +51,17 @@ def columns(
     pg: Sequence[Available] | None = None,
     redis: Sequence[Available] | None = None,
 ) -> list[Column]:
-    """Every PostgreSQL build (if a scenario uses one), then every Redis build but the
-    default one (whose results are the PostgreSQL columns' already)."""
+    """A column per PostgreSQL build (if a scenario uses PostgreSQL), then a column per
+    Redis build (if one uses Redis), the default one included: a Redis-only scenario runs
+    in no PostgreSQL column."""
     pg = pg_available() if pg is None else pg
     redis = redis_available() if redis is None else redis
     cols: list[Column] = []
     if any("pg" in s.uses for s in scenarios):
         cols += [Column(a.label, a.version, None, "pg") for a in pg]
-    if any("redis" in s.uses for s in scenarios) and redis:
+    if any("redis" in s.uses for s in scenarios):
         default_pg = pg[0].version if pg else None
-        if not cols:
-            cols.append(Column(redis[0].label, None, redis[0].label, "redis"))
-        cols += [Column(a.label, default_pg, a.label, "redis") for a in redis[1:]]
+        cols += [Column(a.label, default_pg, a.label, "redis") for a in redis]
     if not cols:
         raise LabError("verify --matrix: no server builds found (see `locklab doctor`)")
     return cols

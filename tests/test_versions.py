@@ -132,3 +132,25 @@ def test_matrix_judges_each_claim_on_each_version(tmp_path: Path) -> None:
         assert rec["servers"]["postgresql"]["version"] == a.version
     text = locklab("verify", "--recorded", str(run / PG[0].label), tmp=tmp_path)
     assert "LC-14" in text.stdout
+
+
+def test_matrix_columns_cover_every_build_for_the_scenarios_that_use_it() -> None:
+    """A PostgreSQL column per PostgreSQL build, a Redis column per Redis build (the
+    default too: a Redis-only scenario runs in no PostgreSQL column)."""
+    from lab.matrix import columns
+    from lab.servers.versions import Available
+    from scenarios import by_id
+
+    pg = [Available("postgresql", v, Path("/pg"), "test") for v in ("17.10", "15.18")]
+    redis = [
+        Available(p, v, Path("/r"), "test") for p, v in (("redis", "8.2.3"), ("valkey", "9.1.2"))
+    ]
+    cat = by_id()
+    cols = columns([cat["locked-limit"], cat["cache-stampede"]], pg, redis)
+    assert [(c.label, c.pg_version, c.redis_version, c.uses) for c in cols] == [
+        ("pg-17.10", "17.10", None, "pg"),
+        ("pg-15.18", "15.18", None, "pg"),
+        ("redis-8.2.3", "17.10", "redis-8.2.3", "redis"),
+        ("valkey-9.1.2", "17.10", "valkey-9.1.2", "redis"),
+    ]
+    assert [c.label for c in columns([cat["locked-limit"]], pg, redis)] == ["pg-17.10", "pg-15.18"]
