@@ -10,7 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from lab.cli import app
 from lab.errors import LabError
 from lab.loader import load_file, load_path
 from lab.servers import Servers
@@ -98,13 +100,18 @@ def test_folder_show_compare_verify(tmp_path: Path, servers: Servers) -> None:
         "my-checkout",
         "my-checkout-2",
     ]
-    proc = locklab("show", "mine", cwd=tmp_path)
-    assert proc.returncode == 2 and "a folder of 2 scenarios" in proc.stderr
-    proc = locklab("show", "mine/my_checkout.py", cwd=tmp_path)
-    assert proc.returncode == 0 and proc.stdout.startswith("My checkout: the last item sold twice")
-    proc = locklab("compare", "mine/my_checkout.py", "--no-record", cwd=tmp_path, servers=servers)
-    assert proc.returncode == 0, proc.stderr
-    assert "my-checkout" in proc.stdout
-    proc = locklab("verify", "mine/my_checkout.py", "--no-record", cwd=tmp_path, servers=servers)
-    assert proc.returncode == 0, proc.stderr + proc.stdout
-    assert "2 claims held, 0 not held" in proc.stdout
+    # The other commands in-process (typer's runner): the same find_scenario, no start-up.
+    runner = CliRunner()
+    env = {"LOCKLAB_PG_DSN": servers.pg.dsn if servers.pg else ""}
+    res = runner.invoke(app, ["show", str(folder)], env=env)
+    assert res.exit_code == 2 and "a folder of 2 scenarios" in res.output
+    res = runner.invoke(app, ["show", str(folder / "my_checkout.py")], env=env)
+    assert res.exit_code == 0 and res.stdout.startswith("My checkout: the last item sold twice")
+    res = runner.invoke(
+        app, ["compare", str(folder / "my_checkout.py"), "--no-record", "--json"], env=env
+    )
+    assert res.exit_code == 0, res.output
+    assert {json.loads(line)["variant"] for line in res.stdout.splitlines()} == {"buggy", "fixed"}
+    res = runner.invoke(app, ["verify", str(folder / "my_checkout.py"), "--no-record"], env=env)
+    assert res.exit_code == 0, res.output
+    assert "2 claims held, 0 not held" in res.stdout

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.servers.versions import matches, pg_available, redis_available
+from lab.errors import LabError
+from lab.servers.versions import matches, pg_available, pick, redis_available
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = pg_available()
@@ -63,8 +64,8 @@ def test_unknown_version_is_one_line(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("locklab: --pg-version '9.6' is not available")
     assert all(a.label in lines[0] for a in PG)
-    proc = locklab("run", "cache-stampede", "--redis-version", "6.2", tmp=tmp_path)
-    assert proc.returncode == 2 and "--redis-version '6.2' is not available" in proc.stderr
+    with pytest.raises(LabError, match=r"--redis-version '6.2' is not available here; available: "):
+        pick(REDIS, "6.2", "--redis-version")
 
 
 def test_version_with_a_dsn_is_one_line(tmp_path: Path) -> None:
