@@ -108,6 +108,12 @@ def find_scenario(name: str) -> Scenario:
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
 
 
+def _in_catalogue(name: str) -> bool:
+    from scenarios import by_id
+
+    return name in by_id()
+
+
 def find_scenarios(name: str, many: bool = True) -> list[Scenario]:
     """What one argument names: a catalogue id, a scenario file, or (`many`) a folder of them."""
     from lab.loader import load_path, looks_like_path
@@ -346,7 +352,7 @@ def run(
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
     args = dict(locals())
-    if Path(scenario).is_dir():  # a folder of scenario files: each in turn, same options
+    if Path(scenario).is_dir() and not _in_catalogue(scenario):  # a folder: each file in turn
         from lab.loader import scenario_files
 
         for path in guarded(lambda: scenario_files(scenario)):
