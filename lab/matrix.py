@@ -33,7 +33,7 @@ from lab.verify import (
     verify_scenario,
 )
 
-MATRIX_FILE = "matrix.json"
+MATRIX_FILE = "matrix/matrix.json"  # in a subfolder: not read as a run record
 
 
 @dataclass(frozen=True)

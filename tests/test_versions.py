@@ -128,7 +128,7 @@ def test_matrix_judges_each_claim_on_each_version(tmp_path: Path) -> None:
         v in ("held", "not held", "not judged", "error") for v in doc["cells"]["LC-14"].values()
     )
     run = tmp_path / doc["run_id"]
-    assert (run / "matrix.json").is_file()
+    assert (run / "matrix" / "matrix.json").is_file()
     for a in PG:
         rec = json.loads((run / a.label / "locked-limit.buggy.json").read_text())
         assert rec["servers"]["postgresql"]["version"] == a.version
