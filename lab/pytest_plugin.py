@@ -74,22 +74,23 @@ def locklab_server_needs() -> ServerNeeds:
     return ServerNeeds()
 
 
-@pytest.fixture(scope="session")
-def locklab_servers(
-    request: pytest.FixtureRequest, locklab_server_needs: ServerNeeds
+def _resolve(
+    needs: ServerNeeds,
+    pg_dsn: str | None = None,
+    redis_url: str | None = None,
+    pg_version: str | None = None,
+    redis_version: str | None = None,
 ) -> Iterator[Servers]:
-    """The session's servers, resolved as `locklab run` resolves them; stopped at exit."""
+    """Servers resolved as `locklab run` resolves them, stopped when the generator closes."""
     from lab.servers.versions import open_for
 
-    opt = request.config.getoption
-    needs = locklab_server_needs
     failed: BaseException | None = None
     try:
         srv = open_for(
-            opt("--locklab-pg-dsn"),
-            opt("--locklab-redis-url"),
-            opt("--locklab-pg-version"),
-            opt("--locklab-redis-version"),
+            pg_dsn,
+            redis_url,
+            pg_version,
+            redis_version,
             need_pg=needs.pg,
             need_redis=needs.redis,
             need_pgbouncer=needs.pgbouncer,
@@ -100,6 +101,51 @@ def locklab_servers(
         _setup_failed("no servers for this test session", failed)
     with srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def locklab_servers(
+    request: pytest.FixtureRequest, locklab_server_needs: ServerNeeds
+) -> Iterator[Servers]:
+    """The session's servers, resolved as `locklab run` resolves them; stopped at exit."""
+    opt = request.config.getoption
+    yield from _resolve(
+        locklab_server_needs,
+        opt("--locklab-pg-dsn"),
+        opt("--locklab-redis-url"),
+        opt("--locklab-pg-version"),
+        opt("--locklab-redis-version"),
+    )
+
+
+def servers_fixture(
+    pg_version: str | None = None,
+    redis_version: str | None = None,
+    needs: ServerNeeds = ServerNeeds(),
+) -> Any:
+    """A factory of session fixtures for servers of given versions, as pytest-postgresql's
+    ``factories.postgresql_proc(...)``; in a conftest.py::
+
+        pg15 = servers_fixture(pg_version="15", needs=ServerNeeds(redis=False))
+        pg15_dsn = pg_dsn_fixture("pg15")
+    """
+
+    @pytest.fixture(scope="session")
+    def fixture() -> Iterator[Servers]:
+        yield from _resolve(needs, pg_version=pg_version, redis_version=redis_version)
+
+    return fixture
+
+
+def pg_dsn_fixture(servers_fixture_name: str) -> Any:
+    """A factory of per-test fresh-database fixtures on the servers of another fixture
+    (pytest-postgresql's ``factories.postgresql("proc_fixture_name")``)."""
+
+    @pytest.fixture
+    def fixture(request: pytest.FixtureRequest) -> Iterator[str]:
+        yield from _fresh_database(request.getfixturevalue(servers_fixture_name))
+
+    return fixture
 
 
 def _pg_dsn(servers: Servers) -> str:
@@ -113,7 +159,11 @@ def _pg_dsn(servers: Servers) -> str:
 @pytest.fixture
 def locklab_pg_dsn(locklab_servers: Servers) -> Iterator[str]:
     """A DSN of a fresh database, created for this test and dropped after it."""
-    admin_dsn = _pg_dsn(locklab_servers)
+    yield from _fresh_database(locklab_servers)
+
+
+def _fresh_database(servers: Servers) -> Iterator[str]:
+    admin_dsn = _pg_dsn(servers)
     name = f"locklab_test_{secrets.token_hex(6)}"
 
     async def admin(sql: str) -> None:

@@ -107,3 +107,45 @@ def test_bad_server_mode_is_one_clear_line(
     result.stdout.fnmatch_lines(
         ["*locklab: no servers for this test session: LabError: LOCKLAB_SERVERS=external needs*"]
     )
+
+
+def test_factories_give_servers_of_a_chosen_version(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """servers_fixture / pg_dsn_fixture, as pytest-postgresql's factories: a suite's own
+    fixture for another PostgreSQL version, with a fresh database per test on it."""
+    from lab.servers.versions import pg_available
+
+    for var in ("LOCKLAB_PG_DSN", "LOCKLAB_REDIS_URL"):  # a version is a server it starts
+        monkeypatch.delenv(var, raising=False)
+
+    other = pg_available()[-1]  # not the default build, when there are several
+    pytester.makeconftest(
+        f"""
+from lab.pytest_plugin import ServerNeeds, pg_dsn_fixture, servers_fixture
+
+other_pg = servers_fixture(pg_version="{other.version}", needs=ServerNeeds(redis=False))
+other_pg_dsn = pg_dsn_fixture("other_pg")
+"""
+    )
+    pytester.makepyfile(
+        test_other=f"""
+import asyncio
+
+import asyncpg
+
+
+def test_version(other_pg, other_pg_dsn):
+    async def main():
+        conn = await asyncpg.connect(other_pg_dsn)
+        try:
+            return await conn.fetchval("SHOW server_version")
+        finally:
+            await conn.close()
+
+    assert asyncio.run(main()).startswith("{other.version}")
+    assert other_pg.pg.info.version == "{other.version}" and other_pg.redis is None
+"""
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
