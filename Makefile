@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv run-scenario compare verify test lint format bench servers-up servers-down clean
+.PHONY: help venv dev run-scenario compare verify test lint format bench servers-up servers-down clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -21,6 +21,15 @@ $(BIN)/locklab: pyproject.toml
 
 venv: $(BIN)/locklab
 
+# test, lint and format need the dev tools: install them when one is missing (a venv made
+# by a plain `pip install -e .` has locklab but no pytest), whatever the files' dates.
+DEV_TOOLS := pytest ruff mypy
+dev: venv
+	@for t in $(DEV_TOOLS); do \
+	  [ -x $(BIN)/$$t ] || { echo "$(BIN)/$$t missing: installing the dev extra"; \
+	    $(BIN)/pip install --quiet -e '.[dev]' && break; }; \
+	done
+
 run-scenario: venv
 	$(BIN)/locklab run $(SCENARIO) --variant all $(ARGS)
 
@@ -30,15 +39,15 @@ compare: venv
 verify: venv
 	$(BIN)/locklab verify --profile $(PROFILE) $(ARGS)
 
-test: venv
+test: dev
 	$(BIN)/pytest -q $(ARGS)
 
-lint: venv
+lint: dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-format: venv
+format: dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 

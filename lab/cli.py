@@ -94,36 +94,38 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def find_scenario(name: str) -> Scenario:
+    """A catalogue id, or the path of a scenario file (lab/loader.py)."""
     from scenarios import by_id
 
-    if name.endswith(".py"):  # a user's own scenario file, named explicitly
-        return scenario_file(name)
     catalogue = by_id()
     if name in catalogue:
         return catalogue[name]
+    from lab.loader import looks_like_path
+
+    if looks_like_path(name):
+        return find_scenarios(name, many=False)[0]
     close = difflib.get_close_matches(name, catalogue, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
 
 
-def scenario_file(path: str) -> Scenario:
-    """The `SCENARIO` of a Python file outside the catalogue (docs/write-a-scenario.md)."""
-    import importlib.util
-    from pathlib import Path
+def _in_catalogue(name: str) -> bool:
+    from scenarios import by_id
 
-    file = Path(path)
-    if not file.is_file():
-        raise LabError(f"no scenario file {path!r}")
-    name = f"locklab_user_{file.stem}"
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
-        raise LabError(f"{path}: not a Python module")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    found = getattr(module, "SCENARIO", None)
-    if not isinstance(found, Scenario):
-        raise LabError(f"{path}: defines no SCENARIO = Scenario(...)")
+    return name in by_id()
+
+
+def find_scenarios(name: str, many: bool = True) -> list[Scenario]:
+    """What one argument names: a catalogue id, a scenario file, or (`many`) a folder of them."""
+    from lab.loader import load_path, looks_like_path
+    from scenarios import by_id
+
+    if name in by_id() or not looks_like_path(name):
+        return [find_scenario(name)]
+    found = load_path(name)
+    if len(found) > 1 and not many:
+        ids = ", ".join(s.id for s in found)
+        raise LabError(f"{name}: a folder of {len(found)} scenarios ({ids}); name one file")
     return found
 
 
@@ -237,12 +239,22 @@ def plan_for(
 
 
 def servers_for(
-    scenarios: Sequence[Scenario], pg_dsn: str | None, redis_url: str | None, connect: str = ""
+    scenarios: Sequence[Scenario],
+    pg_dsn: str | None,
+    redis_url: str | None,
+    connect: str = "",
+    pg_version: str | None = None,
+    redis_version: str | None = None,
 ) -> Servers:
-    """Every server the given scenarios (and a --connect mode) need, resolved once."""
-    return open_servers(
+    """Every server the given scenarios (and a --connect mode) need, resolved once (of the
+    versions asked for: lab/servers/versions.py)."""
+    from lab.servers.versions import open_for
+
+    return open_for(
         pg_dsn,
         redis_url,
+        pg_version,
+        redis_version,
         need_pg=any("pg" in s.uses for s in scenarios),
         need_redis=any("redis" in s.uses for s in scenarios),
         need_pgbouncer=connect.startswith("pgbouncer-")
@@ -258,7 +270,21 @@ RedisUrl = Annotated[
     str | None, typer.Option("--redis-url", help="Use this Redis; env LOCKLAB_REDIS_URL.")
 ]
 # The options `run` and `compare` share: one declaration, one help text.
-ScenarioId = Annotated[str, typer.Argument(help="Scenario id (see `locklab list`).")]
+ScenarioId = Annotated[
+    str, typer.Argument(help="Scenario id (see `locklab list`), or a scenario file's path.")
+]
+PgVersion = Annotated[
+    str | None,
+    typer.Option(
+        "--pg-version", help="Start this PostgreSQL (15, 17.10, 18; `locklab doctor` lists them)."
+    ),
+]
+RedisVersion = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-version", help="Start this Redis (8.2, 7.0, valkey; `locklab doctor` lists them)."
+    ),
+]
 Actors = Annotated[
     int | None,
     typer.Option("-n", help="Actors (default: the published size; --quick: the quick one)."),
@@ -385,8 +411,17 @@ def run(
     redis_url: RedisUrl = None,
     as_json: AsJson = False,
     no_record: NoRecord = False,
+    pg_version: PgVersion = None,
+    redis_version: RedisVersion = None,
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
+    args = dict(locals())
+    if Path(scenario).is_dir() and not _in_catalogue(scenario):  # a folder: each file in turn
+        from lab.loader import scenario_files
+
+        for path in guarded(lambda: scenario_files(scenario)):
+            run(**{**args, "scenario": str(path)})
+        return
 
     def body() -> None:
         sc = find_scenario(scenario)
@@ -402,7 +437,9 @@ def run(
         # that draws it), or the bar's redraws would erase them; piped, they go to stdout.
         lines = log if console.is_terminal and log.is_terminal else console
 
-        with servers_for([sc], pg_dsn, redis_url, plan.knobs.connect) as srv:
+        with servers_for(
+            [sc], pg_dsn, redis_url, plan.knobs.connect, pg_version, redis_version
+        ) as srv:
             report.servers(log, srv.infos(), srv.notes)
             with report.DelayedProgress(log, len(chosen)) as bar:
                 bar.describe(f"{sc.id}: {chosen[0]} (n={plan.knobs.n})")
@@ -429,7 +466,7 @@ def run(
 
 
 @app.command()
-def show(scenario: Annotated[str, typer.Argument(help="Scenario id.")]) -> None:
+def show(scenario: ScenarioId) -> None:
     """Print a scenario's spec: docstring, variants, knobs and claims."""
 
     def body() -> None:
@@ -487,6 +524,14 @@ def doctor() -> None:
             f"kept servers state: {state_path()} ({'present' if state_path().exists() else 'none'})",
             markup=False,
         )
+        from lab.servers.versions import pg_available, redis_available
+
+        for kind, found in (
+            ("--pg-version", pg_available()),
+            ("--redis-version", redis_available()),
+        ):
+            listed = ", ".join(f"{a.label} ({a.source})" for a in found) or "none"
+            console.print(f"{kind}: {listed}", markup=False)
 
     guarded(body)
 
@@ -598,6 +643,8 @@ def compare(
     redis_url: RedisUrl = None,
     as_json: AsJson = False,
     no_record: NoRecord = False,
+    pg_version: PgVersion = None,
+    redis_version: RedisVersion = None,
 ) -> None:
     """Run every variant with the same knobs: one table, beside the published numbers."""
 
@@ -610,7 +657,7 @@ def compare(
         )  # fmt: skip
         knobs, variants = plan.knobs, list(plan.variants)
         log = err()
-        with servers_for([sc], pg_dsn, redis_url, knobs.connect) as srv:
+        with servers_for([sc], pg_dsn, redis_url, knobs.connect, pg_version, redis_version) as srv:
             report.servers(log, srv.infos(), srv.notes)
             with report.DelayedProgress(log, len(variants)) as bar:
                 bar.describe(f"{sc.id}: {variants[0]} (n={knobs.n})")
@@ -636,7 +683,8 @@ def compare(
 @app.command()
 def verify(
     scenarios: Annotated[
-        list[str] | None, typer.Argument(help="Scenario ids (default: the whole catalogue).")
+        list[str] | None,
+        typer.Argument(help="Scenario ids, files or folders (default: the whole catalogue)."),
     ] = None,
     profile: Annotated[
         str, typer.Option(help="quick (shape, about a minute) | published (the documents' sizes).")
@@ -656,6 +704,14 @@ def verify(
         bool, typer.Option("--json", help="The verdicts as one JSON document on stdout.")
     ] = False,
     no_record: Annotated[bool, typer.Option("--no-record", help="Write no records.")] = False,
+    pg_version: PgVersion = None,
+    redis_version: RedisVersion = None,
+    matrix: Annotated[
+        bool,
+        typer.Option(
+            "--matrix", help="Judge the claims on every server version here: claims x versions."
+        ),
+    ] = False,
 ) -> None:
     """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
 
@@ -683,9 +739,17 @@ def verify(
         check_profile(profile)
         if trials is not None and trials < 1:
             raise LabError(f"--trials {trials}: must be at least 1")
-        chosen = [find_scenario(s) for s in scenarios or []] or list(SCENARIOS)
+        chosen = [sc for s in scenarios or [] for sc in find_scenarios(s)] or list(SCENARIOS)
         started = time.perf_counter()
         log = err()
+        if matrix:
+            if any((recorded, pg_dsn, redis_url, pg_version, redis_version)):
+                raise LabError(
+                    "verify --matrix starts every server version itself: it takes no "
+                    "--recorded, --pg-dsn, --redis-url, --pg-version or --redis-version"
+                )
+            _verify_matrix(chosen, profile, seed, trials, not no_record, as_json)
+            return
         run_id = ""
         if recorded is not None:
             only = [s.id for s in chosen] if scenarios else []
@@ -696,7 +760,7 @@ def verify(
             results = []
             modes = [profile_settings(s, profile)[0].connect for s in chosen]
             bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
-            with servers_for(chosen, pg_dsn, redis_url, bouncer) as srv:
+            with servers_for(chosen, pg_dsn, redis_url, bouncer, pg_version, redis_version) as srv:
                 report.servers(log, srv.infos(), srv.notes)
                 with report.DelayedProgress(log, total) as bar:
                     for sc, case in verify_plan(chosen, profile, trials):
@@ -750,6 +814,54 @@ def verify(
             raise typer.Exit(1)
 
     guarded(body)
+
+
+def _verify_matrix(
+    chosen: list[Scenario],
+    profile: str,
+    seed: int,
+    trials: int | None,
+    write: bool,
+    as_json: bool,
+) -> None:
+    """verify --matrix: claims x server versions (lab/matrix.py); exit 1 if a claim does
+    not hold on some version, as verify does."""
+    import time
+
+    from lab.matrix import columns, print_matrix, run_matrix
+    from lab.results import new_run_id
+    from lab.verify import summarize
+
+    started = time.perf_counter()
+    cols = columns(chosen)
+    run_id = new_run_id()
+    log = err()
+    log.print("matrix columns: " + ", ".join(c.label for c in cols), markup=False)
+    with log.status("verify --matrix ...") as status:
+
+        def on_column(col: Any, i: int) -> None:
+            status.update(f"verify --matrix: {col.label} ({i + 1}/{len(cols)})")
+
+        def on_step(text: str) -> None:
+            status.update(f"verify --matrix: {text}")
+
+        m = run_matrix(
+            chosen, profile, cols, run_id=run_id, seed=seed, trials=trials, write=write,
+            on_column=on_column, on_step=on_step,
+        )  # fmt: skip
+    wall = time.perf_counter() - started
+    if as_json:
+        sys.stdout.write(
+            json.dumps({"run_id": run_id, "wall_s": round(wall, 1), **m.to_json()}) + "\n"
+        )
+    else:
+        console = _tables()
+        print_matrix(console, m)
+        if write:
+            console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
+        console.print(f"matrix: {len(cols)} server builds in {wall:.1f} s", markup=False)
+    if not all(summarize(r, profile).ok for r in m.results.values()):
+        raise typer.Exit(1)
 
 
 @app.command("results")
@@ -915,6 +1027,76 @@ def explore_cmd(
             console.print(f"[dim]record: {path}[/dim]")
 
     guarded(body)
+
+
+# --- the lab on the user's own code, servers and versions (issue 11) -------------------
+
+
+@app.callback()
+def _options(
+    results_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--results-dir",
+            help="Where records go (default ./results of the current folder; env LOCKLAB_RESULTS).",
+        ),
+    ] = None,
+) -> None:
+    """Reproduce concurrency bugs and their fixes against real PostgreSQL and Redis."""
+    if results_dir:
+        os.environ["LOCKLAB_RESULTS"] = results_dir  # read by lab.results.results_root()
+
+
+@app.command()
+def locks(
+    pg_dsn: Annotated[
+        str | None,
+        typer.Option(
+            "--pg-dsn",
+            help="Server to look at (env LOCKLAB_PG_DSN; default: the kept servers). "
+            "Any role works; pg_monitor shows other users' queries.",
+        ),
+    ] = None,
+    database: Annotated[
+        str | None, typer.Option("--database", "-d", help="Only this database's sessions.")
+    ] = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Redraw live until Ctrl-C.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between redraws in --watch.")] = 1.0,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON document on stdout.")] = False,
+) -> None:
+    """Who blocks whom: the pg_blocking_pids() tree, each waiter's lock, wait and holder (read-only)."""
+
+    def body() -> None:
+        from lab import locks as lk
+        from lab.servers import kept_servers
+        from lab.servers.base import check_url
+
+        dsn = pg_dsn or os.environ.get("LOCKLAB_PG_DSN")
+        if not dsn:
+            kept = kept_servers()
+            if kept is None or kept.pg is None:
+                raise LabError(
+                    "locks: give --pg-dsn (or LOCKLAB_PG_DSN), or start `locklab servers up`"
+                )
+            dsn = kept.pg.dsn
+        check_url(dsn, ("postgresql", "postgres"), "PostgreSQL DSN")
+        if not 0.1 <= interval < math.inf:
+            raise LabError(f"--interval {interval}: at least 0.1 s")
+        if watch:
+            if as_json:
+                raise LabError("--watch draws in the terminal; --json prints once")
+            lk.watch(out(), dsn, database, interval)
+            return
+        sessions = asyncio.run(lk.snapshot(dsn, database))
+        if as_json:
+            sys.stdout.write(lk.to_json(sessions) + "\n")
+        else:
+            console = _tables()
+            console.print(lk.render(sessions))
+            if any(s.query == "<insufficient privilege>" for s in sessions):
+                console.print(f"[dim]{lk.ROLE_NOTE}[/dim]")
+
+    guarded(body)  # Ctrl-C is how --watch ends: lab/locks.py watch() returns quietly
 
 
 def main() -> None:

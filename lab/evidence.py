@@ -133,19 +133,25 @@ async def pg_deadlocks(conn: asyncpg.Connection, database: str) -> int:
 
 
 async def blocking_tree(conn: asyncpg.Connection, database: str) -> list[dict[str, Any]]:
-    """Sessions that block or are blocked, with pg_blocking_pids(): the lock-queue evidence."""
-    rows = await conn.fetch(
-        """
-        SELECT pid, pg_blocking_pids(pid) AS blocked_by, state, wait_event_type,
-               left(query, 120) AS query
-        FROM pg_stat_activity
-        WHERE datname = $1 AND (cardinality(pg_blocking_pids(pid)) > 0
-           OR pid IN (SELECT unnest(pg_blocking_pids(pid)) FROM pg_stat_activity))
-        ORDER BY pid
-        """,
-        database,
-    )
-    return [dict(r) | {"blocked_by": list(r["blocked_by"])} for r in rows]
+    """Sessions that block or are blocked, with pg_blocking_pids(): the lock-queue evidence.
+
+    The same rows `locklab locks` shows (lab/locks.py), in a record's shape: the query cut
+    to 120 characters, plus what each waiter wants and who holds it."""
+    from lab.locks import blocking_sessions
+
+    return [
+        {
+            "pid": s.pid,
+            "blocked_by": s.blocked_by,
+            "state": s.state,
+            "wait_event_type": s.wait_event_type,
+            "query": s.query[:120],
+            "wait_event": s.wait_event,
+            "wants": s.wants,
+            "holders": [asdict(h) for h in s.holders],
+        }
+        for s in await blocking_sessions(conn, database)
+    ]
 
 
 def commandstats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[str, int]:

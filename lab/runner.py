@@ -149,7 +149,9 @@ async def redis_client(servers: Servers, size: int) -> Any:
     except Exception as exc:
         await client.aclose()
         raise LabError(f"cannot reach Redis at {servers.redis.info.address}: {exc}") from None
-    servers.redis.info.version = str(info.get("redis_version", servers.redis.info.version))
+    # Valkey also reports redis_version (7.2.4, for compatibility); its own is valkey_version.
+    version = info.get("valkey_version") or info.get("redis_version", servers.redis.info.version)
+    servers.redis.info.version = str(version)
     return client
 
 

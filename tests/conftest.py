@@ -1,14 +1,15 @@
 """Shared fixtures: one set of real servers for the whole session, and a way to run plans.
 
-Servers come from the same resolution as the CLI: LOCKLAB_PG_DSN / LOCKLAB_REDIS_URL when
-set, else Docker when an engine answers, else embedded servers started here and stopped
-at exit (asyncpg's test base does the same with PGHOST).
+Servers come from the lab's own pytest plugin (lab/pytest_plugin.py), which resolves them
+as the CLI does: LOCKLAB_PG_DSN / LOCKLAB_REDIS_URL when set, else kept servers, else
+Docker when an engine answers, else embedded servers started here and stopped at exit
+(asyncpg's test base does the same with PGHOST).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -16,9 +17,10 @@ import pytest
 
 from lab.errors import LabError
 from lab.profiles import profile_settings
+from lab.pytest_plugin import ServerNeeds
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
-from lab.servers import Servers, open_servers
+from lab.servers import Servers
 from lab.servers.embedded import find_pgbouncer
 from lab.workload import Knobs
 
@@ -45,9 +47,15 @@ def pgbouncer_available() -> bool:
 
 
 @pytest.fixture(scope="session")
-def servers() -> Iterator[Servers]:
-    with open_servers(need_pgbouncer=pgbouncer_available()) as srv:
-        yield srv
+def locklab_server_needs() -> ServerNeeds:
+    """The plugin's servers (lab/pytest_plugin.py), with PgBouncer where there is one."""
+    return ServerNeeds(pgbouncer=pgbouncer_available())
+
+
+@pytest.fixture(scope="session")
+def servers(locklab_servers: Servers) -> Servers:
+    """The session's servers: the plugin's `locklab_servers`, under the name tests use."""
+    return locklab_servers
 
 
 def knobs_for(scenario: Scenario, **overrides: Any) -> Knobs:

