@@ -53,8 +53,8 @@ def nobody_waited(cid: str, variant: str, schedule: str, text: str, published: s
 def one_deadlocks(cid: str, variant: str, schedule: str, text: str, published: str = "") -> Claim:
     """In `variant`'s canonical `schedule` both locks were shown blocked, exactly one
     session ended 40P01 and the other committed. Which one is the server's choice (the
-    first waiter's check runs first at a 1 s deadlock_timeout; at 100 ms on a busy machine
-    either), so the claim does not name it."""
+    first waiter's, when the cycle closes well inside deadlock_timeout; at 100 ms on a busy
+    machine either), so the claim does not name it."""
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
         cell = records[variant]["by_isolation"].get(RC)

@@ -26,8 +26,9 @@ See:        claims LC-11, LC-13, LC-15 in claims.py; expected/ has the schedules
             parent (PostgreSQL's own fk-deadlock spec); on PostgreSQL 17 it needs a
             key-strength lock (FOR UPDATE): a plain UPDATE takes FOR NO KEY UPDATE, which
             does not conflict with FOR KEY SHARE, so "→ FOR NO KEY UPDATE" does not
-            deadlock (fixed shows it). The transcripts run at deadlock_timeout 1 s (the
-            first waiter's check runs first, so s1 is the victim); verify quick, 100 ms.
+            deadlock (fixed shows it). In the cross the first waiter's check runs first,
+            so s1 is the victim when the cycle closes well inside deadlock_timeout (the
+            golden test runs it at 3 s); verify quick runs every interleaving at 100 ms.
 """
 
 from __future__ import annotations
