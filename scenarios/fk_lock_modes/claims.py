@@ -9,14 +9,13 @@ order is judged: every committed request left its item.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Any
 
-from lab.claims import Claim, Record, invariants_hold
-from lab.pinned import canonical, error_in, kept_in_all
+from lab.claims import Claim, invariants_hold
+from lab.pinned import canonical, error_in, kept_in_all, nobody_waited, on_canonical
 from lab.scenario import Defaults, Scenario
 from scenarios.fk_lock_modes import fk_lock_modes as code
 
-RC = "read_committed"
 BOTH = ("buggy", "fixed")
 PUBLISHED = {
     "buggy": "FOR UPDATE xung đột với FOR KEY SHARE, nên giờ mọi insert order_items cho "
@@ -31,46 +30,19 @@ LC15 = (
 )
 
 
-def nobody_waited(cid: str, variant: str, schedule: str, text: str, published: str = "") -> Claim:
-    """In `variant`'s canonical `schedule` the server showed no step blocked, every
-    session committed and the invariants held."""
-
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        cell = records[variant]["by_isolation"].get(RC)
-        if cell is None:
-            return None
-        run = cell["canonical"].get(schedule)
-        if run is None:
-            return False, f"{variant}: no canonical schedule {schedule!r} in the record"
-        ends = " ".join(f"{s}={o}" for s, o in run["outcomes"].items())
-        committed = all(o in ("paid", "ok") for o in run["outcomes"].values())
-        seen = f"{variant}: {schedule}: {ends}; waited: {', '.join(run['waited']) or 'none'}"
-        return not run["waited"] and committed and run["kept"], seen
-
-    return Claim(cid, text, (variant,), check, published, explore=True, levels=(RC,))
-
-
 def one_deadlocks(cid: str, variant: str, schedule: str, text: str, published: str = "") -> Claim:
     """In `variant`'s canonical `schedule` both locks were shown blocked, exactly one
     session ended 40P01 and the other committed. Which one is the server's choice (the
     first waiter's, when the cycle closes well inside deadlock_timeout; at 100 ms on a busy
     machine either), so the claim does not name it."""
 
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        cell = records[variant]["by_isolation"].get(RC)
-        if cell is None:
-            return None
-        run = cell["canonical"].get(schedule)
-        if run is None:
-            return False, f"{variant}: no canonical schedule {schedule!r} in the record"
+    def check(run: dict[str, Any]) -> tuple[bool, str]:
         ends = sorted(run["outcomes"].values())
-        seen = (
-            f"{variant}: {schedule}: {' '.join(ends)}; waited: {', '.join(run['waited']) or 'none'}"
-        )
+        seen = f"{schedule}: {' '.join(ends)}; waited: {', '.join(run['waited']) or 'none'}"
         both = {"s1 lock", "s2 lock"} <= set(run["waited"])
         return both and ends in (["40P01", "ok"], ["40P01", "paid"]) and run["kept"], seen
 
-    return Claim(cid, text, (variant,), check, published, explore=True, levels=(RC,))
+    return on_canonical(cid, variant, schedule, text, check, published=published)
 
 
 ENDS = {"s1": "paid", "s2": "ok"}
@@ -91,6 +63,7 @@ CLAIMS = (
         "fixed",
         "parent-locked",
         "fixed: FOR NO KEY UPDATE and the UPDATE of status do not block a child INSERT",
+        ends=("paid", "ok"),
         published=PUBLISHED["fixed"],
     ),
     canonical(
@@ -109,6 +82,7 @@ CLAIMS = (
         "fixed",
         "customer-locked",
         "fixed: FOR ... OF o locks only orders; the customer's row stays free",
+        ends=("paid", "ok"),
         published="Dùng FOR UPDATE OF orders để chỉ khoá table cần.",
     ),
     one_deadlocks(

@@ -11,12 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.claims import Claim, Record, invariants_hold
-from lab.pinned import canonical, kept_in_all
+from lab.pinned import canonical, kept_in_all, nobody_waited
 from lab.scenario import Defaults, Scenario
 from scenarios.hot_row import hot_row as code
 
 SPEEDUP = 2.0  # fixed must sell at least this many times as many units per second as buggy
-RC = "read_committed"
 BOTH = ("buggy", "fixed")
 SERIAL = "mọi cách lock đều xếp hàng tuần tự trên row đó"
 BUCKETS = 'chia stock thành nhiều row "bucket" (ví dụ 10 row mỗi row 100 chiếc, request chọn ngẫu nhiên)'  # fmt: skip
@@ -47,28 +46,12 @@ def _buckets_faster(records: Mapping[str, Record]) -> tuple[bool, str]:
     )
 
 
-def _nobody_waited(variant: str, schedule: str, text: str) -> Claim:
-    """In `variant`'s canonical `schedule` the server showed no step blocked, both bought."""
-
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        cell = records[variant]["by_isolation"].get(RC)
-        run = None if cell is None else cell["canonical"].get(schedule)
-        if run is None:
-            return None if cell is None else (False, f"{variant}: no schedule {schedule!r}")
-        ends = " ".join(f"{s}={o}" for s, o in run["outcomes"].items())
-        seen = f"{variant}: {schedule}: {ends}; waited: {', '.join(run['waited']) or 'none'}"
-        ok = all(o == "ok" for o in run["outcomes"].values())
-        return not run["waited"] and ok and run["kept"], seen
-
-    return Claim("LC-25", text, (variant,), check, BUCKETS, explore=True, levels=(RC,))
-
-
 CLAIMS = (
     Claim("LC-25", "buggy: buyers of one row run one at a time (wall >= buyers × work_ms)", ("buggy",), _serialised, published=SERIAL),
     Claim("LC-25", f"fixed: bucket rows sell at least {SPEEDUP:.0f}× as many units per second", BOTH, _buckets_faster, published=BUCKETS),
     *(invariants_hold("LC-25", v, f"{v}: units sold == ok, no bucket negative") for v in BOTH),
     canonical("LC-25", "buggy", "both-take", "buggy: the second buyer's UPDATE waits for the first one's commit on the one stock row", outcomes={"s1": "ok", "s2": "ok"}, waited=("s2 take",), kept=True, published=SERIAL),
-    _nobody_waited("fixed", "both-take", "fixed: two buyers on two random buckets do not wait for each other"),
+    nobody_waited("LC-25", "fixed", "both-take", "fixed: two buyers on two random buckets do not wait for each other", ends=("ok",), published=BUCKETS),
     *(kept_in_all("LC-25", v, f"{v}: units sold == ok, no bucket negative, in every interleaving") for v in BOTH),
 )  # fmt: skip
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.claims import Claim, Record
+from lab.pinned import on_canonical
 from lab.scenario import Scenario
 from scenarios.locked_limit import locked_limit as code
 
@@ -33,18 +34,12 @@ def reader(cid: str, variant: str, session: str, text: str, *, outcome: str, wai
     """In the canonical schedule, `session`'s read ended `outcome` and was shown blocked
     by the writer (`waited`) or answered at once."""
 
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        cell = records[variant]["by_isolation"].get(RC)
-        if cell is None:
-            return None
-        run = cell["canonical"].get(CANON)
-        if run is None:
-            return False, f"{variant}: no canonical schedule {CANON!r} in the record"
+    def check(run: dict[str, Any]) -> tuple[bool, str]:
         got, was = run["outcomes"].get(session), f"{session} read" in run["waited"]
         seen = f"{variant}: {session} {code.FORMS[int(session[1:]) - 2]} read {'waited, ' if was else 'at once, '}{got}: {_rows(run, session)}"  # fmt: skip
         return got == outcome and was == waited, seen
 
-    return Claim(cid, text, (variant,), check, published, explore=True, levels=(RC,))
+    return on_canonical(cid, variant, CANON, text, check, published=published)
 
 
 def in_some(cid: str, variant: str, session: str, outcome: str, text: str, *, expect: bool, published: str = "") -> Claim:  # fmt: skip
