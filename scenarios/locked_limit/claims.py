@@ -13,7 +13,7 @@ from typing import Any
 
 from lab.claims import Claim, Record
 from lab.pinned import on_canonical
-from lab.scenario import Scenario
+from lab.scenario import Defaults, Scenario
 from scenarios.locked_limit import locked_limit as code
 
 RC = "read_committed"
@@ -89,5 +89,6 @@ SCENARIO = Scenario(
         "fixed": "FOR UPDATE SKIP LOCKED: chấp nhận được với queue",
     },
     setup=code.setup,
+    defaults=Defaults(n=3, arrival="burst", run_timeout_s=60),  # one writer, two readers
     sources=("LC",),
 )
