@@ -612,3 +612,41 @@ def canonical(
         return held, seen
 
     return _explored(cid, variant, text, (isolation,), check, published)
+
+
+def on_canonical(
+    cid: str,
+    variant: str,
+    schedule: str,
+    text: str,
+    check: Callable[[dict[str, Any]], tuple[bool, str]],
+    *,
+    isolation: str = RC,
+    published: str = "",
+) -> Claim:
+    """A claim judged by `check` on the run of `variant`'s canonical `schedule` at
+    `isolation` (its JSON: outcomes, waited, kept, transcript), for what `canonical`
+    does not say (nobody waited, either session may be the victim, the rows returned)."""
+
+    def judged(cells: dict[str, Any]) -> tuple[bool, str]:
+        run = cells[isolation]["canonical"].get(schedule)
+        if run is None:
+            return False, f"no canonical schedule {schedule!r} in the record"
+        return check(run)
+
+    return _explored(cid, variant, text, (isolation,), judged, published)
+
+
+def nobody_waited(
+    cid: str, variant: str, schedule: str, text: str, *, ends: Sequence[str], published: str = ""
+) -> Claim:
+    """In `variant`'s canonical `schedule` the server showed no step blocked, every session
+    ended with one of `ends` and the invariants held."""
+
+    def check(run: dict[str, Any]) -> tuple[bool, str]:
+        got = " ".join(f"{s}={o}" for s, o in run["outcomes"].items())
+        seen = f"{schedule}: {got}; waited: {', '.join(run['waited']) or 'none'}"
+        done = all(o in ends for o in run["outcomes"].values())
+        return not run["waited"] and done and run["kept"], seen
+
+    return on_canonical(cid, variant, schedule, text, check, published=published)

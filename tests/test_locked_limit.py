@@ -1,19 +1,21 @@
-"""locked-limit on a real server: a locking LIMIT read behind a concurrent change (LC-14)."""
+"""locked-limit on a real server: a locking LIMIT read behind a concurrent change (LC-14).
+
+The reads must start while the writer holds its changes: the sequencer grants them in
+that order and the server reports them blocked. The golden transcripts in
+scenarios/locked_limit/expected/ are diffed by tests/test_pinned.py.
+"""
 
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 import asyncpg
 
+from lab.pinned import trace
 from lab.servers import Servers
-from scenarios.locked_limit import CHANGES, PICK, SCENARIO
-from tests.conftest import RunFn
-
-
-def shapes(rec: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(s["read"], s["change"]): s for s in rec["evidence"]["shapes"]}
+from lab.verify import verify_explore
+from scenarios.locked_limit import SCENARIO
+from scenarios.locked_limit.locked_limit import DELETE, PICK, REORDER
 
 
 def test_registered_with_the_published_text() -> None:
@@ -26,29 +28,38 @@ def test_registered_with_the_published_text() -> None:
     assert {c.id for c in SCENARIO.claims} == {"LC-14"}
 
 
-async def test_locking_limit_reads_behind_a_writer(run_scenario: RunFn) -> None:
-    """Every buggy read waited for the writer (the server showed it): the top form returns
-    job 1 first with its new priority 100, re-reads past a deleted job, and the LIMIT
-    inside a subquery returns 2 rows. SKIP LOCKED, in the same places, returns 2, 3, 4
-    at once in every shape."""
-    records = await run_scenario(SCENARIO)
-    buggy, fixed = shapes(records["buggy"]), shapes(records["fixed"])
-    assert buggy[("top", "reorder")]["rows"] == [[1, 100], [2, 20], [3, 30]]
-    assert buggy[("top", "delete")]["rows"] == [[2, 20], [3, 30], [4, 40]]
-    assert buggy[("subquery", "delete")]["rows"] == [[2, 20], [3, 30]]
-    assert all(s["waited"] for s in buggy.values())
-    assert records["buggy"]["outcomes"] == {"ok": 1, "out_of_order": 1, "short": 1}
-    for s in fixed.values():
-        assert s["rows"] == [[2, 20], [3, 30], [4, 40]] and not s["waited"]
-    assert set(fixed) == set(buggy)  # the same shapes; only the reads differ
-    assert records["fixed"]["outcomes"] == {"ok": 3}
-    verdicts = [c for r in records.values() for c in r["claims"]]
-    assert len(verdicts) == len(SCENARIO.claims) and all(c["held"] for c in verdicts), verdicts
+async def test_locking_limit_reads_behind_a_writer(servers: Servers) -> None:
+    """Both buggy reads wait for the writer (the server shows it): the top form returns job 1
+    first with its new priority 100 and re-reads past the deleted job 2 (3 rows); the LIMIT
+    inside a subquery returns 2 rows. SKIP LOCKED, in the same places, returns 3, 4, 5 at once."""
+    assert SCENARIO.pinned is not None
+    steps = SCENARIO.pinned.schedules["buggy"]["writer-first"]
+    results = await trace(
+        SCENARIO, servers, [(v, "writer-first", steps) for v in ("buggy", "fixed")],
+        ["read_committed"], run_id="test", deadlock_ms=1000,
+    )  # fmt: skip
+    buggy, fixed = results
+    assert buggy.waited == ["s2 read", "s3 read"] and fixed.waited == []
+    assert buggy.outcomes == {"s1": "wrote", "s2": "out_of_order", "s3": "short"}
+    assert fixed.outcomes == {"s1": "wrote", "s2": "ok", "s3": "ok"}
+    assert "3 rows; id=1 prio=100; id=3 prio=30; id=4 prio=40" in buggy.transcript
+    assert "2 rows; id=1 prio=100; id=3 prio=30" in buggy.transcript
+    assert fixed.transcript.count("3 rows; id=3 prio=30; id=4 prio=40; id=5 prio=50") == 2
+
+
+async def test_explore_claims_hold(servers: Servers) -> None:
+    """LC-14 on the canonical schedule and every interleaving: all held."""
+    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    assert result is not None and result.error is None, result and result.error
+    assert len(result.verdicts) == len(SCENARIO.claims)
+    assert all(v["status"] == "held" for v in result.verdicts), [
+        (v["text"], v["measured"]) for v in result.verdicts if v["status"] != "held"
+    ]
 
 
 async def test_skip_locked_outside_the_limit_still_comes_back_short(servers: Servers) -> None:
     """Why the fix also moves the lock in the subquery shape (docstring): SKIP LOCKED on the
-    outer query alone skips job 1, which the subquery's LIMIT has already picked: 2 rows."""
+    outer query alone skips jobs 1 and 2, which the subquery's LIMIT has already picked."""
     assert servers.pg is not None
     admin = await asyncpg.connect(servers.pg.dsn)
     name = f"locklab_ll_{uuid.uuid4().hex[:8]}"
@@ -62,12 +73,13 @@ async def test_skip_locked_outside_the_limit_still_comes_back_short(servers: Ser
                 "INSERT INTO jobs SELECT i, i * 10, 'new' FROM generate_series(1, 6) i"
             )
             await writer.execute("BEGIN")
-            await writer.execute(CHANGES["delete"])
+            await writer.execute(REORDER)
+            await writer.execute(DELETE)
             rows = await reader.fetch(
                 f"SELECT id, prio FROM jobs WHERE id IN ({PICK}) ORDER BY prio "
                 "FOR UPDATE SKIP LOCKED"
             )
-            assert [r["id"] for r in rows] == [2, 3]
+            assert [r["id"] for r in rows] == [3]
         finally:
             await writer.close()
             await reader.close()

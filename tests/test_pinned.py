@@ -95,7 +95,7 @@ runner = CliRunner()
         (["trace", "lost-update", "-v", "buggy", "--schedule", "s1 write, s1 read"], "order"),
         (["trace", "lost-update", "-v", "bogus"], "has no variant 'bogus'"),
         (["explore", "lost-update", "--isolation", "chaos"], "--isolation 'chaos'"),
-        (["explore", "hot-row"], "has no pinned sessions yet"),
+        (["explore", "lock-queue"], "has no pinned sessions yet"),
     ],
 )
 def test_bad_names_are_one_line_and_exit_2(args: list[str], message: str) -> None:

@@ -1,0 +1,143 @@
+"""lock-wait-modes: what the documents claim, how each claim is judged, and the assembly.
+
+Waiting needs an order (s1 holds while s2 asks): it is judged on pinned schedules
+(`locklab explore lock-wait-modes`), for the row and the table lock: the server shows s2
+blocked or not, the transcript shows whether s2's answer came before or after s1's
+COMMIT, and the invariant checks how long a 55P03 took (s2 times its own statement).
+Under a load (`locklab run`, holder and waiter racing) only that invariant is judged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lab.claims import Claim, Record, invariants_hold
+from lab.pinned import error_in, kept_in_all
+from lab.scenario import Defaults, Scenario
+from scenarios.lock_wait_modes import lock_wait_modes as code
+
+RC = "read_committed"
+SCHEDULES = {"ask-row": "row-held", "ask-table": "table-held"}  # s2's step -> its schedule
+PUBLISHED = {
+    "buggy": "Mặc định, xin lock bị xung đột thì chờ vô hạn.",
+    "fixed-nowait": "NOWAIT: báo lỗi ngay ERROR: could not obtain lock on row in relation "
+    '"inventory" (SQLSTATE 55P03)',
+    "fixed-lock-timeout": "SET lock_timeout = '2s': chờ tối đa 2 giây rồi lỗi canceling "
+    "statement due to lock timeout (55P03)",
+}
+
+
+def _answer(run: Mapping[str, Any], step: str) -> tuple[str, bool]:
+    """s2's answer to `step` (its result text) and whether it came after s1's COMMIT."""
+    lines = run["transcript"].splitlines()
+    commit = next(i for i, x in enumerate(lines) if x.startswith("s1 commit"))
+    mine = [(i, x) for i, x in enumerate(lines) if x.startswith(f"s2 {step} ")]
+    i, last = mine[-1]  # the <... completed> line when it waited
+    cut = max(last.rfind(m) for m in ("-> ", "<... completed> ", "ERROR "))
+    return " ".join(last[cut:].split()), i > commit
+
+
+def answers(cid: str, variant: str, text: str, *, waits: bool, error: Mapping[str, str], after_commit: bool, published: str = "") -> Claim:  # fmt: skip
+    """For the row (schedule row-held) and the table (table-held): s2's ask was shown
+    blocked (`waits`), its answer is 55P03 with `error[step]` (none when `error` is empty) and came after s1's COMMIT
+    (`after_commit`) or before it; the invariants held."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+        cell = records[variant]["by_isolation"].get(RC)
+        if cell is None:
+            return None
+        held, seen = True, []
+        for step, name in SCHEDULES.items():
+            run = cell["canonical"].get(name)
+            if run is None:
+                return False, f"{variant}: no canonical schedule {name!r} in the record"
+            answer, late = _answer(run, step)
+            waited = f"s2 {step}" in run["waited"]
+            got = f"55P03 {error[step]}" in answer if error else "ERROR" not in answer
+            held &= waited == waits and got and late == after_commit and run["kept"]
+            when = "after" if late else "before"
+            seen.append(f"{step}: {'waited, ' if waited else ''}{answer} ({when} s1 COMMIT)")  # fmt: skip
+        return held, f"{variant}: " + "; ".join(seen)
+
+    return Claim(cid, text, (variant,), check, published, explore=True, levels=(RC,))
+
+
+CLAIMS = (
+    answers(
+        "LC-12",
+        "buggy",
+        "buggy: without NOWAIT or lock_timeout the waiter waits until the holder commits, for "
+        "row and table locks alike",
+        waits=True,
+        error={},
+        after_commit=True,
+        published=PUBLISHED["buggy"],
+    ),
+    answers(
+        "LC-12",
+        "fixed-nowait",
+        "fixed-nowait: NOWAIT fails with 55P03 and the document's text, without queueing",
+        waits=False,
+        error={step: text for step, (_, text) in code.ASKS.items()},
+        after_commit=False,
+        published=PUBLISHED["fixed-nowait"],
+    ),
+    answers(
+        "LC-12",
+        "fixed-lock-timeout",
+        "fixed-lock-timeout: lock_timeout fails with 55P03 while the holder still holds, for "
+        "row and table locks alike",
+        waits=True,
+        error=dict.fromkeys(code.ASKS, code.TIMEOUT_TEXT),
+        after_commit=False,
+        published="chờ tối đa 2 giây rồi lỗi canceling statement due to lock timeout (55P03). "
+        "Áp dụng cho mọi loại lock, kể cả table lock của DDL.",
+    ),
+    kept_in_all(
+        "LC-12",
+        "fixed-lock-timeout",
+        "fixed-lock-timeout: every 55P03 in every interleaving came once the timeout had "
+        f"passed, never before, and within {code.TIMER_SLACK_MS:.0f} ms of it",
+    ),
+    kept_in_all(
+        "LC-12",
+        "fixed-nowait",
+        f"NOWAIT fails more than {code.NOWAIT_SHARE}x sooner than lock_timeout fires, in every "
+        "interleaving",
+    ),
+    error_in("LC-12", "buggy", "55P03", "buggy: no interleaving ends in 55P03", expect=False),
+    *(
+        invariants_hold(
+            "LC-12",
+            v,
+            f"{v}: under a load too, every 55P03 came as fast (NOWAIT) or as late (lock_timeout) as it should",
+        )
+        for v in ("fixed-nowait", "fixed-lock-timeout")
+    ),
+    *(
+        error_in("LC-12", v, "55P03", f"{v}: some interleavings end in 55P03", expect=True)
+        for v in ("fixed-nowait", "fixed-lock-timeout")
+    ),
+)
+
+SCENARIO = Scenario(
+    id="lock-wait-modes",
+    validate=code.validate,
+    doc=code.__doc__ or "",
+    kind="actors",
+    variants=code.PINNED.actors(),
+    pinned=code.PINNED,
+    outcomes=("ok", "55P03"),
+    claims=CLAIMS,
+    published=PUBLISHED,
+    setup=code.setup,
+    invariant=code.invariant,
+    defaults=Defaults(n=2, arrival="burst", run_timeout_s=60),
+    params={"lock_timeout_ms": 200, "hold_ms": 400},
+    param_help={
+        "lock_timeout_ms": "SET LOCAL lock_timeout of fixed-lock-timeout (published: 2000)",
+        "hold_ms": "how long the holder works inside its transaction before it commits",
+    },
+    sources=("LC",),
+)
