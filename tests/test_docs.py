@@ -31,4 +31,4 @@ def test_a_missing_scenario_file_is_one_line(tmp_path: Path) -> None:
     """A path that is not there: one line, exit 2."""
     result = CliRunner().invoke(app, ["trace", str(tmp_path / "nope.py")])
     assert result.exit_code == 2
-    assert "no scenario file" in result.stderr
+    assert "no such scenario file" in result.stderr
