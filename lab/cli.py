@@ -25,7 +25,7 @@ from lab.results import results_root
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers, servers_down, servers_up, state_path
-from lab.workload import Knobs, parse_arrival, parse_connect
+from lab.workload import Knobs, parse_arrival, parse_connect, parse_redis_client
 
 app = typer.Typer(
     help="Reproduce concurrency bugs and their fixes against real PostgreSQL and Redis.",
@@ -150,6 +150,8 @@ def make_knobs(
     actor_timeout: float | None,
     run_timeout: float | None,
     base: Knobs | None = None,
+    procs: str | None = None,
+    redis_client: str | None = None,
 ) -> Knobs:
     d = base or scenario.defaults
     knobs = Knobs(
@@ -160,6 +162,8 @@ def make_knobs(
         seed=seed,
         actor_timeout_s=d.actor_timeout_s if actor_timeout is None else actor_timeout,
         run_timeout_s=d.run_timeout_s if run_timeout is None else run_timeout,
+        procs=parse_procs(procs) if procs is not None else getattr(d, "procs", 0),
+        redis_client=parse_redis_client(redis_client or str(getattr(d, "redis_client", "pooled"))),
     )
     if knobs.n < 1:
         raise LabError(f"-n {knobs.n}: a run needs at least one actor")
@@ -170,6 +174,15 @@ def make_knobs(
     parse_arrival(knobs.arrival)
     parse_connect(knobs.connect)
     return knobs
+
+
+def parse_procs(spec: str) -> int:
+    """`auto` (0: the scenario's choice) or a number of worker processes >= 1."""
+    if spec == "auto":
+        return 0
+    if not spec.isdigit() or int(spec) < 1:
+        raise LabError(f"--procs {spec!r}: expected auto or a number of processes >= 1")
+    return int(spec)
 
 
 def plan_for(
@@ -187,6 +200,8 @@ def plan_for(
     seed: int,
     actor_timeout: float | None,
     run_timeout: float | None,
+    procs: str | None = None,
+    redis_client: str | None = None,
 ) -> RunPlan:
     """The plan of `run` and `compare`: a profile's settings (and a case's), then the
     options the user gave (None where not given)."""
@@ -195,8 +210,9 @@ def plan_for(
 
     base, base_params = profile_settings(scenario, profile, seed, case or "")
     knobs = make_knobs(
-        scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base
-    )
+        scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base,
+        procs, redis_client,
+    )  # fmt: skip
     params = parse_params(scenario, param or [], base_params)
     if scenario.validate is not None:  # before any server starts
         scenario.validate(knobs.n, params)
@@ -258,6 +274,17 @@ AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else.")
 ]
 NoRecord = Annotated[bool, typer.Option("--no-record", help="Do not write records under results/.")]
+Procs = Annotated[
+    str | None,
+    typer.Option("--procs", help="Worker processes for the actors: auto (default) or K."),
+]
+RedisClient = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-client",
+        help="pooled (redis-py, a connection per actor) | pipelined (one tick, one write).",
+    ),
+]
 
 
 @app.command("list")
@@ -297,6 +324,8 @@ def run(
     redis_url: RedisUrl = None,
     as_json: AsJson = False,
     no_record: NoRecord = False,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
 
@@ -305,7 +334,8 @@ def run(
         plan = plan_for(
             sc, variants_of(sc, variant), "published", case, param, not no_record,
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout,
+            actor_timeout=actor_timeout, run_timeout=run_timeout, procs=procs,
+            redis_client=redis_client,
         )  # fmt: skip
         chosen = list(plan.variants)
         console = out()
@@ -506,6 +536,8 @@ def compare(
     redis_url: RedisUrl = None,
     as_json: AsJson = False,
     no_record: NoRecord = False,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
 ) -> None:
     """Run every variant with the same knobs: one table, beside the published numbers."""
 
@@ -514,7 +546,8 @@ def compare(
         plan = plan_for(
             sc, list(sc.variants), "quick" if quick else "published", case, param, not no_record,
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout,
+            actor_timeout=actor_timeout, run_timeout=run_timeout, procs=procs,
+            redis_client=redis_client,
         )  # fmt: skip
         knobs, variants = plan.knobs, list(plan.variants)
         log = err()

@@ -22,9 +22,19 @@ from lab.errors import LabError
 from lab.scenario import Scenario
 from lab.workload import Knobs
 
-KNOB_FIELDS = ("n", "arrival", "connect", "deadlock_timeout_ms", "actor_timeout_s", "run_timeout_s")
-# Knobs that change what a run measures; the seed and the hard timeouts do not make a
-# run's settings another profile's.
+KNOB_FIELDS = (
+    "n",
+    "arrival",
+    "connect",
+    "deadlock_timeout_ms",
+    "actor_timeout_s",
+    "run_timeout_s",
+    "procs",
+    "redis_client",
+)
+# Knobs that change what a run measures; the seed, the hard timeouts and how the lab
+# produces the load (--procs, --redis-client) do not make a run's settings another
+# profile's (a claim about a rate says when the lab could not produce it).
 MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms")
 
 
@@ -68,6 +78,8 @@ def profile_settings(
         "seed": seed,
         "actor_timeout_s": d.actor_timeout_s,
         "run_timeout_s": d.run_timeout_s,
+        "procs": 0,
+        "redis_client": "pooled",
     }
     params = dict(scenario.params)
     if profile == "quick":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import platform
 import re
 import time
@@ -24,6 +25,7 @@ from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Scenario, Script
 from lab.servers import Servers
 from lab.servers.base import with_database
+from lab.shard import resolve_procs
 from lab.workload import (
     Knobs,
     connections_needed,
@@ -36,6 +38,8 @@ from lab.workload import (
 ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
 STATS_SETTLE_S = 3.0
 MAX_TRACE = 5000
+REDIS_OBSERVERS = 16  # Redis connections beyond the actors': setup, observers, probes
+PIPELINED_CONNECTIONS = 1  # per process, as node-redis
 
 
 @dataclass
@@ -75,6 +79,11 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
     claims, not_judged = claims_for_run(plan.scenario, plan.knobs, plan.params, plan.case)
     verdicts = judge_all(tuple(claims), records)
     judged = {(v["id"], v["text"]) for v in verdicts}
+    for v in [v for v in verdicts if v.get("not_judged")]:  # the check said why not
+        verdicts.remove(v)
+        not_judged.append(
+            {"id": v["id"], "text": v["text"], "variants": v["variants"], "why": v["measured"]}
+        )
     for c in claims:
         if (c.id, c.text) in judged:
             continue
@@ -127,17 +136,38 @@ async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
     return max_conn - reserved - in_use
 
 
-async def redis_client(servers: Servers, size: int) -> Any:
+def _pooled(url: str, size: int) -> Any:
     """A client whose pool waits for a free connection instead of raising past 100."""
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    assert servers.redis is not None
     pool = aioredis.BlockingConnectionPool.from_url(
-        servers.redis.url, max_connections=size, timeout=60, retry=Retry(NoBackoff(), 0)
+        url, max_connections=size, timeout=60, retry=Retry(NoBackoff(), 0)
     )
-    client = aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis(connection_pool=pool)
+
+
+async def open_redis(url: str, mode: str, actors: int) -> tuple[Any, Any]:
+    """(the pooled client, the actors' auto-pipelining client or None) for `actors`:
+    pooled, one connection per actor plus observers; pipelined, one connection for the
+    actors (what node-redis uses) and a small pool for setup and observers."""
+    from lab.autopipe import AutoPipeline
+
+    if mode != "pipelined":
+        return _pooled(url, actors + REDIS_OBSERVERS), None
+    client = _pooled(url, REDIS_OBSERVERS)
+    try:
+        return client, await AutoPipeline.connect(url, PIPELINED_CONNECTIONS)
+    except BaseException:
+        await client.aclose()
+        raise
+
+
+async def redis_client(servers: Servers, size: int) -> Any:
+    """A client whose pool waits for a free connection instead of raising past 100."""
+    assert servers.redis is not None
+    client = _pooled(servers.redis.url, size)
     try:
         info = await asyncio.wait_for(client.info("server"), 10)
     except Exception as exc:
@@ -175,6 +205,8 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
     created = False
     prefix = f"locklab:{plan.run_id}:{variant}:"
     env: Env | None = None
+    commands: Any = None
+    load: dict[str, Any] = {}
     try:
         if uses_pg:
             admin = await admin_connect(servers)
@@ -203,9 +235,19 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             pool = await asyncpg.create_pool(
                 dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1
             )
+        procs = resolve_procs(scenario, knobs)
         if uses_redis:
-            # One Redis connection per actor (or the --connect pool size), plus observers.
-            rclient = await redis_client(servers, connections_needed(knobs.connect, knobs.n) + 16)
+            # One Redis connection per actor (or the --connect pool size), plus observers;
+            # pipelined, or with the actors in worker processes, the observers' only.
+            actors_here = 0 if procs > 1 else connections_needed(knobs.connect, knobs.n)
+            rclient = await redis_client(
+                servers, (actors_here if knobs.redis_client == "pooled" else 0) + REDIS_OBSERVERS
+            )
+            if knobs.redis_client == "pipelined" and procs == 1:
+                from lab.autopipe import AutoPipeline
+
+                assert servers.redis is not None
+                commands = await AutoPipeline.connect(servers.redis.url, PIPELINED_CONNECTIONS)
         env = Env(
             scenario=scenario.id,
             variant=variant,
@@ -220,8 +262,11 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             redis_url=servers.redis.url if (uses_redis and servers.redis) else "",
             pgbouncer={m: with_database(d, database) for m, d in servers.pgbouncer.items()},
         )
+        env.commands = commands
         if scenario.setup is not None:
             await scenario.setup(env)
+        if scenario.worker_setup is not None and procs == 1:
+            await scenario.worker_setup(env)
         log_offset = servers.pg.log_size() if (uses_pg and servers.pg) else 0
         stat_before = await pg_deadlocks(admin, database) if admin else 0
         redis_before = await rclient.info("commandstats") if rclient else {}
@@ -229,7 +274,16 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
         latencies: dict[str, list[float]] = {}
         if scenario.kind == "actors":
             actor: Actor = scenario.variants[variant]
-            res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
+            cpu0 = time.process_time()
+            if procs > 1:
+                from lab.shard import run_sharded
+
+                res, load = await run_sharded(env, scenario, variant, knobs, procs, uses_pg=uses_pg)
+            else:
+                res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
+                if scenario.worker_done is not None:
+                    await scenario.worker_done(env)
+            load = _load_facts(knobs, procs, time.process_time() - cpu0, load)
             outcomes, wall_ms, latencies = res.outcomes, res.wall_ms, res.latencies_ms
             env.outcomes = outcomes
         else:
@@ -289,8 +343,12 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             "trace": env.events[:MAX_TRACE],
             "published": scenario.published.get(variant, ""),
             "claims": [],
+            **({"load": load} if load else {}),
         }
     finally:
+        if commands is not None:
+            with contextlib.suppress(Exception):
+                await commands.aclose()
         for conn in env.connections if env is not None else []:
             if not conn.is_closed():
                 conn.terminate()
@@ -327,6 +385,32 @@ async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expe
         if delta >= expected or time.monotonic() > deadline:
             return delta
         await asyncio.sleep(0.05)
+
+
+def _load_facts(knobs: Knobs, procs: int, cpu_s: float, sharded: dict[str, Any]) -> dict[str, Any]:
+    """How the actors were run: processes, Redis client, event loop, CPU and peak memory."""
+    import asyncio as _asyncio
+
+    from lab.procstat import peak_rss_mb
+
+    me = os.getpid()
+    workers = sharded.get("workers") or [
+        {
+            "pid": me,
+            "actors": knobs.n,
+            "cpu_s": round(cpu_s, 3),
+            "peak_rss_mb": round(peak_rss_mb(me), 1),
+            "loop": type(_asyncio.get_running_loop()).__module__.split(".")[0],
+        }
+    ]
+    lab_rss = peak_rss_mb(me) + (sum(w["peak_rss_mb"] for w in workers) if procs > 1 else 0)
+    return {
+        "procs": procs,
+        "procs_asked": knobs.procs or "auto",
+        "redis_client": knobs.redis_client,
+        "workers": workers,
+        "lab_peak_rss_mb": round(lab_rss, 1),
+    }
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -12,7 +12,7 @@ import random
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -37,6 +37,8 @@ class Knobs:
     seed: int
     actor_timeout_s: float
     run_timeout_s: float
+    procs: int = 0  # worker processes the actors are sharded over; 0 = the scenario's choice
+    redis_client: str = "pooled"  # pooled (redis-py) | pipelined (lab.autopipe, node-redis's way)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,6 +80,15 @@ def parse_connect(spec: str) -> tuple[str, int]:
     return "pool", int(m[1])
 
 
+REDIS_CLIENTS = ("pooled", "pipelined")
+
+
+def parse_redis_client(spec: str) -> str:
+    if spec not in REDIS_CLIENTS:
+        raise LabError(f"--redis-client {spec!r}: expected {' or '.join(REDIS_CLIENTS)}")
+    return spec
+
+
 def start_offsets(arrival: str, n: int, seed: int) -> list[float]:
     """Seconds after the clock starts at which each actor begins."""
     kind, value, jitter = parse_arrival(arrival)
@@ -113,14 +124,29 @@ class ActorsResult:
     latencies_ms: dict[str, list[float]]  # per outcome key
 
 
-async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> ActorsResult:
-    """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails."""
+async def run_actors(
+    env: Env,
+    actor: Actor,
+    knobs: Knobs,
+    *,
+    uses_pg: bool,
+    indices: Sequence[int] | None = None,
+    released: Callable[[], Awaitable[float]] | None = None,
+) -> ActorsResult:
+    """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails.
+
+    A worker process of a sharded run (lab.shard) runs only the actors in `indices`, at
+    their offsets in the whole run's arrival, and starts its clock at the instant
+    (time.monotonic()) `released` returns once every worker is ready.
+    """
     kind, size = parse_connect(knobs.connect)
     offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
-    conns: list[asyncpg.Connection] = []
+    mine = list(range(knobs.n)) if indices is None else list(indices)
+    conns: dict[int, asyncpg.Connection] = {}
     pool: asyncpg.Pool | None = None
     if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
-        conns = await _open_connections(env, knobs.n, PGBOUNCER_MODES.get(kind))
+        opened = await _open_connections(env, len(mine), PGBOUNCER_MODES.get(kind))
+        conns = dict(zip(mine, opened, strict=True))
     elif uses_pg:
         pool = await asyncpg.create_pool(env.dsn, min_size=size, max_size=size)
     outcomes: Counter[str] = Counter()
@@ -137,7 +163,7 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
                     pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
                     word = await hard_limit(actor(env, pconn, i), knobs.actor_timeout_s)
             else:
-                conn = conns[i] if conns else None
+                conn = conns.get(i)
                 word = await hard_limit(actor(env, conn, i), knobs.actor_timeout_s)
         except asyncio.CancelledError:
             raise
@@ -152,9 +178,12 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
 
     tasks: list[asyncio.Task[None]] = []
     try:
-        t0 = loop.time()
-        env.t0 = time.perf_counter()
-        tasks = [asyncio.create_task(one(i)) for i in range(knobs.n)]
+        ahead = 0.0
+        if released is not None:  # a shared instant: every worker's clock starts there
+            ahead = max(0.0, await released() - time.monotonic())
+        t0 = loop.time() + ahead
+        env.t0 = time.perf_counter() + ahead
+        tasks = [asyncio.create_task(one(i)) for i in mine]
         _, pending = await asyncio.wait(
             tasks, timeout=knobs.run_timeout_s, return_when=asyncio.FIRST_EXCEPTION
         )
@@ -169,7 +198,7 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
     finally:
         # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
         await _cancel(tasks)
-        await _close(conns, pool)
+        await _close(list(conns.values()), pool)
     return ActorsResult(outcomes, wall_ms, latencies)
 
 

@@ -1,0 +1,90 @@
+"""`redis-benchmark -t get` against the run's Redis: what this Redis serves, counted by Redis.
+
+The reference for client-bound claims (DL-20) and for `locklab bench redis`. GET/s is
+taken from Redis's own INFO commandstats over the benchmark's wall time (connection setup
+included, as in the lab's wait window), beside redis-benchmark's own figure; CPU seconds
+of redis-benchmark (rusage of the reaped child) and of redis-server (INFO cpu).
+
+redis-benchmark has no way to take the password other than `-a`: for its second or two
+the password of the lab's Redis (random, made per server) is on its command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import resource
+import shutil
+import time
+import urllib.parse
+from typing import Any
+
+from lab.errors import LabError
+
+REFERENCE_REQUESTS = 200_000
+
+
+def find_redis_benchmark() -> str | None:
+    return shutil.which("redis-benchmark")
+
+
+def _redis_cpu(info: dict[str, Any]) -> float:
+    return float(info.get("used_cpu_user", 0)) + float(info.get("used_cpu_sys", 0))
+
+
+def _get_calls(info: dict[str, Any]) -> int:
+    stat = info.get("cmdstat_get")
+    return int(stat.get("calls", 0)) if isinstance(stat, dict) else 0
+
+
+async def redis_benchmark(
+    observer: Any, url: str, clients: int, requests: int = REFERENCE_REQUESTS
+) -> dict[str, Any]:
+    """Run `redis-benchmark -t get -c clients -n requests`; `observer` is a redis-py client
+    of the same server (INFO before and after). Raises LabError when it cannot run."""
+    binary = find_redis_benchmark()
+    if binary is None:
+        raise LabError("redis-benchmark not found (Debian: apt-get install redis-tools)")
+    parts = urllib.parse.urlsplit(url)
+    cmd = [binary, "-h", parts.hostname or "127.0.0.1", "-p", str(parts.port or 6379)]
+    if parts.password:
+        cmd += ["-a", urllib.parse.unquote(parts.password)]
+        if parts.username:
+            cmd += ["--user", urllib.parse.unquote(parts.username)]
+    db = (parts.path or "/0").lstrip("/") or "0"
+    cmd += ["--dbnum", db, "-t", "get", "-c", str(clients), "-n", str(requests), "--csv"]
+    before = await observer.info("cpu", "commandstats")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    try:
+        out, err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    seconds = time.perf_counter() - started
+    after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    after = await observer.info("cpu", "commandstats")
+    rows = [r for r in csv.reader(io.StringIO(out.decode())) if r and r[0] == "GET"]
+    if proc.returncode != 0 or not rows:
+        last = (err.decode().strip() or out.decode().strip()).splitlines()[-1:]
+        raise LabError(f"redis-benchmark failed: {' '.join(last)}")
+    cpu = (after_children.ru_utime - children.ru_utime) + (
+        after_children.ru_stime - children.ru_stime
+    )
+    gets = _get_calls(after) - _get_calls(before)
+    return {
+        "command": f"redis-benchmark -t get -c {clients} -n {requests}",
+        "clients": clients,
+        "requests": requests,
+        "seconds": round(seconds, 3),
+        "own_get_per_s": round(float(rows[0][1])),
+        "redis_gets": gets,
+        "get_per_s": round(gets / seconds),
+        "client_cpu_per_s": round(cpu / seconds, 3),
+        "redis_cpu_per_s": round((_redis_cpu(after) - _redis_cpu(before)) / seconds, 3),
+    }
