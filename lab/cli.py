@@ -465,45 +465,103 @@ def servers_status_cmd() -> None:
 
 @app.command()
 def bench(
-    n: Annotated[int, typer.Option("-n", help="Clients / actors.")] = 200,
+    what: Annotated[
+        str, typer.Argument(help="checkout (against pgbench) | redis (against redis-benchmark).")
+    ] = "checkout",
+    n: Annotated[
+        int | None, typer.Option("-n", help="Clients / actors (checkout 200, redis 5000).")
+    ] = None,
     rounds: Annotated[int, typer.Option(help="Alternating lab/pgbench rounds (medians).")] = 3,
+    scale: Annotated[
+        bool, typer.Option("--scale", help="checkout at n = 50, 100, 200, 400, 1000: the curve.")
+    ] = False,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
     pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
     no_record: NoRecord = False,
 ) -> None:
-    """Fixed checkout through the lab vs the same workload through pgbench: the ratio of wall times."""
+    """The lab against a reference tool on the same server: pgbench (checkout) or
+    redis-benchmark (redis); both sides, the ratio, and a record."""
 
     def body() -> None:
-        from lab.bench import TARGET_RATIO, run_bench
         from lab.results import git_commit, new_run_id, write_json
 
-        if n < 1 or rounds < 1:
+        if what not in ("checkout", "redis"):
+            raise LabError(f"bench {what!r}: expected checkout or redis")
+        if (n is not None and n < 1) or rounds < 1:
             raise LabError("bench: -n and --rounds must be at least 1")
+        if scale and (what != "checkout" or n is not None):
+            raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
         run_id = new_run_id()
-        with open_servers(pg_dsn, None, need_redis=False) as srv:
-            report.servers(err(), srv.infos(), srv.notes)
-            with err().status(f"bench: {rounds} rounds of {n} clients ..."):
-                res = asyncio.run(run_bench(srv, n, rounds, run_id.replace("-", "")[-8:]))
-            infos = {i.product: i.to_json() for i in srv.infos()}
+        short = run_id.replace("-", "")[-8:]
+        if what == "redis":
+            data = _bench_redis(short, n or 5000, procs, redis_client, redis_url)
+            name = "redis.json"
+        elif scale:
+            data = _bench_scale(short, rounds, pg_dsn)
+            name = "scale.json"
+        else:
+            data = _bench_checkout(short, n or 200, rounds, pg_dsn)
+            name = "result.json"
         if not no_record:  # beside run records, in a subfolder: not a scenario run
-            path = results_root() / run_id / "bench" / "result.json"
-            write_json(path, {**res.to_json(), "servers": infos, "git_commit": git_commit()})
+            path = results_root() / run_id / "bench" / name
+            write_json(path, {**data, "git_commit": git_commit()})
             err().print(f"[dim]record: {path}[/dim]")
         if as_json:
-            sys.stdout.write(json.dumps(res.to_json()) + "\n")
+            sys.stdout.write(json.dumps(data, default=str) + "\n")
             return
-        console = out()
-        console.print(f"lab      {', '.join(f'{x:.0f}' for x in res.lab_ms)} ms", markup=False)
-        console.print(
-            f"pgbench  {', '.join(f'{x:.0f}' for x in res.pgbench_ms)} ms  ({res.pgbench})",
-            markup=False,
-        )
-        verdict = "within" if res.ratio <= TARGET_RATIO else "ABOVE"
-        console.print(
-            f"ratio lab/pgbench (medians) = {res.ratio:.2f}  ({verdict} the {TARGET_RATIO}x target)"
-        )
+        from lab import bench_report
+
+        bench_report.print_bench(out(), what, scale, data)
 
     guarded(body)
+
+
+def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.bench import run_bench
+
+    with open_servers(pg_dsn, None, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench: {rounds} rounds of {n} clients ..."):
+            res = asyncio.run(run_bench(srv, n, rounds, run_id))
+        return {**res.to_json(), "servers": {i.product: i.to_json() for i in srv.infos()}}
+
+
+def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.bench import SCALE_NS, run_scale
+    from lab.servers.embedded import find_pgbouncer
+
+    try:
+        find_pgbouncer()
+        bouncer = pg_dsn is None and not os.environ.get("LOCKLAB_PG_DSN")
+    except LabError:
+        bouncer = bool(os.environ.get("LOCKLAB_PGBOUNCER_DSN"))
+    with open_servers(pg_dsn, None, need_redis=False, need_pgbouncer=bouncer) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench --scale: n = {', '.join(map(str, SCALE_NS))}, {rounds} rounds"):
+            points, version = asyncio.run(run_scale(srv, SCALE_NS, rounds, run_id))
+        return {
+            "rounds": rounds,
+            "points": [p.to_json() for p in points],
+            "pgbench": version,
+            "servers": {i.product: i.to_json() for i in srv.infos()},
+        }
+
+
+def _bench_redis(
+    run_id: str, n: int, procs: str | None, redis_client: str | None, redis_url: str | None
+) -> dict[str, Any]:
+    from lab.bench import run_redis_bench
+
+    k = parse_procs(procs) if procs is not None else 0
+    mode = parse_redis_client(redis_client or "pipelined")
+    with open_servers(None, redis_url, need_pg=False, need_redis=True) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench redis: {n} waiters, then redis-benchmark ..."):
+            data = asyncio.run(run_redis_bench(srv, run_id, n=n, procs=k, redis_client=mode))
+        return {**data, "servers": {i.product: i.to_json() for i in srv.infos()}}
 
 
 # --- compare, verify, results, diff, report (issue 4) ------------------------------------

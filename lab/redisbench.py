@@ -22,7 +22,8 @@ from typing import Any
 
 from lab.errors import LabError
 
-REFERENCE_REQUESTS = 200_000
+REQUESTS_PER_CLIENT = 10  # -n: enough that connecting the clients is not all it measures
+MIN_REQUESTS = 20_000
 
 
 def find_redis_benchmark() -> str | None:
@@ -39,10 +40,11 @@ def _get_calls(info: dict[str, Any]) -> int:
 
 
 async def redis_benchmark(
-    observer: Any, url: str, clients: int, requests: int = REFERENCE_REQUESTS
+    observer: Any, url: str, clients: int, requests: int | None = None
 ) -> dict[str, Any]:
     """Run `redis-benchmark -t get -c clients -n requests`; `observer` is a redis-py client
     of the same server (INFO before and after). Raises LabError when it cannot run."""
+    requests = requests or max(MIN_REQUESTS, REQUESTS_PER_CLIENT * clients)
     binary = find_redis_benchmark()
     if binary is None:
         raise LabError("redis-benchmark not found (Debian: apt-get install redis-tools)")
