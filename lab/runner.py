@@ -36,6 +36,9 @@ from lab.workload import (
 )
 
 ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
+# run_plan makes the next variant's database on a connection of its own while a variant
+# runs, when the run leaves this many of the server's connections free besides its own
+PREPARE_HEADROOM = 20
 STATS_SETTLE_S = 3.0
 MAX_TRACE = 5000
 REDIS_OBSERVERS = 16  # Redis connections beyond the actors': setup, observers, probes
@@ -60,18 +63,87 @@ async def run_plan(
     if plan.scenario.validate is not None:
         plan.scenario.validate(plan.knobs.n, plan.params)
     records: dict[str, dict[str, Any]] = {}
-    for variant in plan.variants:
-        rec = await run_variant(plan, variant, servers)
-        records[variant] = rec
-        _attach_claims(plan, records)
-        if plan.write:
-            write_record(rec)
-        if on_record is not None:
-            on_record(rec)
+    ahead: dict[str, asyncio.Task[str]] = {}  # the next variant's database, made meanwhile
+    try:
+        for i, variant in enumerate(plan.variants):
+            following = plan.variants[i + 1] if i + 1 < len(plan.variants) else None
+            if following is not None and _made_ahead(plan, servers):
+                name = database_name(plan.run_id, plan.scenario.id, following)
+                ahead[following] = asyncio.create_task(
+                    _create_database(servers, name, plan.knobs.deadlock_timeout_ms), name=name
+                )
+            await _plan_variant(
+                plan, variant, servers, records, on_record, ahead.pop(variant, None)
+            )
+    finally:
+        for task in ahead.values():  # made for a variant that did not run: dropped
+            await _drop_made(servers, task)
     if plan.write:  # claims that compare variants are known only now
         for rec in records.values():
             write_record(rec)
     return list(records.values())
+
+
+def _made_ahead(plan: RunPlan, servers: Servers) -> bool:
+    """Whether the next variant's database can be made during this one: PostgreSQL is
+    used and the run leaves room for one more connection."""
+    sc, knobs = plan.scenario, plan.knobs
+    if "pg" not in sc.uses or servers.pg is None:
+        return False
+    if sc.kind == "actors":
+        need = server_connections_needed(knobs.connect, knobs.n)
+    else:
+        need = sc.script_connections(knobs.n) if sc.script_connections is not None else 0
+    return need + ADMIN_CONNECTIONS + PREPARE_HEADROOM <= servers.pg.max_connections
+
+
+async def _create_database(servers: Servers, database: str, deadlock_timeout_ms: int) -> str:
+    """CREATE DATABASE (~50-300 ms here) on a connection of its own, so that the next
+    variant's database is made while this one runs; its name when done."""
+    admin = await admin_connect(servers)
+    try:
+        await admin.execute(f'CREATE DATABASE "{database}"')
+        await admin.execute(
+            f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(deadlock_timeout_ms)}ms'"
+        )
+    finally:
+        await admin.close()
+    return database
+
+
+async def _drop_made(servers: Servers, task: asyncio.Task[str]) -> None:
+    """Drop a database made ahead (or being made: once its CREATE has ended either way)."""
+    database = task.get_name()
+    with contextlib.suppress(BaseException):
+        await task
+    with contextlib.suppress(Exception):
+        admin = await admin_connect(servers)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+async def _plan_variant(
+    plan: RunPlan,
+    variant: str,
+    servers: Servers,
+    records: dict[str, dict[str, Any]],
+    on_record: Callable[[dict[str, Any]], None] | None,
+    made: asyncio.Task[str] | None,
+) -> None:
+    try:
+        rec = await run_variant(plan, variant, servers, made)
+    except BaseException:
+        if made is not None:
+            await _drop_made(servers, made)
+        raise
+    records[variant] = rec
+    _attach_claims(plan, records)
+    if plan.write:
+        write_record(rec)
+    if on_record is not None:
+        on_record(rec)
 
 
 def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
@@ -123,15 +195,16 @@ async def admin_connect(servers: Servers) -> asyncpg.Connection:
 async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
     """Fill in the server's version and return how many more connections it accepts."""
     assert servers.pg is not None
-    version = await conn.fetchval("SHOW server_version")
-    servers.pg.info.version = str(version).split()[0]
-    max_conn = int(await conn.fetchval("SHOW max_connections"))
-    reserved = int(await conn.fetchval("SHOW superuser_reserved_connections"))
-    in_use = int(
-        await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-        )
+    row = await conn.fetchrow(  # one round trip: this runs before every variant
+        "SELECT current_setting('server_version') AS version,"
+        " current_setting('max_connections')::int AS max_conn,"
+        " current_setting('superuser_reserved_connections')::int AS reserved,"
+        " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int"
+        " AS in_use"
     )
+    assert row is not None
+    servers.pg.info.version = str(row["version"]).split()[0]
+    max_conn, reserved, in_use = int(row["max_conn"]), int(row["reserved"]), int(row["in_use"])
     servers.pg.max_connections = max_conn
     return max_conn - reserved - in_use
 
@@ -143,7 +216,10 @@ def _pooled(url: str, size: int) -> Any:
     from redis.backoff import NoBackoff
 
     pool = aioredis.BlockingConnectionPool.from_url(
-        url, max_connections=size, timeout=60, retry=Retry(NoBackoff(), 0)
+        url,
+        max_connections=size,
+        timeout=60,
+        retry=Retry(NoBackoff(), 0),
     )
     return aioredis.Redis(connection_pool=pool)
 
@@ -177,11 +253,14 @@ async def redis_client(servers: Servers, size: int) -> Any:
     return client
 
 
-async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
+async def run_variant(
+    plan: RunPlan, variant: str, servers: Servers, made: asyncio.Task[str] | None = None
+) -> dict[str, Any]:
     """One variant's record. Anything a scenario raises that is neither bad input (LabError)
-    nor a declared failure becomes a ScenarioFailure naming scenario and variant."""
+    nor a declared failure becomes a ScenarioFailure naming scenario and variant.
+    `made`: its database, being created already (run_plan makes the next one meanwhile)."""
     try:
-        return await _run_variant(plan, variant, servers)
+        return await _run_variant(plan, variant, servers, made)
     except (LabError, ScenarioFailure):
         raise
     except Exception as exc:
@@ -190,7 +269,9 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
         ) from exc
 
 
-async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
+async def _run_variant(
+    plan: RunPlan, variant: str, servers: Servers, made: asyncio.Task[str] | None = None
+) -> dict[str, Any]:
     scenario, knobs = plan.scenario, plan.knobs
     if variant not in scenario.variants:
         raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")
@@ -225,11 +306,15 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
                     f"(max_connections={servers.pg.max_connections if servers.pg else '?'}); "
                     f"use {fix}a smaller -n"
                 )
-            await admin.execute(f'CREATE DATABASE "{database}"')
-            created = True
-            await admin.execute(
-                f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
-            )
+            if made is not None:
+                created = True  # dropped below whatever happens
+                await made
+            else:
+                await admin.execute(f'CREATE DATABASE "{database}"')
+                created = True
+                await admin.execute(
+                    f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
+                )
             assert servers.pg is not None
             dsn = servers.pg.dsn
             pool = await asyncpg.create_pool(
