@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
 import os
 import platform
 import re
@@ -176,8 +177,12 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
 
 
 def database_name(run_id: str, scenario: str, variant: str) -> str:
-    raw = f"locklab_{run_id}_{scenario}_{variant}".lower()
-    return re.sub(r"[^a-z0-9_]", "_", raw)[:63]
+    """A database name of at most 63 characters, distinct per variant even when cut
+    (two variants' databases exist at once while the next one is made ahead)."""
+    raw = re.sub(r"[^a-z0-9_]", "_", f"locklab_{run_id}_{scenario}_{variant}".lower())
+    if len(raw) <= 63:
+        return raw
+    return f"{raw[:54]}_{hashlib.sha1(raw.encode()).hexdigest()[:8]}"
 
 
 async def admin_connect(servers: Servers) -> asyncpg.Connection:
