@@ -70,7 +70,9 @@ def _redis(console: Console, d: Mapping[str, Any]) -> None:
     _line(
         console,
         f"redis-benchmark -t get -c {ref['clients']} -n {ref['requests']}: Redis counted "
-        f"{ref['get_per_s']} GET/s (its own figure {ref['own_get_per_s']}); redis-benchmark CPU "
+        f"{ref['get_per_s']} GET/s over the {ref.get('sending_s', 0):.1f} s it sent "
+        f"({ref.get('get_per_s_wall', '?')} over its {ref['seconds']:.1f} s with connecting; "
+        f"its own figure {ref['own_get_per_s']}); redis-benchmark CPU "
         f"{ref['client_cpu_per_s']:.2f} s/s, redis-server CPU {ref['redis_cpu_per_s']:.2f} s/s",
     )
     verdict = "met" if d["ratio"] >= d["target_ratio"] else "BELOW"

@@ -369,7 +369,8 @@ async def invariant(env: Env) -> list[Check]:
 
 async def _reference(env: Env) -> dict[str, Any]:
     """What this Redis serves to redis-benchmark with one connection per waiter, now."""
-    try:
+    try:  # the actors' pooled connections are closed first: Redis's maxclients
+        await env.redis.connection_pool.disconnect()
         return await redis_benchmark(env.redis, env.redis_url, min(env.n, REFERENCE_CLIENTS))
     except LabError as exc:
         return {"error": str(exc)}
