@@ -93,3 +93,34 @@ async def test_a_dying_worker_fails_the_run_and_leaves_nothing(servers: Servers)
     assert "\n" not in line
     assert "shard-test / dying: worker 1 (pid" in line and "died with signal 9" in line
     assert not _children()
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"), [("auto", 0), ("1", 1), ("4", 4), ("0", None), ("two", None), ("-2", None)]
+)
+def test_procs_takes_auto_or_a_count(spec: str, want: int | None) -> None:
+    """--procs: auto or a number >= 1; anything else is one clear error."""
+    from lab.cli import parse_procs
+    from lab.errors import LabError
+
+    if want is None:
+        with pytest.raises(LabError, match="--procs"):
+            parse_procs(spec)
+    else:
+        assert parse_procs(spec) == want
+
+
+def test_auto_procs_follows_the_scenario() -> None:
+    """auto: one process unless the scenario asks for workers; then one per its share, at
+    most one per core; a given K is kept (never more than the actors)."""
+    from lab.shard import resolve_procs
+    from scenarios.cache_stampede import SCENARIO as STAMPEDE
+
+    def knobs(n: int, procs: int = 0) -> Knobs:
+        return Knobs(n, "burst", "per-actor", 1000, 1, 30.0, 60.0, procs=procs)
+
+    assert resolve_procs(SCENARIO, knobs(5000)) == 1
+    assert resolve_procs(STAMPEDE, knobs(1000)) == 1
+    assert resolve_procs(STAMPEDE, knobs(5000)) == min(os.cpu_count() or 1, 3)
+    assert resolve_procs(SCENARIO, knobs(5, procs=3)) == 3
+    assert resolve_procs(SCENARIO, knobs(2, procs=3)) == 2
