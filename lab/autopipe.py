@@ -60,8 +60,26 @@ class ReplyError(Exception):
     """An error reply from Redis for one command (e.g. WRONGTYPE, NOSCRIPT)."""
 
 
+PACKED_CACHE = 4096  # distinct commands kept packed (pollers repeat the same few)
+_packed: dict[tuple[Any, ...], bytes] = {}
+
+
 def pack(args: tuple[Any, ...]) -> bytes:
-    """One command in RESP: *<n> then $<len> <bytes> per argument."""
+    """One command in RESP: *<n> then $<len> <bytes> per argument. 5,000 pollers send the
+    same GET and SET over and over: those are packed once (it was the client's top cost)."""
+    try:
+        return _packed[args]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable argument: pack it, keep nothing
+        return _pack(args)
+    if len(_packed) >= PACKED_CACHE:
+        _packed.clear()
+    out = _packed[args] = _pack(args)
+    return out
+
+
+def _pack(args: tuple[Any, ...]) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for a in args:
         if isinstance(a, bytes):
