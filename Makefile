@@ -52,6 +52,10 @@ format: dev
 	$(BIN)/ruff check --fix .
 
 bench: venv
+	@# `locklab bench redis` compares with redis-benchmark (Debian's redis-tools)
+	@command -v redis-benchmark >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || \
+	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-tools >/dev/null; } || \
+	  echo "WARNING: could not install redis-tools; locklab bench redis will say it is missing" >&2
 	$(BIN)/locklab bench $(ARGS)
 
 servers-up: venv

@@ -20,6 +20,12 @@ Check = Callable[[Mapping[str, Record]], tuple[bool, str] | None]
 PROFILES = ("quick", "published")
 
 
+class NotJudged(Exception):
+    """Raised by a check when the run could not judge the claim: the setup the claim is
+    about was not produced (e.g. the client could not make the load). The message says why;
+    the verdict is "not judged", never held."""
+
+
 @dataclass(frozen=True)
 class Claim:
     """One sentence of a document, checkable on a run's records."""
@@ -50,11 +56,23 @@ class Claim:
         """How many of `trials` trials must hold for the claim to hold."""
         return max(1, math.ceil(self.required * trials - 1e-9))
 
+    def _bare(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "text": self.text,
+            "variants": list(self.variants),
+            "published": self.published,
+            "profiles": list(self.profiles),
+        }
+
     def judge(self, records: Mapping[str, Record]) -> dict[str, Any] | None:
         """The verdict, or None when the run lacks a variant or does not exercise the claim."""
         if any(v not in records for v in self.variants):
             return None
-        verdict = self.check(records)
+        try:
+            verdict = self.check(records)
+        except NotJudged as exc:
+            return {**self._bare(), "held": False, "not_judged": True, "measured": str(exc)}
         if verdict is None:
             return None
         held, measured = verdict
@@ -109,8 +127,10 @@ def judge_trials(
     if count > 1:
         shown = next((v for _, v in per if not v["held"]), per[0][1])
         verdict["measured"] = f"held in {held}/{count} trials; e.g. {shown['measured']}"
+    if any(v.get("not_judged") for _, v in per):  # a trial that could not judge it
+        verdict["not_judged"] = True
     verdict.update(
-        held=held >= need,
+        held=held >= need and not verdict.get("not_judged"),
         trials=[{"seed": s, "held": v["held"], "measured": v["measured"]} for s, v in per],
         trials_held=held,
         trials_needed=need,

@@ -27,7 +27,7 @@ from lab.results import results_root
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers, servers_down, servers_up, state_path
-from lab.workload import Knobs, parse_arrival, parse_connect
+from lab.workload import Knobs, parse_arrival, parse_connect, parse_redis_client
 
 app = typer.Typer(
     help="Reproduce concurrency bugs and their fixes against real PostgreSQL and Redis.",
@@ -178,6 +178,8 @@ def make_knobs(
     run_timeout: float | None,
     base: Knobs | None = None,
     rtt: str | None = None,
+    procs: str | None = None,
+    redis_client: str | None = None,
 ) -> Knobs:
     d = base or scenario.defaults
     knobs = Knobs(
@@ -189,6 +191,8 @@ def make_knobs(
         actor_timeout_s=d.actor_timeout_s if actor_timeout is None else actor_timeout,
         run_timeout_s=d.run_timeout_s if run_timeout is None else run_timeout,
         rtt=(getattr(d, "rtt", "") if rtt is None else rtt).strip(),
+        procs=parse_procs(procs) if procs is not None else getattr(d, "procs", 0),
+        redis_client=parse_redis_client(redis_client or str(getattr(d, "redis_client", "pooled"))),
     )
     if knobs.n < 1:
         raise LabError(f"-n {knobs.n}: a run needs at least one actor")
@@ -203,6 +207,15 @@ def make_knobs(
     if parse_rtt(knobs.rtt).get("pg") and knobs.connect.startswith("pgbouncer-"):
         raise LabError(f"--rtt with --connect {knobs.connect}: not supported")
     return knobs
+
+
+def parse_procs(spec: str) -> int:
+    """`auto` (0: the scenario's choice) or a number of worker processes >= 1."""
+    if spec == "auto":
+        return 0
+    if not spec.isdigit() or int(spec) < 1:
+        raise LabError(f"--procs {spec!r}: expected auto or a number of processes >= 1")
+    return int(spec)
 
 
 def plan_for(
@@ -221,6 +234,8 @@ def plan_for(
     actor_timeout: float | None,
     run_timeout: float | None,
     rtt: str | None = None,
+    procs: str | None = None,
+    redis_client: str | None = None,
 ) -> RunPlan:
     """The plan of `run` and `compare`: a profile's settings (and a case's), then the
     options the user gave (None where not given)."""
@@ -230,7 +245,7 @@ def plan_for(
     base, base_params = profile_settings(scenario, profile, seed, case or "")
     knobs = make_knobs(
         scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base,
-        rtt,
+        rtt, procs, redis_client,
     )  # fmt: skip
     params = parse_params(scenario, param or [], base_params)
     if scenario.validate is not None:  # before any server starts
@@ -329,6 +344,17 @@ AsJson = Annotated[
     bool, typer.Option("--json", help="Print one JSON record per variant on stdout, nothing else.")
 ]
 NoRecord = Annotated[bool, typer.Option("--no-record", help="Do not write records under results/.")]
+Procs = Annotated[
+    str | None,
+    typer.Option("--procs", help="Worker processes for the actors: auto (default) or K."),
+]
+RedisClient = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-client",
+        help="pooled (redis-py, a connection per actor) | pipelined (one tick, one write).",
+    ),
+]
 
 
 @app.command("list")
@@ -413,6 +439,8 @@ def run(
     no_record: NoRecord = False,
     pg_version: PgVersion = None,
     redis_version: RedisVersion = None,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
     args = dict(locals())
@@ -428,7 +456,8 @@ def run(
         plan = plan_for(
             sc, variants_of(sc, variant), "published", case, param, not no_record,
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt,
+            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt, procs=procs,
+            redis_client=redis_client,
         )  # fmt: skip
         chosen = list(plan.variants)
         console = out()
@@ -571,45 +600,103 @@ def servers_status_cmd() -> None:
 
 @app.command()
 def bench(
-    n: Annotated[int, typer.Option("-n", help="Clients / actors.")] = 200,
+    what: Annotated[
+        str, typer.Argument(help="checkout (against pgbench) | redis (against redis-benchmark).")
+    ] = "checkout",
+    n: Annotated[
+        int | None, typer.Option("-n", help="Clients / actors (checkout 200, redis 5000).")
+    ] = None,
     rounds: Annotated[int, typer.Option(help="Alternating lab/pgbench rounds (medians).")] = 3,
+    scale: Annotated[
+        bool, typer.Option("--scale", help="checkout at n = 50, 100, 200, 400, 1000: the curve.")
+    ] = False,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
     pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
     no_record: NoRecord = False,
 ) -> None:
-    """Fixed checkout through the lab vs the same workload through pgbench: the ratio of wall times."""
+    """The lab against a reference tool on the same server: pgbench (checkout) or
+    redis-benchmark (redis); both sides, the ratio, and a record."""
 
     def body() -> None:
-        from lab.bench import TARGET_RATIO, run_bench
         from lab.results import git_commit, new_run_id, write_json
 
-        if n < 1 or rounds < 1:
+        if what not in ("checkout", "redis"):
+            raise LabError(f"bench {what!r}: expected checkout or redis")
+        if (n is not None and n < 1) or rounds < 1:
             raise LabError("bench: -n and --rounds must be at least 1")
+        if scale and (what != "checkout" or n is not None):
+            raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
         run_id = new_run_id()
-        with open_servers(pg_dsn, None, need_redis=False) as srv:
-            report.servers(err(), srv.infos(), srv.notes)
-            with err().status(f"bench: {rounds} rounds of {n} clients ..."):
-                res = asyncio.run(run_bench(srv, n, rounds, run_id.replace("-", "")[-8:]))
-            infos = {i.product: i.to_json() for i in srv.infos()}
+        short = run_id.replace("-", "")[-8:]
+        if what == "redis":
+            data = _bench_redis(short, n or 5000, procs, redis_client, redis_url)
+            name = "redis.json"
+        elif scale:
+            data = _bench_scale(short, rounds, pg_dsn)
+            name = "scale.json"
+        else:
+            data = _bench_checkout(short, n or 200, rounds, pg_dsn)
+            name = "result.json"
         if not no_record:  # beside run records, in a subfolder: not a scenario run
-            path = results_root() / run_id / "bench" / "result.json"
-            write_json(path, {**res.to_json(), "servers": infos, "git_commit": git_commit()})
+            path = results_root() / run_id / "bench" / name
+            write_json(path, {**data, "git_commit": git_commit()})
             err().print(f"[dim]record: {path}[/dim]")
         if as_json:
-            sys.stdout.write(json.dumps(res.to_json()) + "\n")
+            sys.stdout.write(json.dumps(data, default=str) + "\n")
             return
-        console = out()
-        console.print(f"lab      {', '.join(f'{x:.0f}' for x in res.lab_ms)} ms", markup=False)
-        console.print(
-            f"pgbench  {', '.join(f'{x:.0f}' for x in res.pgbench_ms)} ms  ({res.pgbench})",
-            markup=False,
-        )
-        verdict = "within" if res.ratio <= TARGET_RATIO else "ABOVE"
-        console.print(
-            f"ratio lab/pgbench (medians) = {res.ratio:.2f}  ({verdict} the {TARGET_RATIO}x target)"
-        )
+        from lab import bench_report
+
+        bench_report.print_bench(out(), what, scale, data)
 
     guarded(body)
+
+
+def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.bench import run_bench
+
+    with open_servers(pg_dsn, None, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench: {rounds} rounds of {n} clients ..."):
+            res = asyncio.run(run_bench(srv, n, rounds, run_id))
+        return {**res.to_json(), "servers": {i.product: i.to_json() for i in srv.infos()}}
+
+
+def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.bench import SCALE_NS, run_scale
+    from lab.servers.embedded import find_pgbouncer
+
+    try:
+        find_pgbouncer()
+        bouncer = pg_dsn is None and not os.environ.get("LOCKLAB_PG_DSN")
+    except LabError:
+        bouncer = bool(os.environ.get("LOCKLAB_PGBOUNCER_DSN"))
+    with open_servers(pg_dsn, None, need_redis=False, need_pgbouncer=bouncer) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench --scale: n = {', '.join(map(str, SCALE_NS))}, {rounds} rounds"):
+            points, version = asyncio.run(run_scale(srv, SCALE_NS, rounds, run_id))
+        return {
+            "rounds": rounds,
+            "points": [p.to_json() for p in points],
+            "pgbench": version,
+            "servers": {i.product: i.to_json() for i in srv.infos()},
+        }
+
+
+def _bench_redis(
+    run_id: str, n: int, procs: str | None, redis_client: str | None, redis_url: str | None
+) -> dict[str, Any]:
+    from lab.bench import run_redis_bench
+
+    k = parse_procs(procs) if procs is not None else 0
+    mode = parse_redis_client(redis_client or "pipelined")
+    with open_servers(None, redis_url, need_pg=False, need_redis=True) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench redis: {n} waiters, then redis-benchmark ..."):
+            data = asyncio.run(run_redis_bench(srv, run_id, n=n, procs=k, redis_client=mode))
+        return {**data, "servers": {i.product: i.to_json() for i in srv.infos()}}
 
 
 # --- compare, verify, results, diff, report (issue 4) ------------------------------------
@@ -645,6 +732,8 @@ def compare(
     no_record: NoRecord = False,
     pg_version: PgVersion = None,
     redis_version: RedisVersion = None,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
 ) -> None:
     """Run every variant with the same knobs: one table, beside the published numbers."""
 
@@ -653,7 +742,8 @@ def compare(
         plan = plan_for(
             sc, list(sc.variants), "quick" if quick else "published", case, param, not no_record,
             n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt,
+            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt, procs=procs,
+            redis_client=redis_client,
         )  # fmt: skip
         knobs, variants = plan.knobs, list(plan.variants)
         log = err()

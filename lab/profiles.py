@@ -30,9 +30,12 @@ KNOB_FIELDS = (
     "actor_timeout_s",
     "run_timeout_s",
     "rtt",
+    "procs",
+    "redis_client",
 )
-# Knobs that change what a run measures; the seed and the hard timeouts do not make a
-# run's settings another profile's.
+# Knobs that change what a run measures; the seed, the hard timeouts and how the lab
+# produces the load (--procs, --redis-client) do not make a run's settings another
+# profile's (a claim about a rate says when the lab could not produce it).
 MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms", "rtt")
 
 
@@ -76,6 +79,8 @@ def profile_settings(
         "seed": seed,
         "actor_timeout_s": d.actor_timeout_s,
         "run_timeout_s": d.run_timeout_s,
+        "procs": 0,
+        "redis_client": "pooled",
     }
     params = dict(scenario.params)
     if profile == "quick":

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import hashlib
+import os
 import platform
 import re
 import time
@@ -30,6 +32,7 @@ from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Scenario, Script
 from lab.servers import Servers
 from lab.servers.base import with_database
+from lab.shard import resolve_procs
 from lab.workload import (
     Knobs,
     connections_needed,
@@ -40,8 +43,13 @@ from lab.workload import (
 )
 
 ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
+# run_plan makes the next variant's database on a connection of its own while a variant
+# runs, when the run leaves this many of the server's connections free besides its own
+PREPARE_HEADROOM = 20
 STATS_SETTLE_S = 3.0
 MAX_TRACE = 5000
+REDIS_OBSERVERS = 16  # Redis connections beyond the actors': setup, observers, probes
+PIPELINED_CONNECTIONS = 1  # per process, as node-redis
 
 
 @dataclass
@@ -62,18 +70,87 @@ async def run_plan(
     if plan.scenario.validate is not None:
         plan.scenario.validate(plan.knobs.n, plan.params)
     records: dict[str, dict[str, Any]] = {}
-    for variant in plan.variants:
-        rec = await run_variant(plan, variant, servers)
-        records[variant] = rec
-        _attach_claims(plan, records)
-        if plan.write:
-            write_record(rec)
-        if on_record is not None:
-            on_record(rec)
+    ahead: dict[str, asyncio.Task[str]] = {}  # the next variant's database, made meanwhile
+    try:
+        for i, variant in enumerate(plan.variants):
+            following = plan.variants[i + 1] if i + 1 < len(plan.variants) else None
+            if following is not None and _made_ahead(plan, servers):
+                name = database_name(plan.run_id, plan.scenario.id, following)
+                ahead[following] = asyncio.create_task(
+                    _create_database(servers, name, plan.knobs.deadlock_timeout_ms), name=name
+                )
+            await _plan_variant(
+                plan, variant, servers, records, on_record, ahead.pop(variant, None)
+            )
+    finally:
+        for task in ahead.values():  # made for a variant that did not run: dropped
+            await _drop_made(servers, task)
     if plan.write:  # claims that compare variants are known only now
         for rec in records.values():
             write_record(rec)
     return list(records.values())
+
+
+def _made_ahead(plan: RunPlan, servers: Servers) -> bool:
+    """Whether the next variant's database can be made during this one: PostgreSQL is
+    used and the run leaves room for one more connection."""
+    sc, knobs = plan.scenario, plan.knobs
+    if "pg" not in sc.uses or servers.pg is None:
+        return False
+    if sc.kind == "actors":
+        need = server_connections_needed(knobs.connect, knobs.n)
+    else:
+        need = sc.script_connections(knobs.n) if sc.script_connections is not None else 0
+    return need + ADMIN_CONNECTIONS + PREPARE_HEADROOM <= servers.pg.max_connections
+
+
+async def _create_database(servers: Servers, database: str, deadlock_timeout_ms: int) -> str:
+    """CREATE DATABASE (~50-300 ms here) on a connection of its own, so that the next
+    variant's database is made while this one runs; its name when done."""
+    admin = await admin_connect(servers)
+    try:
+        await admin.execute(f'CREATE DATABASE "{database}"')
+        await admin.execute(
+            f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(deadlock_timeout_ms)}ms'"
+        )
+    finally:
+        await admin.close()
+    return database
+
+
+async def _drop_made(servers: Servers, task: asyncio.Task[str]) -> None:
+    """Drop a database made ahead (or being made: once its CREATE has ended either way)."""
+    database = task.get_name()
+    with contextlib.suppress(BaseException):
+        await task
+    with contextlib.suppress(Exception):
+        admin = await admin_connect(servers)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        finally:
+            await admin.close()
+
+
+async def _plan_variant(
+    plan: RunPlan,
+    variant: str,
+    servers: Servers,
+    records: dict[str, dict[str, Any]],
+    on_record: Callable[[dict[str, Any]], None] | None,
+    made: asyncio.Task[str] | None,
+) -> None:
+    try:
+        rec = await run_variant(plan, variant, servers, made)
+    except BaseException:
+        if made is not None:
+            await _drop_made(servers, made)
+        raise
+    records[variant] = rec
+    _attach_claims(plan, records)
+    if plan.write:
+        write_record(rec)
+    if on_record is not None:
+        on_record(rec)
 
 
 def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
@@ -81,6 +158,11 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
     claims, not_judged = claims_for_run(plan.scenario, plan.knobs, plan.params, plan.case)
     verdicts = judge_all(tuple(claims), records)
     judged = {(v["id"], v["text"]) for v in verdicts}
+    for v in [v for v in verdicts if v.get("not_judged")]:  # the check said why not
+        verdicts.remove(v)
+        not_judged.append(
+            {"id": v["id"], "text": v["text"], "variants": v["variants"], "why": v["measured"]}
+        )
     for c in claims:
         if (c.id, c.text) in judged:
             continue
@@ -101,8 +183,12 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
 
 
 def database_name(run_id: str, scenario: str, variant: str) -> str:
-    raw = f"locklab_{run_id}_{scenario}_{variant}".lower()
-    return re.sub(r"[^a-z0-9_]", "_", raw)[:63]
+    """A database name of at most 63 characters, distinct per variant even when cut
+    (two variants' databases exist at once while the next one is made ahead)."""
+    raw = re.sub(r"[^a-z0-9_]", "_", f"locklab_{run_id}_{scenario}_{variant}".lower())
+    if len(raw) <= 63:
+        return raw
+    return f"{raw[:54]}_{hashlib.sha1(raw.encode()).hexdigest()[:8]}"
 
 
 async def admin_connect(servers: Servers) -> asyncpg.Connection:
@@ -120,30 +206,55 @@ async def admin_connect(servers: Servers) -> asyncpg.Connection:
 async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
     """Fill in the server's version and return how many more connections it accepts."""
     assert servers.pg is not None
-    version = await conn.fetchval("SHOW server_version")
-    servers.pg.info.version = str(version).split()[0]
-    max_conn = int(await conn.fetchval("SHOW max_connections"))
-    reserved = int(await conn.fetchval("SHOW superuser_reserved_connections"))
-    in_use = int(
-        await conn.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'"
-        )
+    row = await conn.fetchrow(  # one round trip: this runs before every variant
+        "SELECT current_setting('server_version') AS version,"
+        " current_setting('max_connections')::int AS max_conn,"
+        " current_setting('superuser_reserved_connections')::int AS reserved,"
+        " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int"
+        " AS in_use"
     )
+    assert row is not None
+    servers.pg.info.version = str(row["version"]).split()[0]
+    max_conn, reserved, in_use = int(row["max_conn"]), int(row["reserved"]), int(row["in_use"])
     servers.pg.max_connections = max_conn
     return max_conn - reserved - in_use
 
 
-async def redis_client(servers: Servers, size: int) -> Any:
+def _pooled(url: str, size: int) -> Any:
     """A client whose pool waits for a free connection instead of raising past 100."""
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    assert servers.redis is not None
     pool = aioredis.BlockingConnectionPool.from_url(
-        servers.redis.url, max_connections=size, timeout=60, retry=Retry(NoBackoff(), 0)
+        url,
+        max_connections=size,
+        timeout=60,
+        retry=Retry(NoBackoff(), 0),
     )
-    client = aioredis.Redis(connection_pool=pool)
+    return aioredis.Redis(connection_pool=pool)
+
+
+async def open_redis(url: str, mode: str, actors: int) -> tuple[Any, Any]:
+    """(the pooled client, the actors' auto-pipelining client or None) for `actors`:
+    pooled, one connection per actor plus observers; pipelined, one connection for the
+    actors (what node-redis uses) and a small pool for setup and observers."""
+    from lab.autopipe import AutoPipeline
+
+    if mode != "pipelined":
+        return _pooled(url, actors + REDIS_OBSERVERS), None
+    client = _pooled(url, REDIS_OBSERVERS)
+    try:
+        return client, await AutoPipeline.connect(url, PIPELINED_CONNECTIONS)
+    except BaseException:
+        await client.aclose()
+        raise
+
+
+async def redis_client(servers: Servers, size: int) -> Any:
+    """A client whose pool waits for a free connection instead of raising past 100."""
+    assert servers.redis is not None
+    client = _pooled(servers.redis.url, size)
     try:
         info = await asyncio.wait_for(client.info("server"), 10)
     except Exception as exc:
@@ -155,11 +266,14 @@ async def redis_client(servers: Servers, size: int) -> Any:
     return client
 
 
-async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
+async def run_variant(
+    plan: RunPlan, variant: str, servers: Servers, made: asyncio.Task[str] | None = None
+) -> dict[str, Any]:
     """One variant's record. Anything a scenario raises that is neither bad input (LabError)
-    nor a declared failure becomes a ScenarioFailure naming scenario and variant."""
+    nor a declared failure becomes a ScenarioFailure naming scenario and variant.
+    `made`: its database, being created already (run_plan makes the next one meanwhile)."""
     try:
-        return await _run_variant(plan, variant, servers)
+        return await _run_variant(plan, variant, servers, made)
     except (LabError, ScenarioFailure):
         raise
     except Exception as exc:
@@ -168,7 +282,9 @@ async def run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str
         ) from exc
 
 
-async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[str, Any]:
+async def _run_variant(
+    plan: RunPlan, variant: str, servers: Servers, made: asyncio.Task[str] | None = None
+) -> dict[str, Any]:
     scenario, knobs = plan.scenario, plan.knobs
     if variant not in scenario.variants:
         raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")
@@ -183,6 +299,8 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
     created = False
     prefix = f"locklab:{plan.run_id}:{variant}:"
     env: Env | None = None
+    commands: Any = None
+    load: dict[str, Any] = {}
     try:
         if uses_pg:
             admin = await admin_connect(servers)
@@ -201,19 +319,33 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
                     f"(max_connections={servers.pg.max_connections if servers.pg else '?'}); "
                     f"use {fix}a smaller -n"
                 )
-            await admin.execute(f'CREATE DATABASE "{database}"')
-            created = True
-            await admin.execute(
-                f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
-            )
+            if made is not None:
+                created = True  # dropped below whatever happens
+                await made
+            else:
+                await admin.execute(f'CREATE DATABASE "{database}"')
+                created = True
+                await admin.execute(
+                    f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
+                )
             assert servers.pg is not None
             dsn = servers.pg.dsn
             pool = await asyncpg.create_pool(
                 dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1
             )
+        procs = resolve_procs(scenario, knobs)
         if uses_redis:
-            # One Redis connection per actor (or the --connect pool size), plus observers.
-            rclient = await redis_client(servers, connections_needed(knobs.connect, knobs.n) + 16)
+            # One Redis connection per actor (or the --connect pool size), plus observers;
+            # pipelined, or with the actors in worker processes, the observers' only.
+            actors_here = 0 if procs > 1 else connections_needed(knobs.connect, knobs.n)
+            rclient = await redis_client(
+                servers, (actors_here if knobs.redis_client == "pooled" else 0) + REDIS_OBSERVERS
+            )
+            if knobs.redis_client == "pipelined" and procs == 1:
+                from lab.autopipe import AutoPipeline
+
+                assert servers.redis is not None
+                commands = await AutoPipeline.connect(servers.redis.url, PIPELINED_CONNECTIONS)
         env = Env(
             scenario=scenario.id,
             variant=variant,
@@ -228,8 +360,11 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             redis_url=servers.redis.url if (uses_redis and servers.redis) else "",
             pgbouncer={m: with_database(d, database) for m, d in servers.pgbouncer.items()},
         )
+        env.commands = commands
         if scenario.setup is not None:
             await scenario.setup(env)
+        if scenario.worker_setup is not None and procs == 1:
+            await scenario.worker_setup(env)
         log_offset = servers.pg.log_size() if (uses_pg and servers.pg) else 0
         stat_before = await pg_deadlocks(admin, database) if admin else 0
         redis_before = await rclient.info("commandstats") if rclient else {}
@@ -237,7 +372,16 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
         latencies: dict[str, list[float]] = {}
         if scenario.kind == "actors":
             actor: Actor = scenario.variants[variant]
-            res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
+            cpu0 = time.process_time()
+            if procs > 1:
+                from lab.shard import run_sharded
+
+                res, load = await run_sharded(env, scenario, variant, knobs, procs, uses_pg=uses_pg)
+            else:
+                res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
+                if scenario.worker_done is not None:
+                    await scenario.worker_done(env)
+            load = _load_facts(knobs, procs, time.process_time() - cpu0, load)
             outcomes, wall_ms, latencies = res.outcomes, res.wall_ms, res.latencies_ms
             env.outcomes = outcomes
         else:
@@ -299,8 +443,12 @@ async def _run_variant(plan: RunPlan, variant: str, servers: Servers) -> dict[st
             "trace": env.events[:MAX_TRACE],
             "published": scenario.published.get(variant, ""),
             "claims": [],
+            **({"load": load} if load else {}),
         }
     finally:
+        if commands is not None:
+            with contextlib.suppress(Exception):
+                await commands.aclose()
         for conn in env.connections if env is not None else []:
             if not conn.is_closed():
                 conn.terminate()
@@ -337,6 +485,32 @@ async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expe
         if delta >= expected or time.monotonic() > deadline:
             return delta
         await asyncio.sleep(0.05)
+
+
+def _load_facts(knobs: Knobs, procs: int, cpu_s: float, sharded: dict[str, Any]) -> dict[str, Any]:
+    """How the actors were run: processes, Redis client, event loop, CPU and peak memory."""
+    import asyncio as _asyncio
+
+    from lab.procstat import peak_rss_mb
+
+    me = os.getpid()
+    workers = sharded.get("workers") or [
+        {
+            "pid": me,
+            "actors": knobs.n,
+            "cpu_s": round(cpu_s, 3),
+            "peak_rss_mb": round(peak_rss_mb(me), 1),
+            "loop": type(_asyncio.get_running_loop()).__module__.split(".")[0],
+        }
+    ]
+    lab_rss = peak_rss_mb(me) + (sum(w["peak_rss_mb"] for w in workers) if procs > 1 else 0)
+    return {
+        "procs": procs,
+        "procs_asked": knobs.procs or "auto",
+        "redis_client": knobs.redis_client,
+        "workers": workers,
+        "lab_peak_rss_mb": round(lab_rss, 1),
+    }
 
 
 def _summary(values: list[float]) -> dict[str, float]:

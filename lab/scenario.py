@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import random
 import time
 from collections import Counter
@@ -98,6 +99,14 @@ class Scenario:
     # Session code with declared steps and schedules (lab/steps.py): `variants` are then
     # its load actors, and `locklab trace` / `explore` run it pinned.
     pinned: Pinned | None = None
+    # Sharded runs (--procs, lab.shard): `setup` runs once in the lab's own process;
+    # `worker_setup` in every process that runs actors (per-process state, connections),
+    # `worker_done` there after its actors ended (settle tasks, leave evidence).
+    worker_setup: Setup | None = None
+    worker_done: Setup | None = None
+    # With --procs auto (the default): one worker process per this many actors, at most
+    # one per core; 0 keeps every run in one process.
+    actors_per_process: int = 0
 
     @property
     def title(self) -> str:
@@ -163,6 +172,15 @@ class Env:
         # scenario left open (an error between two connects, say) when the run ends
         self.connections: list[asyncpg.Connection] = []
         self.t0 = time.perf_counter()
+        # The processes whose CPU is the lab's (the worker processes of a sharded run).
+        self.lab_pids: list[int] = [os.getpid()]
+        self.commands: Any = None  # --redis-client pipelined: a lab.autopipe.AutoPipeline
+
+    @property
+    def cmd(self) -> Any:
+        """The actors' Redis: the auto-pipelining client when the run asks for it, else
+        `redis` (both take get/set/delete/eval/evalsha/pttl with redis-py's arguments)."""
+        return self.commands if self.commands is not None else self.redis
 
     @property
     def db(self) -> asyncpg.Pool:

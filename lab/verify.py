@@ -210,6 +210,8 @@ def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str,
         elif exercised < c.trials:
             why = f"asks for {c.trials} trials, {exercised} recorded; {verdict['measured']}"
             verdict = {**verdict, "held": False, "status": "not judged", "measured": why}
+        elif verdict.get("not_judged"):  # the check said the run could not judge it
+            verdict = {**verdict, "held": False, "status": "not judged"}
         else:
             verdict["status"] = "held" if verdict["held"] else "not held"
         verdict["judged"] = verdict["status"] in ("held", "not held")

@@ -14,7 +14,7 @@ import statistics
 import time
 import urllib.parse
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
@@ -44,6 +44,8 @@ class Knobs:
     actor_timeout_s: float
     run_timeout_s: float
     rtt: str = ""  # --rtt: extra round-trip time the actors' connections pay ("" = none)
+    procs: int = 0  # worker processes the actors are sharded over; 0 = the scenario's choice
+    redis_client: str = "pooled"  # pooled (redis-py) | pipelined (lab.autopipe, node-redis's way)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +89,15 @@ def parse_connect(spec: str) -> tuple[str, int]:
     return m[1], int(m[2])
 
 
+REDIS_CLIENTS = ("pooled", "pipelined")
+
+
+def parse_redis_client(spec: str) -> str:
+    if spec not in REDIS_CLIENTS:
+        raise LabError(f"--redis-client {spec!r}: expected {' or '.join(REDIS_CLIENTS)}")
+    return spec
+
+
 def start_offsets(arrival: str, n: int, seed: int) -> list[float]:
     """Seconds after the clock starts at which each actor begins."""
     kind, value, jitter = parse_arrival(arrival)
@@ -122,8 +133,20 @@ class ActorsResult:
     latencies_ms: dict[str, list[float]]  # per outcome key
 
 
-async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> ActorsResult:
+async def run_actors(
+    env: Env,
+    actor: Actor,
+    knobs: Knobs,
+    *,
+    uses_pg: bool,
+    indices: Sequence[int] | None = None,
+    released: Callable[[], Awaitable[float]] | None = None,
+) -> ActorsResult:
     """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails.
+
+    A worker process of a sharded run (lab.shard) runs only the actors in `indices`, at
+    their offsets in the whole run's arrival, and starts its clock at the instant
+    (time.monotonic()) `released` returns once every worker is ready.
 
     With `--rtt`, the actors' connections go through a delay proxy process started here
     and stopped here (also on Ctrl-C); setup, invariants and evidence bypass it."""
@@ -134,7 +157,16 @@ async def run_actors(env: Env, actor: Actor, knobs: Knobs, *, uses_pg: bool) -> 
         if uses_pg and rtt.get("pg") and env.dsn:
             proxy = start_proxy(env.dsn, rtt["pg"])
             actor_dsn = via_port(env.dsn, proxy.port)
-        return await _run_actors(env, actor, knobs, uses_pg=uses_pg, dsn=actor_dsn, proxy=proxy)
+        return await _run_actors(
+            env,
+            actor,
+            knobs,
+            uses_pg=uses_pg,
+            dsn=actor_dsn,
+            proxy=proxy,
+            indices=indices,
+            released=released,
+        )
     finally:
         if proxy is not None:
             proxy.stop()
@@ -193,6 +225,8 @@ async def _run_actors(
     uses_pg: bool,
     dsn: str,
     proxy: Proxy | None,
+    indices: Sequence[int] | None = None,
+    released: Callable[[], Awaitable[float]] | None = None,
 ) -> ActorsResult:
     kind, size = parse_connect(knobs.connect)
     if proxy is not None and kind in PGBOUNCER_MODES:
@@ -200,12 +234,14 @@ async def _run_actors(
             f"--rtt with --connect {knobs.connect}: not supported (rtt goes to PostgreSQL)"
         )
     offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
-    conns: list[asyncpg.Connection] = []
+    mine = list(range(knobs.n)) if indices is None else list(indices)
+    conns: dict[int, asyncpg.Connection] = {}
     pool: asyncpg.Pool | None = None
     fifo: FifoPool | None = None
     try:
         if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
-            conns = await _open_connections(env, knobs.n, PGBOUNCER_MODES.get(kind), dsn)
+            opened = await _open_connections(env, len(mine), PGBOUNCER_MODES.get(kind), dsn)
+            conns = dict(zip(mine, opened, strict=True))
         elif uses_pg and kind == "tx-pool":
             opened = await _open_connections(env, size, None, dsn)
 
@@ -221,14 +257,14 @@ async def _run_actors(
             elif pool is not None:
                 probe = await pool.acquire()  # type: ignore[assignment]
             else:
-                probe = conns[0]
+                probe = next(iter(conns.values()))
             try:
                 env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, proxy)
             finally:
                 if pool is not None:
                     await pool.release(probe)  # type: ignore[arg-type]
     except BaseException:
-        await _close(conns, pool)
+        await _close(list(conns.values()), pool)
         if fifo is not None:
             await fifo.close()
         raise
@@ -249,7 +285,7 @@ async def _run_actors(
                 txconn: Any = TxPoolConnection(fifo, str(i))
                 word = await hard_limit(actor(env, txconn, i), knobs.actor_timeout_s)
             else:
-                conn = conns[i] if conns else None
+                conn = conns.get(i)
                 word = await hard_limit(actor(env, conn, i), knobs.actor_timeout_s)
         except asyncio.CancelledError:
             raise
@@ -264,9 +300,12 @@ async def _run_actors(
 
     tasks: list[asyncio.Task[None]] = []
     try:
-        t0 = loop.time()
-        env.t0 = time.perf_counter()
-        tasks = [asyncio.create_task(one(i)) for i in range(knobs.n)]
+        ahead = 0.0
+        if released is not None:  # a shared instant: every worker's clock starts there
+            ahead = max(0.0, await released() - time.monotonic())
+        t0 = loop.time() + ahead
+        env.t0 = time.perf_counter() + ahead
+        tasks = [asyncio.create_task(one(i)) for i in mine]
         _, pending = await asyncio.wait(
             tasks, timeout=knobs.run_timeout_s, return_when=asyncio.FIRST_EXCEPTION
         )
@@ -281,7 +320,7 @@ async def _run_actors(
     finally:
         # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
         await _cancel(tasks)
-        await _close(conns, pool)
+        await _close(list(conns.values()), pool)
         if fifo is not None:
             env.extra_evidence["tx_pool"] = {"size": size, **fifo.stats()}
             await fifo.close()

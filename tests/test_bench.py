@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.bench import pgbench_script, run_bench
+import pytest
+
+from lab.bench import pgbench_script, run_bench, run_redis_bench, run_scale
+from lab.bench_report import scale_curve
+from lab.redisbench import find_redis_benchmark
 from lab.servers import Servers
 
 
@@ -49,3 +53,39 @@ def test_bench_command_keeps_a_record(servers: Servers, tmp_path: Path) -> None:
     data = json.loads(saved.read_text())
     assert data["ratio"] == json.loads(proc.stdout)["ratio"]
     assert data["servers"]["postgresql"]["version"] and "git_commit" in data
+
+
+async def test_scale_runs_each_n_on_both_sides(servers: Servers) -> None:
+    """The scale curve at one small n: both sides measured, direct (it fits the server)."""
+    points, version = await run_scale(servers, (5,), 1, "scaletest")
+    (p,) = points
+    assert p.via == "direct" and len(p.lab_ms) == len(p.pgbench_ms) == 1 and version
+    assert p.to_json()["ratio"] == round(p.lab_ms[0] / p.pgbench_ms[0], 3)
+
+
+def test_scale_curve_marks_each_n_against_its_target() -> None:
+    """n=200 is held to 1.05, every other n to 1.10; the line says ok or ABOVE."""
+    pts = [
+        {"n": 200, "via": "direct", "lab_median_ms": 1070.0, "pgbench_median_ms": 1000.0,
+         "ratio": 1.07, "target_ratio": 1.05},
+        {"n": 1000, "via": "pgbouncer-transaction", "lab_median_ms": 1070.0,
+         "pgbench_median_ms": 1000.0, "ratio": 1.07, "target_ratio": 1.10},
+    ]  # fmt: skip
+    first, second = scale_curve(pts)
+    assert first.startswith("n=  200") and first.endswith("<= 1.05 ABOVE")
+    assert "pgbouncer-transaction" in second and second.endswith("<= 1.10 ok")
+
+
+@pytest.mark.skipif(
+    find_redis_benchmark() is None, reason="redis-benchmark (Debian's redis-tools) is not installed"
+)
+async def test_bench_redis_reports_both_sides(servers: Servers) -> None:
+    """A small `bench redis`: the stampede over 2 processes and redis-benchmark on the same
+    Redis, each with the GET/s Redis counted and its CPU; the ratio is theirs."""
+    d = await run_redis_bench(servers, "benchredis", n=100, procs=2, redis_client="pipelined")
+    lab, ref = d["lab"], d["redis_benchmark"]
+    assert lab["outcomes"] == {"ok": 100} and d["load"]["procs"] == 2
+    assert lab["get_per_s"] > 0 and ref["get_per_s"] > 0 and ref["clients"] == 100
+    assert d["ratio"] == round(lab["get_per_s"] / ref["get_per_s"], 3)
+    assert d["demand_get_per_s"] == 99 * 1000 / 50
+    assert lab["peak_rss_mb"] > 0 and "redis_cpu_per_s" in ref
