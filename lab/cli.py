@@ -1189,6 +1189,27 @@ def locks(
     guarded(body)  # Ctrl-C is how --watch ends: lab/locks.py watch() returns quietly
 
 
+@app.command("new")
+def new_cmd(
+    name: Annotated[str, typer.Argument(help="The scenario's name, e.g. my-checkout.")],
+    folder: Annotated[
+        str, typer.Option("--dir", help="Folder to write NAME.py into (default: here).")
+    ] = ".",
+) -> None:
+    """Write a scenario skeleton (buggy/fixed pair, a schedule, a claim) to ./NAME.py."""
+
+    def body() -> None:
+        from pathlib import Path
+
+        from lab.new import write_skeleton
+
+        path = write_skeleton(name, Path(folder))
+        shown = f"./{path.name}" if folder == "." else str(path)
+        out().print(f"wrote {shown}; next: locklab trace {shown}", markup=False)
+
+    guarded(body)
+
+
 def main() -> None:
     app()
 

@@ -9,6 +9,9 @@ function the ``locklab`` command uses (DSN -> kept -> Docker -> embedded)::
 
     def test_checkout(locklab_pg_dsn, locklab_redis_url, locklab_redis_prefix): ...
 
+``locklab_interleavings`` runs the test's own session coroutines under a schedule or
+every interleaving and asserts an invariant (lab/testing.py).
+
 Override ``locklab_server_needs`` in a conftest.py to ask for less (no Redis) or more
 (PgBouncer). Without reachable servers every fixture fails with one line, no traceback.
 """
@@ -21,7 +24,7 @@ import secrets
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import asyncpg
 import pytest
@@ -29,6 +32,9 @@ import pytest
 from lab.errors import LabError
 from lab.servers import Servers
 from lab.servers.base import redact, with_database
+
+if TYPE_CHECKING:
+    from lab.testing import LocklabInterleavings
 
 T = TypeVar("T")
 
@@ -200,6 +206,17 @@ else:
             yield conn
         finally:
             await conn.close()
+
+
+@pytest.fixture
+def locklab_interleavings(locklab_pg_dsn: str) -> LocklabInterleavings:
+    """Run session coroutines under a schedule (``await .run(setup, sessions, schedule,
+    invariant)``) or every interleaving of their steps (``await .every(setup, sessions,
+    steps, invariant)``, then ``.assert_kept()``) on this test's fresh database
+    (lab/testing.py)."""
+    from lab.testing import LocklabInterleavings
+
+    return LocklabInterleavings(locklab_pg_dsn)
 
 
 @pytest.fixture

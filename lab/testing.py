@@ -1,0 +1,252 @@
+"""Pinned runs of a user's own coroutines, for their own pytest suite.
+
+The same machinery as ``locklab trace`` and ``locklab explore`` (``lab.sequencer``), without
+a scenario file: give a DSN (the plugin's ``locklab_pg_dsn``), a setup, one coroutine per
+session written on ``lab.steps.Session`` step points, and either a schedule or the steps
+each session takes::
+
+    async def buyer(s: Session) -> str:
+        async with s.transaction():
+            qty = await s.fetchval("read", "SELECT qty FROM stock WHERE sku = 'A-1'")
+            if qty < 1:
+                return "out_of_stock"
+            await s.execute("take", "UPDATE stock SET qty = qty - 1 WHERE sku = 'A-1'")
+        return "ok"
+
+    async def stock_never_negative(db: asyncpg.Pool, outcomes: Mapping[str, str]) -> None:
+        assert await db.fetchval("SELECT qty FROM stock") >= 0
+
+    runs = await every_interleaving(dsn, setup, {"s1": buyer, "s2": buyer},
+                                    steps={"s1": STEPS, "s2": STEPS},
+                                    invariant=stock_never_negative)
+    runs.assert_kept()  # fails naming the first interleaving that broke it, with its transcript
+
+Before every run the database's ``public`` schema is dropped and `setup` runs again; each
+session gets a fresh connection, whose backend is ended after the run. The invariant is an
+``async (db, outcomes) -> bool | None``: False or a failed ``assert`` in it breaks it.
+An interleaving that asks a blocked session for its next step is invalid (skipped and
+counted), as in ``locklab explore``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from lab.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
+from lab.sequencer import prefixed as _prefixed
+from lab.steps import Session
+
+SessionCode = Callable[[Session], Awaitable[str]]
+Setup = Callable[[asyncpg.Pool], Awaitable[None]]
+Invariant = Callable[[asyncpg.Pool, Mapping[str, str]], Awaitable[bool | None]]
+
+
+@dataclass
+class ScheduleResult:
+    """One run: each session's outcome (its returned word, or the SQLSTATE it raised)."""
+
+    schedule: tuple[str, ...]
+    outcomes: dict[str, str] = field(default_factory=dict)
+    transcript: str = ""
+    kept: bool = True  # the invariant held (True when none was given)
+    broken: str = ""  # how the invariant broke ("" when it held)
+    invalid: str = ""  # why the interleaving was invalid ("" when it ran)
+    invalid_at: int = -1  # the schedule item that made it invalid
+
+    def describe(self) -> str:
+        return ", ".join(self.schedule)
+
+
+@dataclass
+class Interleavings:
+    """Every interleaving's result, in the order they ran (invalid ones included)."""
+
+    steps: dict[str, tuple[str, ...]]
+    results: list[ScheduleResult] = field(default_factory=list)
+    pruned: int = 0  # interleavings skipped because they start like an invalid one
+
+    def __iter__(self) -> Iterator[ScheduleResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    @property
+    def ran(self) -> list[ScheduleResult]:
+        return [r for r in self.results if not r.invalid]
+
+    @property
+    def broken(self) -> list[ScheduleResult]:
+        return [r for r in self.ran if not r.kept]
+
+    @property
+    def invalid(self) -> int:
+        return self.pruned + sum(1 for r in self.results if r.invalid)
+
+    def summary(self) -> str:
+        total = count_interleavings(self.steps)
+        return (
+            f"kept {len(self.ran) - len(self.broken)}/{len(self.ran)}, broke "
+            f"{len(self.broken)} (invalid {self.invalid} of {total})"
+        )
+
+    def assert_kept(self) -> None:
+        """Fail, naming the first interleaving that broke the invariant, with its transcript."""
+        __tracebackhide__ = True  # pytest shows the user's line, not this one
+        if not self.ran:
+            raise AssertionError(f"no interleaving ran: {self.summary()}")
+        if not self.broken:
+            return
+        first = self.broken[0]
+        raise AssertionError(
+            f"the invariant broke in {len(self.broken)} of {len(self.ran)} interleavings "
+            f"({self.summary()}); first: {first.describe()}: {first.broken}\n{first.transcript}"
+        )
+
+
+class _Runner:
+    """One database, reset before every run; `db` observes the server for the sequencer."""
+
+    def __init__(self, dsn: str, pool: asyncpg.Pool, setup: Setup | None) -> None:
+        self.dsn, self.db, self.setup = dsn, pool, setup
+
+    async def run(
+        self,
+        sessions: Mapping[str, SessionCode],
+        schedule: Sequence[str],
+        invariant: Invariant | None,
+        header: str,
+    ) -> ScheduleResult:
+        await self.db.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+        if self.setup is not None:
+            await self.setup(self.db)
+        res = ScheduleResult(tuple(schedule))
+        conns: list[asyncpg.Connection] = []
+        try:
+            for name in sessions:
+                app = f"locklab/testing/{name}"[:63]
+                conns.append(
+                    await asyncpg.connect(self.dsn, server_settings={"application_name": app})
+                )
+            seq = Sequencer(
+                self.db,
+                {n: (c, code) for (n, code), c in zip(sessions.items(), conns, strict=True)},
+                label=header,
+                header=f"schedule {header}",
+            )
+            try:
+                res.outcomes = await seq.run(schedule)
+            except InvalidPermutation as exc:
+                res.invalid, res.invalid_at = exc.why, exc.at
+                res.transcript = seq.transcript.text()
+                return res
+            if invariant is not None:
+                res.kept, res.broken = await _judge(invariant, self.db, res.outcomes)
+                seq.transcript.add(
+                    "invariant", res.broken or "held", "BROKEN" if res.broken else "held"
+                )
+            res.transcript = seq.transcript.text()
+            return res
+        finally:
+            pids = [c.get_server_pid() for c in conns]
+            for c in conns:
+                c.terminate()
+            if pids:  # no lock of this run outlives it
+                await self.db.execute(
+                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                    " WHERE pid = ANY($1::int[])",
+                    pids,
+                )
+
+
+async def _judge(
+    invariant: Invariant, db: asyncpg.Pool, outcomes: Mapping[str, str]
+) -> tuple[bool, str]:
+    name = getattr(invariant, "__name__", "invariant")
+    try:
+        ok = await invariant(db, dict(outcomes))
+    except AssertionError as exc:
+        why = " ".join(str(exc).split()) or "assert failed"
+        return False, f"{name}: {why}"
+    if ok is False:
+        return False, f"{name} returned False"
+    return True, ""
+
+
+@asynccontextmanager
+async def _runner(dsn: str, setup: Setup | None) -> AsyncIterator[_Runner]:
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=3)
+    try:
+        yield _Runner(dsn, pool, setup)
+    finally:
+        with contextlib.suppress(Exception):
+            await pool.close()
+
+
+async def run_schedule(
+    dsn: str,
+    setup: Setup | None,
+    sessions: Mapping[str, SessionCode],
+    schedule: Sequence[str],
+    invariant: Invariant | None = None,
+) -> ScheduleResult:
+    """Run `sessions` (name -> coroutine function) granting their steps in `schedule`'s
+    order (``"s1 read"``, ``"s2 read"``, ...), then check `invariant`."""
+    async with _runner(dsn, setup) as runner:
+        return await runner.run(sessions, list(schedule), invariant, "given")
+
+
+async def every_interleaving(
+    dsn: str,
+    setup: Setup | None,
+    sessions: Mapping[str, SessionCode],
+    steps: Mapping[str, Sequence[str]],
+    invariant: Invariant | None = None,
+) -> Interleavings:
+    """Run `sessions` under every interleaving of their `steps` (name -> the steps that
+    session takes, in order); each run's result, invalid ones included."""
+    missing = set(sessions) ^ set(steps)
+    if missing:
+        raise ValueError(f"sessions and steps name different sessions: {sorted(missing)}")
+    out = Interleavings({n: tuple(s) for n, s in steps.items()})
+    dead: list[tuple[str, ...]] = []  # beginnings known to be invalid
+    async with _runner(dsn, setup) as runner:
+        for sched in interleavings(out.steps):
+            if _prefixed(sched, dead):
+                out.pruned += 1
+                continue
+            res = await runner.run(sessions, sched, invariant, ", ".join(sched))
+            if res.invalid:
+                dead.append(tuple(sched[: res.invalid_at + 1]))
+            out.results.append(res)
+    return out
+
+
+class LocklabInterleavings:
+    """The ``locklab_interleavings`` fixture: the helpers bound to this test's database."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+
+    async def run(
+        self,
+        setup: Setup | None,
+        sessions: Mapping[str, SessionCode],
+        schedule: Sequence[str],
+        invariant: Invariant | None = None,
+    ) -> ScheduleResult:
+        return await run_schedule(self.dsn, setup, sessions, schedule, invariant)
+
+    async def every(
+        self,
+        setup: Setup | None,
+        sessions: Mapping[str, SessionCode],
+        steps: Mapping[str, Sequence[str]],
+        invariant: Invariant | None = None,
+    ) -> Interleavings:
+        return await every_interleaving(self.dsn, setup, sessions, steps, invariant)
