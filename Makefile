@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv run-scenario compare verify test lint format bench servers-up servers-down clean
+.PHONY: help venv run-scenario compare verify test lint format bench servers-up servers-down soak clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -44,6 +44,10 @@ format: venv
 
 bench: venv
 	$(BIN)/locklab bench $(ARGS)
+
+# Kill / Ctrl-C / server-death trials, counted (minutes; not part of `make test`).
+soak: venv
+	$(BIN)/python tests/soak.py $(ARGS)
 
 servers-up: venv
 	$(BIN)/locklab servers up

@@ -52,6 +52,8 @@ def err() -> Console:
 
 def guarded(body: Callable[[], T]) -> T:
     """Bad input and failed scenarios end as one line and a non-zero exit, no traceback."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # see lab/__init__.py
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with _sigterm_as_interrupt():
             _sweep_orphans()

@@ -255,6 +255,7 @@ class EmbeddedRedis:
     extra_args: tuple[str, ...] = ()
     # Loopback is shared with every local user: clients must AUTH with this password.
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    masterauth: str = ""  # a replica's password for its primary
 
     @classmethod
     def create(
@@ -265,11 +266,23 @@ class EmbeddedRedis:
         version = next((w[2:] for w in out.stdout.split() if w.startswith("v=")), "unknown")
         return cls(base, binary, source, version, name=name, extra_args=extra_args)
 
+    def _secrets_file(self) -> Path:
+        """requirepass (and masterauth) in a file, not on the command line: argv is kept
+        as given (it names the lab folder) and /proc/PID/cmdline is readable by anyone."""
+        conf = self.base / f"{self.name}-secrets.conf"
+        lines = [f"requirepass {self.password}"]
+        if self.masterauth:
+            lines.append(f"masterauth {self.masterauth}")
+        conf.write_text("\n".join(lines) + "\n")
+        conf.chmod(0o644)  # inside the private base folder; read by the server user
+        return conf
+
     def start(self) -> None:
         log = self.base / f"{self.name}.log"
+        conf = self._secrets_file()
         for _ in range(START_ATTEMPTS):
             self.port = free_port()
-            args = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1"]
+            args = [str(self.binary), str(conf), "--port", str(self.port), "--bind", "127.0.0.1"]
             args += [
                 "--unixsocket",
                 str(self.base / f"{self.name}.sock"),
@@ -278,9 +291,7 @@ class EmbeddedRedis:
             ]
             args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
-            args += ["--requirepass", self.password, *self.extra_args]
-            # keep argv as given: /proc/PID/cmdline then names the lab folder it runs in
-            args += ["--set-proc-title", "no"]
+            args += [*self.extra_args, "--set-proc-title", "no"]
             ping = functools.partial(_redis_ping, self.port, self.password)
             self.pid = _spawn_until_ready(args, ping, log, "Redis", self.base)
             if self.pid:
@@ -526,7 +537,7 @@ class RedisPair:
         self.primary.start()
         self.replica.password = self.primary.password  # one password: the replica's AUTH too
         self.replica.extra_args = ("--replicaof", "127.0.0.1", str(self.primary.port))
-        self.replica.extra_args += ("--masterauth", self.primary.password)
+        self.replica.masterauth = self.primary.password
         self.replica.start()
 
     def url(self, which: str) -> str:

@@ -135,9 +135,11 @@ class Watch:
     def __init__(self, servers: Any) -> None:
         self.targets = _targets(servers)
 
-    async def check(self) -> str | None:
+    async def check(self, started_only: bool = False) -> str | None:
         now = time.monotonic()
         for t in self.targets:
+            if started_only and not t.pid:
+                continue
             if problem := await _check(t, now):
                 return problem
         return None
@@ -149,13 +151,14 @@ class Watch:
                 return problem
             await asyncio.sleep(WATCH_INTERVAL_S)
 
-    async def diagnose(self, grace_s: float) -> str | None:
-        """A server's fault, looked for up to `grace_s` (a dying server takes a moment)."""
+    async def diagnose(self, grace_s: float, started_only: bool = False) -> str | None:
+        """A server's fault, looked for up to `grace_s` (a dying server takes a moment);
+        `started_only`: only among the servers the lab started (known by PID)."""
         for t in self.targets:
             t.last_probe = 0.0  # probe now
         deadline = time.monotonic() + grace_s
         while True:
-            if problem := await self.check():
+            if problem := await self.check(started_only):
                 return problem
             if time.monotonic() >= deadline:
                 return None
@@ -294,9 +297,10 @@ async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
     exc = None if task.cancelled() else task.exception()
     if exc is None:
         return task.result()
-    if isinstance(exc, LabError):  # already one line the user can act on
-        raise exc
-    fault = await watch.diagnose(GRACE_S if _connection_error(exc) else 0.0)
+    # A LabError is one line the user can act on (an unreachable DSN of theirs); unless a
+    # server the lab started died meanwhile ("could not open 40 connections: ...").
+    started_only = isinstance(exc, LabError)
+    fault = await watch.diagnose(GRACE_S if _connection_error(exc) else 0.0, started_only)
     if fault is None and (limit := limit_hit(exc)) is not None:
         _faulted = True
         raise ServerFault(limit.replace(":", f" during {during}:", 1)) from None
