@@ -3,8 +3,10 @@
 Not part of `make test` (minutes, not seconds). Every trial runs `locklab run` on its own
 embedded servers with its own TMPDIR (so only its lab folders are counted) and then:
 
-* kill:  SIGKILL of the lab at a random moment, then the next lab command;
-* int:   SIGINT (Ctrl-C) at a random moment;
+* kill:  SIGKILL of the lab at a random moment once its servers are up, then the next
+         lab command;
+* int:   SIGINT (Ctrl-C) at a random moment: a third from the start (often while Python
+         still imports), the rest once the servers are up;
 * pg:    SIGKILL of the postmaster once the actors are connected (money-transfer);
 * redis: SIGKILL of Redis once 1,000 of 2,000 waiters are connected (cache-stampede).
 
@@ -38,7 +40,8 @@ from lab.servers.lifecycle import lab_processes, proc_cmdline  # noqa: E402
 
 LAB = [sys.executable, "-m", "lab.cli"]
 ECHOES = ("Traceback", "never retrieved", "Failed to restore")
-KILL_WINDOW_S = (0.3, 5.0)  # SIGKILL / SIGINT land uniformly in this window after start
+FROM_START_S = (0.3, 5.0)  # a signal "from the start" lands uniformly in this window
+AFTER_SERVERS_S = (0.0, 3.0)  # ... or this long after the lab reported its servers
 REAPER_EXIT_S = 10.0
 RUNS = {
     "checkout": ["run", "checkout-deadlock", "-v", "buggy", "-n", "40"],
@@ -57,6 +60,7 @@ class Tally:
     half_records: int = 0
     named: int = 0
     swept: int = 0  # kill trials where the next command, not the reaper, stopped servers
+    starting: int = 0  # signal landed while Python was still importing (nothing started)
     exits: dict[int, int] = field(default_factory=dict)
 
 
@@ -94,7 +98,13 @@ def trial(kind: str, rng: random.Random, tally: Tally) -> str:
     extra = ""
     try:
         if kind in ("kill", "int"):
-            time.sleep(rng.uniform(*KILL_WINDOW_S))  # time is the subject: a random moment
+            if kind == "int" and rng.random() < 1 / 3:
+                time.sleep(rng.uniform(*FROM_START_S))  # time is the subject: a random moment
+            else:
+                deadline = time.monotonic() + 120
+                while "server " not in errfile.read_text() and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                time.sleep(rng.uniform(*AFTER_SERVERS_S))  # time is the subject, as above
             reapers = _reapers(lab.pid)
             lab.send_signal(signal.SIGKILL if kind == "kill" else signal.SIGINT)
         else:
@@ -131,6 +141,7 @@ def trial(kind: str, rng: random.Random, tally: Tally) -> str:
         tally.half_records += len(half)
         tally.named += named
         tally.swept += "earlier lab run" in extra
+        tally.starting += "interrupted while starting" in last
         tally.exits[code] = tally.exits.get(code, 0) + 1
         return (
             f"{kind:<5} {scenario:<13} exit {code:>4}  left {len(left)}  "
@@ -166,6 +177,7 @@ def main() -> int:
         exits = ", ".join(f"{k}: {v}" for k, v in sorted(t.exits.items()))
         named = f"  named {t.named}/{t.trials}" if kind in ("pg", "redis") else ""
         named += f"  stopped by the next command {t.swept}" if kind == "kill" else ""
+        named += f"  of which while starting {t.starting}" if kind == "int" else ""
         print(
             f"{kind:<5} trials {t.trials:>3}  servers left {t.servers_left}  reapers left "
             f"{t.reapers_left}  tracebacks {t.tracebacks}  half records {t.half_records}"

@@ -8,6 +8,7 @@ or stopped mid-run is named in one line, exit 3, with nothing left running.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -355,7 +356,8 @@ def _fault_run(tmp_path: Path, args: list[str], target: str, sig: int, sockets: 
         main = victims[0]
         victims += [p for p, _ in _children(main)]  # PostgreSQL's backends
         for p in victims:
-            os.kill(p, sig)
+            with contextlib.suppress(ProcessLookupError):  # a backend that just ended
+                os.kill(p, sig)
         signalled = time.monotonic()
         proc.wait(timeout=60)
         took = time.monotonic() - signalled

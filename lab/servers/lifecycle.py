@@ -385,11 +385,13 @@ def spawn(
 ) -> subprocess.Popen[bytes]:
     """Start `cmd` for the lab folder of `base` so that it dies with the lab: in its own
     session (a Ctrl-C is the lab's to handle), as the server user when the lab is root,
-    output to /dev/null (a server logs to its file), recorded for the reaper and the sweep.
-    The caller stops it (``stop_pid``) and calls ``remove_base_dir(base)`` when done."""
+    working in `base` (so a /proc scan finds it there), output to /dev/null (a server logs
+    to its file), recorded for the reaper and the sweep. The caller stops it
+    (``stop_pid``) and calls ``remove_base_dir(base)`` when done."""
     exe = shutil.which(cmd[0]) or cmd[0]
     proc = subprocess.Popen(
         as_server_user(cmd) if as_server else cmd,
+        cwd=base,
         start_new_session=True,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
