@@ -143,9 +143,12 @@ def trial(kind: str, rng: random.Random, tally: Tally) -> str:
         tally.swept += "earlier lab run" in extra
         tally.starting += "interrupted while starting" in last
         tally.exits[code] = tally.exits.get(code, 0) + 1
+        shown = ""
+        if any(e in stderr for e in ECHOES):  # the whole stderr: what printed a traceback
+            shown = "\n" + "\n".join("      " + line for line in stderr.splitlines())
         return (
             f"{kind:<5} {scenario:<13} exit {code:>4}  left {len(left)}  "
-            f"reapers {len(reapers_left)}  half {len(half)}  | {last[:110]}"
+            f"reapers {len(reapers_left)}  half {len(half)}  | {last[:110]}{shown}"
         )
     finally:
         if lab.poll() is None:

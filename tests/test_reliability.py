@@ -440,3 +440,17 @@ def test_redis_and_pgbouncer_never_run_as_root(servers: Servers) -> None:
     assert all(os.stat(f"/proc/{p}").st_uid != 0 for p in mine)
     secrets = [servers.redis.url.split(":")[2].split("@")[0]]
     assert not any(s in lifecycle.proc_cmdline(p) for p in mine for s in secrets)
+
+
+def test_a_reused_pid_is_never_signalled(sleeper: subprocess.Popen[bytes]) -> None:
+    """stop_pid / kill_tree on a PID the lab registered whose process is now another one
+    (another start time: the kernel reused the PID) do nothing."""
+    from lab.servers.embedded import kill_tree, stop_pid
+
+    lifecycle._started[sleeper.pid] = 1  # as if the lab's process with this PID had ended
+    try:
+        stop_pid(sleeper.pid, wait=0.5)
+        kill_tree(sleeper.pid)
+        assert sleeper.poll() is None
+    finally:
+        del lifecycle._started[sleeper.pid]

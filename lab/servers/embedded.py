@@ -25,20 +25,20 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
+from lab.servers.lifecycle import UNPRIVILEGED as UNPRIVILEGED
 from lab.servers.lifecycle import (
-    UNPRIVILEGED,
     as_server_user,
     expect,
-    folder_of,
-    make_base_dir,
     proc_ppid,
     proc_state,
     register,
-    remove_base_dir,
     spawn,
+    still_ours,
 )
+from lab.servers.lifecycle import folder_of as folder_of
+from lab.servers.lifecycle import make_base_dir as make_base_dir
+from lab.servers.lifecycle import remove_base_dir as remove_base_dir
 
-__all__ = ["UNPRIVILEGED", "folder_of", "make_base_dir", "remove_base_dir"]
 PG_SETTINGS = {
     # The documents' setup: deadlock_timeout 1s, log_lock_waits off.
     "deadlock_timeout": "1s",
@@ -396,7 +396,7 @@ def pid_alive(pid: int) -> bool:
 def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
     """Stop one process the lab started, by PID: the signal, then SIGKILL after `wait`
     (at once when it is stopped, SIGSTOP: it would act on nothing else)."""
-    if not pid_alive(pid):
+    if not pid_alive(pid) or not still_ours(pid):
         return
     if proc_state(pid) == "T":
         sig, wait = signal.SIGKILL, 1.0
@@ -414,6 +414,8 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
 def kill_tree(pid: int) -> None:
     """SIGKILL a process the lab started and its children (a postmaster and its backends,
     which a stopped or killed postmaster would not take along)."""
+    if not still_ours(pid):
+        return
     children = [p for p in _all_pids() if proc_ppid(p) == pid]
     for p in (pid, *children):
         with contextlib.suppress(OSError):

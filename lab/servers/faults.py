@@ -238,13 +238,14 @@ def check_resources(connections: int, n: int) -> None:
         )
 
 
-_faulted = False  # a server fault was named: its echoes in library logs are not news
+_ending = False  # a fault was named, or the run interrupted: echoes in logs are not news
 
 
 def _quiet(loop: asyncio.AbstractEventLoop) -> None:
     """asyncpg's pool logs a traceback when it cannot reconnect; a task that lost its
-    connection and was never awaited (a scenario's observer) logs one when it is freed.
-    After a named fault both are echoes of it: dropped. Anything else is printed as ever."""
+    connection and was never awaited (a scenario's observer, a connect cut by Ctrl-C)
+    logs one when it is freed. After a named fault or an interrupt both are echoes of it:
+    dropped. Anything else is printed as ever."""
     logging.getLogger("asyncpg").addHandler(logging.NullHandler())
     if getattr(loop, "_locklab_quiet", False):
         return
@@ -252,7 +253,7 @@ def _quiet(loop: asyncio.AbstractEventLoop) -> None:
 
     def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        if _faulted and isinstance(exc, BaseException) and _connection_error(exc):
+        if _ending and isinstance(exc, BaseException) and _connection_error(exc):
             return
         if previous is not None:
             previous(lp, context)
@@ -266,7 +267,7 @@ def _quiet(loop: asyncio.AbstractEventLoop) -> None:
 async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
     """`run`'s result; a server fault seen by the watch, or behind an error `run` raised,
     becomes one ServerFault naming the server and `during` ("money-transfer / buggy")."""
-    global _faulted
+    global _ending
     _quiet(asyncio.get_running_loop())
     watch = Watch(servers)
     seen: list[str] = []
@@ -279,6 +280,7 @@ async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
     try:
         await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:  # Ctrl-C: the variant tears down, bounded
+        _ending = True
         watcher.cancel()
         task.cancel()
         await asyncio.wait({task}, timeout=TEARDOWN_S)
@@ -286,7 +288,7 @@ async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
         raise
     if not task.done():  # the watch saw a fault first
         problem = watcher.result()
-        _faulted = True
+        _ending = True
         seen.append(problem)
         task.cancel()
         await asyncio.wait({task}, timeout=TEARDOWN_S)
@@ -302,11 +304,11 @@ async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
     started_only = isinstance(exc, LabError)
     fault = await watch.diagnose(GRACE_S if _connection_error(exc) else 0.0, started_only)
     if fault is None and (limit := limit_hit(exc)) is not None:
-        _faulted = True
+        _ending = True
         raise ServerFault(limit.replace(":", f" during {during}:", 1)) from None
     if fault is None:
         raise exc
-    _faulted = True
+    _ending = True
     raise ServerFault(f"{fault} during {during}") from None
 
 

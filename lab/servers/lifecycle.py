@@ -54,6 +54,7 @@ UNPRIVILEGED = ("nobody", "nogroup")
 STOP_WAIT_S = 3.0  # after the polite signal, before SIGKILL
 
 _reaper: dict[int, int] = {}  # pid of the lab process -> write end of its reaper's pipe
+_started: dict[int, int] = {}  # pid -> start time, of every process this process registered
 
 
 def warn(line: str) -> None:
@@ -362,7 +363,14 @@ def register(base: Path, pid: int, exe: str | Path, sig: int = signal.SIGTERM) -
     (with `sig`, then SIGKILL), and only while it is still this process."""
     start = proc_start(pid)
     if start is not None:
+        _started[pid] = start
         _record(base, {"pid": pid, "start": start, "exe": os.path.realpath(exe), "sig": int(sig)})
+
+
+def still_ours(pid: int) -> bool:
+    """False when `pid` was registered by this process and is now another process (the
+    kernel reused the PID); True otherwise (running or not: the caller checks that)."""
+    return pid not in _started or proc_start(pid) in (None, _started[pid])
 
 
 def expect(base: Path, exe: str | Path, sig: int = signal.SIGTERM) -> None:
