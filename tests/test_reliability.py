@@ -36,6 +36,8 @@ from tests.test_cli import LAB, ROOT, _children, assert_gone, locklab
 
 NOBODY = ("nobody", "nogroup")
 FAULT_LINE = r"^locklab: {product} at 127\.0\.0\.1:\d+ {what} during {during}$"
+# A rebuild long enough that the 2,000 waiters are still polling when Redis is killed.
+LONG_STAMPEDE = ["-p", "rebuild_ms=3000", "-p", "max_polls=100"]
 ECHOES = ("Traceback", "never retrieved", "Failed to restore")  # library loggers' tracebacks
 
 
@@ -386,8 +388,8 @@ def test_postgres_killed_mid_run_is_named(tmp_path: Path) -> None:
 
 def test_redis_killed_mid_stampede_is_named(tmp_path: Path) -> None:
     """SIGKILL of Redis under 2,000 waiters (cache-stampede): one line, no task traceback."""
-    args = ["run", "cache-stampede", "-v", "buggy", "-n", "2000"]
-    proc, stderr, _ = _fault_run(tmp_path, args, "redis-server", signal.SIGKILL, 1000)
+    args = ["run", "cache-stampede", "-v", "buggy", "-n", "2000", *LONG_STAMPEDE]
+    proc, stderr, _ = _fault_run(tmp_path, args, "redis-server", signal.SIGKILL, 500)
     during = "cache-stampede / buggy"
     _assert_named(proc, stderr, FAULT_LINE.format(product="Redis", what="went away", during=during), tmp_path)  # fmt: skip
 
