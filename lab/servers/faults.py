@@ -36,6 +36,7 @@ WATCH_INTERVAL_S = 0.25
 PROBE_EVERY_S = 1.0
 PROBE_TIMEOUT_S = 2.0
 HANG_S = 10.0  # no reply from a server's port this long: it stopped answering
+DYING_S = 0.5  # a port refused: how long to wait before telling "refuses" from "went away"
 GRACE_S = 2.0  # after a connection error, how long to look for the server's fault
 TEARDOWN_S = 15.0  # a variant ended by a fault gets this long to tear down
 TEARDOWN_STEP_S = 1.0  # each teardown step against a server (a hung one never answers)
@@ -103,7 +104,10 @@ async def _check(t: _Target, now: float) -> str | None:
     try:
         replied = await asyncio.wait_for(_probe(t), PROBE_TIMEOUT_S)
     except ConnectionRefusedError:
-        return f"{t.label} refuses connections" if t.pid else f"{t.label} went away"
+        if t.pid:  # a killed server closes its port a moment before it is gone
+            await asyncio.sleep(DYING_S)
+            return f"{t.label} went away" if not alive(t.pid) else f"{t.label} refuses connections"
+        return f"{t.label} went away"
     except (OSError, TimeoutError):
         replied = False
     if replied:

@@ -230,6 +230,8 @@ def read_trusted_json(path: Path, *, private: bool = False) -> dict[str, Any] | 
 def write_private_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
     """Write atomically (temp file and rename in the same folder), never through a link."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):  # left by a process of this PID that died
+        os.unlink(tmp)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(data, indent=2) + "\n")
