@@ -12,7 +12,8 @@ embedded servers with its own TMPDIR (so only its lab folders are counted) and t
 
 Counted: servers left (processes whose command line or working directory points into
 the trial's folders, read from /proc), tracebacks (in the lab's stderr and the next
-command's), half records (a record or a temp file left by a run that did not finish),
+command's), half records (a temp file or a cut record; for a server death, any record at all: a
+failed run claims no results),
 and for server deaths whether the one line names the server.
 
     python tests/soak.py [--kill 20] [--int 20] [--pg 10] [--redis 10] [--seed 1]
@@ -21,6 +22,7 @@ and for server deaths whether the one line names the server.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -73,6 +75,7 @@ class Tally:
     named: int = 0
     swept: int = 0  # kill trials where the next command, not the reaper, stopped servers
     starting: int = 0  # signal landed while Python was still importing (nothing started)
+    whole_records: int = 0  # kill / int: records of the variant, finished before the signal
     exits: dict[int, int] = field(default_factory=dict)
 
 
@@ -88,6 +91,14 @@ def _sockets(pid: int) -> int:
         except OSError:
             continue
     return n
+
+
+def _whole_record(path: Path) -> bool:
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return path.suffix == ".json" and isinstance(rec, dict) and {"outcomes", "claims"} <= set(rec)
 
 
 def _reapers(lab_pid: int) -> list[int]:
@@ -139,9 +150,12 @@ def trial(kind: str, rng: random.Random, tally: Tally) -> str:
         reapers_left = [p for p in reapers if Path(f"/proc/{p}").exists()]
         stderr = errfile.read_text() + extra
         last = (errfile.read_text().strip().splitlines() or [""])[-1]
-        finished = code == 0
-        half = [p for p in results.rglob("*") if p.is_file()] if not finished else []
-        half += list(results.rglob("*.tmp")) if finished else []
+        files = [p for p in results.rglob("*") if p.is_file()]
+        broken = [p for p in files if not _whole_record(p)]  # a temp file, a cut record
+        whole = [p for p in files if p not in broken]
+        # A failed run must leave no record; a killed or interrupted one may keep the
+        # whole records of variants that finished (each is written atomically).
+        half = broken + (whole if kind in ("pg", "redis") else [])
         product = {"pg": "PostgreSQL", "redis": "Redis"}.get(kind)
         named = bool(product) and bool(
             re.match(rf"^locklab: {product} at 127\.0\.0\.1:\d+ went away during ", last)
@@ -151,6 +165,7 @@ def trial(kind: str, rng: random.Random, tally: Tally) -> str:
         tally.reapers_left += len(reapers_left)
         tally.tracebacks += any(e in stderr for e in ECHOES)
         tally.half_records += len(half)
+        tally.whole_records += len(whole) if kind in ("kill", "int") else 0
         tally.named += named
         tally.swept += "earlier lab run" in extra
         tally.starting += "interrupted while starting" in last
@@ -193,6 +208,7 @@ def main() -> int:
         named = f"  named {t.named}/{t.trials}" if kind in ("pg", "redis") else ""
         named += f"  stopped by the next command {t.swept}" if kind == "kill" else ""
         named += f"  of which while starting {t.starting}" if kind == "int" else ""
+        named += f"  whole records kept {t.whole_records}" if kind in ("kill", "int") else ""
         print(
             f"{kind:<5} trials {t.trials:>3}  servers left {t.servers_left}  reapers left "
             f"{t.reapers_left}  tracebacks {t.tracebacks}  half records {t.half_records}"
