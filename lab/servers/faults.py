@@ -53,6 +53,11 @@ def teardown_s(normal_s: float) -> float:
     return TEARDOWN_STEP_S if _fault.get([]) else normal_s
 
 
+def fault_named() -> bool:
+    """Whether the watch named a fault in this run (teardown then skips waiting on it)."""
+    return bool(_fault.get([]))
+
+
 class ServerFault(ScenarioFailure):
     """The run failed because of a server or a system limit, not the scenario."""
 
