@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev run-scenario compare verify test lint format bench servers-up servers-down clean
+.PHONY: help venv dev run-scenario compare verify test lint format bench servers-up servers-down soak clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -57,6 +57,10 @@ bench: venv
 	  { apt-get update -qq && apt-get install -y -qq --no-install-recommends redis-tools >/dev/null; } || \
 	  echo "WARNING: could not install redis-tools; locklab bench redis will say it is missing" >&2
 	$(BIN)/locklab bench $(ARGS)
+
+# Kill / Ctrl-C / server-death trials, counted (minutes; not part of `make test`).
+soak: venv
+	$(BIN)/python tests/soak.py $(ARGS)
 
 servers-up: venv
 	$(BIN)/locklab servers up

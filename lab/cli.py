@@ -27,6 +27,7 @@ from lab.results import results_root
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers, open_servers, servers_down, servers_up, state_path
+from lab.servers.faults import ServerFault
 from lab.workload import Knobs, parse_arrival, parse_connect, parse_redis_client
 
 app = typer.Typer(
@@ -53,12 +54,18 @@ def err() -> Console:
 
 def guarded(body: Callable[[], T]) -> T:
     """Bad input and failed scenarios end as one line and a non-zero exit, no traceback."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # see lab/__init__.py
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with _sigterm_as_interrupt():
+            _sweep_orphans()
             return body()
     except LabError as exc:
         _fail(f"locklab: {exc}")
         raise typer.Exit(2) from None
+    except ServerFault as exc:  # a server or a system limit, named; not the scenario's
+        _fail(f"locklab: {exc}")
+        raise typer.Exit(3) from None
     except ScenarioFailure as exc:
         _fail(f"locklab: scenario failed: {exc}")
         raise typer.Exit(3) from None
@@ -73,6 +80,19 @@ def guarded(body: Callable[[], T]) -> T:
             "no half-written record (variants that had finished keep theirs)"
         )
         raise typer.Exit(130) from None
+
+
+def _sweep_orphans() -> None:
+    """Servers left by an earlier lab process that died unable to stop them: stopped now,
+    in one line (never fails the command)."""
+    from lab.servers.lifecycle import sweep_orphans, warn
+
+    try:
+        line = sweep_orphans()
+    except Exception as exc:
+        line = f"could not look for servers of earlier runs: {exc}"
+    if line:
+        warn(line)
 
 
 def _fail(line: str) -> None:

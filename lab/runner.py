@@ -32,6 +32,7 @@ from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Scenario, Script
 from lab.servers import Servers
 from lab.servers.base import with_database
+from lab.servers.faults import check_resources, fault_named, guard_variant, teardown_s
 from lab.shard import resolve_procs
 from lab.workload import (
     Knobs,
@@ -273,13 +274,31 @@ async def run_variant(
     nor a declared failure becomes a ScenarioFailure naming scenario and variant.
     `made`: its database, being created already (run_plan makes the next one meanwhile)."""
     try:
-        return await _run_variant(plan, variant, servers, made)
+        check_resources(_sockets_needed(plan), plan.knobs.n)
+        during = f"{plan.scenario.id} / {variant}"
+        return await guard_variant(_run_variant(plan, variant, servers, made), servers, during)
     except (LabError, ScenarioFailure):
         raise
     except Exception as exc:
         raise ScenarioFailure(
             f"{plan.scenario.id} / {variant}: {type(exc).__name__}: {exc}"
         ) from exc
+
+
+def _sockets_needed(plan: RunPlan) -> int:
+    """Connections the lab process itself opens for one variant (one file each)."""
+    scenario, knobs = plan.scenario, plan.knobs
+    need = 0
+    if "pg" in scenario.uses:
+        opens = scenario.script_connections
+        need += ADMIN_CONNECTIONS + (
+            connections_needed(knobs.connect, knobs.n)
+            if scenario.kind == "actors"
+            else (opens(knobs.n) if opens is not None else 0)
+        )
+    if "redis" in scenario.uses:
+        need += connections_needed(knobs.connect, knobs.n) + 16
+    return need
 
 
 async def _run_variant(
@@ -457,9 +476,11 @@ async def _run_variant(
                 await asyncio.to_thread(cleanup)
         if pool is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(pool.close(), 5)
+                await asyncio.wait_for(pool.close(), teardown_s(5))
             pool.terminate()
-        if rclient is not None:
+        # Once a server is named at fault, Redis is not waited on (a stopped one never
+        # answers; wait_for cannot bound redis-py, which may swallow the cancellation).
+        if rclient is not None and not fault_named():
             with contextlib.suppress(Exception):
                 keys = [k async for k in rclient.scan_iter(match=f"{prefix}*", count=1000)]
                 if keys:
@@ -469,9 +490,12 @@ async def _run_variant(
         if admin is not None:
             if created:
                 with contextlib.suppress(Exception):
-                    await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+                    await admin.execute(
+                        f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', timeout=teardown_s(60)
+                    )
             with contextlib.suppress(Exception):
-                await admin.close()
+                await admin.close(timeout=teardown_s(10))
+            admin.terminate()
 
 
 async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expected: int) -> int:

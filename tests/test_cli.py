@@ -255,7 +255,7 @@ def test_servers_up_are_reused_then_stopped(tmp_path: Path) -> None:
     results = tmp_path / "results"
     up = locklab("servers", "up", results=results, **env)
     assert up.returncode == 0, up.stderr
-    state = json.loads((tmp_path / f"locklab-servers-{os.getuid()}.json").read_text())
+    state = json.loads((tmp_path / f"locklab-state-{os.geteuid()}" / "servers.json").read_text())
     pids = [state["pg_pid"], state["redis_pid"]]
     try:
         assert all(pid_alive(p) for p in pids)
@@ -426,7 +426,7 @@ def test_servers_up_after_a_kept_server_died_stops_the_survivor(tmp_path: Path) 
         "DOCKER_HOST": "unix:///nonexistent.sock",
     }
     results = tmp_path / "results"
-    state_file = tmp_path / f"locklab-servers-{os.getuid()}.json"
+    state_file = tmp_path / f"locklab-state-{os.geteuid()}" / "servers.json"
     assert locklab("servers", "up", results=results, **env).returncode == 0
     first = json.loads(state_file.read_text())
     try:

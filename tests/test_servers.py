@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 from lab.errors import LabError
 from lab.servers import Servers, docker, open_servers
 from lab.servers.base import check_url, redact, without_password
-from lab.servers.embedded import RedisPair, make_base_dir, pid_alive
+from lab.servers.embedded import RedisPair, make_base_dir, pid_alive, remove_base_dir
 
 
 @pytest.fixture
@@ -99,7 +98,8 @@ def test_base_dir_avoids_private_parents(tmp_path: Path, monkeypatch: pytest.Mon
         assert not base.is_relative_to(private)
         assert base.stat().st_uid != 0  # handed to the unprivileged server user
     finally:
-        shutil.rmtree(base)
+        remove_base_dir(base)
+    assert not base.parent.exists()
 
 
 def test_no_password_in_messages_or_command_lines() -> None:

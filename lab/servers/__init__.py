@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import tempfile
 import urllib.parse
 from collections.abc import Callable
@@ -22,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
-from lab.results import write_json
 from lab.servers import docker
 from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
 from lab.servers.embedded import (
@@ -31,8 +28,19 @@ from lab.servers.embedded import (
     EmbeddedPostgres,
     EmbeddedRedis,
     make_base_dir,
-    pid_alive,
-    stop_pid,
+    remove_base_dir,
+)
+from lab.servers.lifecycle import (
+    distrust,
+    folder_marker,
+    folder_of,
+    folder_processes,
+    mark_kept,
+    private_dir,
+    read_trusted_json,
+    stop_folder,
+    warn,
+    write_private_json,
 )
 
 __all__ = ["PgServer", "RedisServer", "ServerInfo", "Servers", "open_servers"]
@@ -67,11 +75,6 @@ class Servers:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def state_path() -> Path:
-    """Where `locklab servers up` records what it keeps running (per user)."""
-    return Path(tempfile.gettempdir()) / f"locklab-servers-{os.getuid()}.json"
 
 
 def open_servers(
@@ -140,7 +143,7 @@ def _start_embedded(
     servers: Servers, want_pg: bool, want_redis: bool
 ) -> tuple[EmbeddedPostgres | None, EmbeddedRedis | None]:
     base = make_base_dir()
-    servers.stops.append(lambda: shutil.rmtree(base, ignore_errors=True))
+    servers.stops.append(lambda: remove_base_dir(base))
     pg = redis = None
     if want_pg:
         pg = EmbeddedPostgres.create(base)
@@ -176,7 +179,7 @@ def _pgbouncers(servers: Servers) -> None:
         )
     pg_port = int(pg.info.address.rsplit(":", 1)[1])
     base = make_base_dir()
-    servers.stops.append(lambda: shutil.rmtree(base, ignore_errors=True))
+    servers.stops.append(lambda: remove_base_dir(base))
     ports = {}
     bouncer: EmbeddedPgBouncer | None = None
     for pool_mode in ("transaction", "session"):
@@ -198,6 +201,46 @@ def _pgbouncers(servers: Servers) -> None:
 
 
 # --- servers kept running between commands -------------------------------------------
+#
+# The state file lives in the user's private folder (lifecycle.private_dir: 0700, owned
+# by the user, not a symlink; checked on every read). Even a state file that passes is
+# not believed blindly: a PID in it is signalled only if the lab folder it names is
+# provably the lab's and that folder's own record shows the PID is still its server.
+
+STATE_FILE = "servers.json"
+
+
+def state_path() -> Path:
+    """Where `locklab servers up` records what it keeps running (per user, private)."""
+    return Path(tempfile.gettempdir()) / f"locklab-state-{os.geteuid()}" / STATE_FILE
+
+
+def _read_state() -> dict[str, Any] | None:
+    """The kept-servers state, if there is one that passes every check; a file that fails
+    one is named in one line and left alone."""
+    folder = private_dir(create=False)
+    if folder is None:
+        return None
+    path = folder / STATE_FILE
+    if not os.path.lexists(path):
+        return None
+    if why := distrust(path, directory=False, private=True):
+        warn(f"{path} {why}; ignored, left alone")
+        return None
+    state = read_trusted_json(path, private=True)
+    if state is None or not isinstance(state.get("base"), str):
+        warn(f"{path} is not a state file the lab wrote; ignored, left alone")
+        return None
+    return state
+
+
+def _kept_folder(state: dict[str, Any]) -> Path | None:
+    folder = folder_of(Path(state["base"]))
+    marker = folder_marker(folder)
+    if marker is None or not marker.get("kept"):
+        warn(f"{state_path()} names {folder}, not a folder the lab keeps; left alone")
+        return None
+    return folder
 
 
 def servers_up() -> Servers:
@@ -205,6 +248,11 @@ def servers_up() -> Servers:
     if (kept := kept_servers()) is not None:
         return kept
     servers_down()  # a state file whose servers half died: stop the survivor first
+    if private_dir(create=True) is None:
+        raise LabError(
+            f"cannot keep servers: {state_path().parent} is not a private folder of yours "
+            "(see above); remove it or set TMPDIR"
+        )
     servers = Servers()
     try:
         pg, redis = _start_embedded(servers, True, True)
@@ -217,7 +265,8 @@ def servers_up() -> Servers:
             "redis_pid": redis.pid,
             "pg_bindir": str(pg.bindir),
         }
-        write_json(state_path(), state)  # until it is written, they are this command's
+        write_private_json(state_path(), state)  # until it is written, they are this command's
+        mark_kept(pg.base)  # from now on neither the reaper nor the sweep stops them
     except BaseException:
         servers.close()
         raise
@@ -226,41 +275,38 @@ def servers_up() -> Servers:
 
 
 def servers_down() -> list[str]:
-    """Stop what `servers up` started, by the PIDs it recorded; returns what was stopped."""
-    path = state_path()
-    if not path.exists():
+    """Stop what `servers up` started, by the PIDs it recorded and only if they are still
+    its servers; returns what was stopped."""
+    state = _read_state()
+    if state is None:
         return []
-    try:
-        state = json.loads(path.read_text())
-    except (ValueError, OSError) as exc:
-        raise LabError(f"{path}: unreadable state file ({exc}); remove it") from None
-    stopped = []
-    if pid_alive(int(state.get("pg_pid", 0))):
-        kept = EmbeddedPostgres(Path(state["base"]), Path(state["pg_bindir"]), "", "")
-        kept.pid = int(state["pg_pid"])
-        kept.stop()
-        stopped.append(f"postgresql pid {state['pg_pid']}")
-    if pid_alive(int(state.get("redis_pid", 0))):
-        stop_pid(int(state["redis_pid"]))
-        stopped.append(f"redis pid {state['redis_pid']}")
-    if state.get("base"):
-        shutil.rmtree(state["base"], ignore_errors=True)
-    path.unlink(missing_ok=True)
+    folder = _kept_folder(state)
+    if folder is None:
+        return []
+    stopped = stop_folder(folder)
+    with contextlib.suppress(OSError):
+        state_path().unlink()
     return stopped
 
 
 def kept_servers() -> Servers | None:
-    path = state_path()
-    if not path.exists():
+    """The servers `servers up` keeps, when the state names live servers of the lab's."""
+    state = _read_state()
+    if state is None:
         return None
     try:
-        state: dict[str, Any] = json.loads(path.read_text())
-        alive = pid_alive(int(state["pg_pid"])) and pid_alive(int(state["redis_pid"]))
-        alive = alive and isinstance(state["pg"], dict) and isinstance(state["redis"], dict)
-    except (ValueError, KeyError, TypeError, OSError):
-        alive = False
-    if not alive:
+        pids = (int(state["pg_pid"]), int(state["redis_pid"]))
+        ok = isinstance(state["pg"], dict) and isinstance(state["redis"], dict)
+    except (ValueError, KeyError, TypeError):
+        ok = False
+    if not ok:
+        warn(f"{state_path()} is not a state file the lab wrote; ignored, left alone")
         return None
+    folder = _kept_folder(state)
+    if folder is None:
+        return None
+    if not set(pids) <= set(folder_processes(folder)):
+        return None  # one died (or a PID is not the lab's): `servers up` starts afresh
     pg_info = {k: v for k, v in state["pg"].items() if k in ServerInfo.__dataclass_fields__}
     redis_info = {k: v for k, v in state["redis"].items() if k in ServerInfo.__dataclass_fields__}
     pg_info["source"] += ", kept by `locklab servers up`"
@@ -271,5 +317,7 @@ def kept_servers() -> Servers | None:
         log_path=Path(state["pg"]["log"]),
         bindir=Path(state["pg_bindir"]),
         max_connections=int(PG_SETTINGS["max_connections"]),
+        pid=pids[0],
     )
-    return Servers(pg=pg, redis=RedisServer(ServerInfo(**redis_info), state["redis"]["url"]))
+    redis = RedisServer(ServerInfo(**redis_info), state["redis"]["url"], pid=pids[1])
+    return Servers(pg=pg, redis=redis)

@@ -41,6 +41,7 @@ class PgServer:
     bindir: Path | None = None  # where pgbench comes from, when known
     max_connections: int = 100
     logs: Callable[[], bytes] | None = None  # whole server log, when not a file (docker)
+    pid: int = 0  # the postmaster, when the lab started it (watched during runs)
 
     def log_size(self) -> int:
         """Where the log ends now: read_log(from_offset) returns what came after."""
@@ -65,6 +66,7 @@ class RedisServer:
 
     info: ServerInfo
     url: str
+    pid: int = 0  # when the lab started it (watched during runs)
 
 
 def free_port() -> int:

