@@ -6,4 +6,4 @@ from __future__ import annotations
 from scenarios.money_transfer.claims import SCENARIO
 from scenarios.money_transfer.money_transfer import INITIAL_BALANCE
 
-__all__ = ["INITIAL_BALANCE", "SCENARIO"]  # tests/test_money_transfer.py imports both
+__all__ = ["INITIAL_BALANCE", "SCENARIO"]  # imported from the old module path, kept
