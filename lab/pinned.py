@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import platform
+import re
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -48,6 +49,7 @@ from lab.servers.base import with_database
 from lab.steps import ISOLATION_LEVELS, Pinned, parse_step
 
 EXPLORE_DIR = "explore"
+STEP_ERROR = re.compile(r"\bERROR ([0-9A-Z]{5}) ")  # a step's error line in a transcript
 
 
 @dataclass
@@ -390,6 +392,11 @@ def _cell(results: Sequence[PinnedResult], total: int, invalid: int) -> dict[str
             )
         ),
         "sqlstate_sessions": dict(sorted(states.items())),
+        # interleavings in which some step raised this SQLSTATE, even if its session then
+        # retried and ended well (money-transfer's deadlock loser)
+        "step_sqlstates": dict(
+            sorted(Counter(e for r in ran for e in set(STEP_ERROR.findall(r.transcript))).items())
+        ),
         "first_failing": first_broken.to_json() if first_broken else None,
         "first_error": first_error.to_json() if first_error else None,
     }

@@ -160,6 +160,10 @@ class TxPoolConnection:
     def is_in_transaction(self) -> bool:
         return self._held is not None
 
+    def is_closed(self) -> bool:
+        """Never: each statement or transaction takes a live client from the pool."""
+        return False
+
 
 class _PooledTransaction:
     """`async with conn.transaction(...)`: acquire (FIFO), BEGIN, ..., COMMIT/ROLLBACK,
@@ -188,6 +192,16 @@ class _PooledTransaction:
             raise
         self._conn = owner._held = conn
         return self
+
+    # asyncpg's explicit form, as lab.steps.Session drives a transaction
+    async def start(self) -> None:
+        await self.__aenter__()
+
+    async def commit(self) -> None:
+        await self.__aexit__(None, None, None)
+
+    async def rollback(self) -> None:
+        await self.__aexit__(BaseException, None, None)
 
     async def __aexit__(
         self,
