@@ -144,7 +144,12 @@ class Provider:
             sys.executable, PROVIDER, str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
-        env.cleanups.append(lambda: stop_pid(proc.pid))  # also if this task is cancelled
+
+        def stop_if_ours() -> None:  # also if this task is cancelled
+            if proc.returncode is None:  # once reaped (the finally below), the PID is not ours
+                stop_pid(proc.pid)
+
+        env.cleanups.append(stop_if_ours)
         try:
             assert proc.stdin is not None and proc.stdout is not None
             cfg = {"late_replies": 1, "late_reply_s": env.params["late_reply_s"]}
