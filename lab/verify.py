@@ -31,6 +31,7 @@ from lab.profiles import check_profile, claims_for, profile_settings
 from lab.results import read_record, results_root, run_folder, write_json, write_record
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
+from lab.seconds import NOT_REPRODUCED
 from lab.servers import Servers
 
 # How many claims each source document makes (every id is listed in lab/catalogue.py).
@@ -96,6 +97,7 @@ class Summary:
     errors: int
     scenarios: int
     profile: str
+    gaps: int = 0  # held claims on a published number the lab does not reproduce: not in held
 
     @property
     def ok(self) -> bool:
@@ -105,6 +107,8 @@ class Summary:
         """`12 claims held, 0 not held`, then what else a reader must know."""
         text = f"{self.held} claims held, {self.not_held} not held"
         extra = []
+        if self.gaps:
+            extra.append(f"{self.gaps} published number(s) NOT REPRODUCED, only their gap held")
         if self.not_judged:
             extra.append(f"{self.not_judged} not judged")
         if self.not_exercised:
@@ -128,6 +132,7 @@ class Summary:
             "errors": self.errors,
             "scenarios": self.scenarios,
             "profile": self.profile,
+            "gaps": self.gaps,
             "line": self.line(),
         }
 
@@ -225,6 +230,11 @@ def status_of(v: Mapping[str, Any]) -> str:
     return str(v.get("status") or ("held" if v.get("held") else "not held"))
 
 
+def is_gap(v: Mapping[str, Any]) -> bool:
+    """A claim that a published number is not reproduced (lab.seconds.wall_not_reproduced)."""
+    return str(v.get("text", "")).startswith(NOT_REPRODUCED)
+
+
 def _bare(c: Claim) -> dict[str, Any]:
     return {
         "id": c.id,
@@ -237,8 +247,10 @@ def _bare(c: Claim) -> dict[str, Any]:
 
 def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
     verdicts = [v for r in results for v in r.verdicts]
+    gaps = sum(1 for v in verdicts if status_of(v) == "held" and is_gap(v))
     return Summary(
-        held=sum(1 for v in verdicts if status_of(v) == "held"),
+        held=sum(1 for v in verdicts if status_of(v) == "held") - gaps,
+        gaps=gaps,
         not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
         not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
         not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
@@ -644,6 +656,8 @@ def load_verdicts(folder: Path) -> list[ScenarioVerdicts] | None:
 
 def held_word(v: Mapping[str, Any]) -> str:
     """The verdict as a word (colour is a bonus: NO_COLOR and pipes keep the word)."""
+    if status_of(v) == "held" and is_gap(v):
+        return "[yellow]gap held, NOT REPRODUCED[/yellow]"
     return {
         "held": "[green]held[/green]",
         "not held": "[red]NOT HELD[/red]",

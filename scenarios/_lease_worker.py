@@ -187,13 +187,16 @@ def _busy_stall(payload: str) -> Hook:
     return stall
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the lab dies, even while it is stopped."""
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this process when the lab (`parent`) dies, even while it is stopped;
+    if it already has, exit now."""
     with contextlib.suppress(Exception):
         import ctypes
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the lab died before prctl took effect: no signal will come
+        os._exit(0)
 
 
 async def _main() -> None:
@@ -234,5 +237,5 @@ async def _main() -> None:
 
 
 if __name__ == "__main__":
-    _die_with_parent()
+    _die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())  # the lab's PID
     asyncio.run(_main())

@@ -73,12 +73,14 @@ async def _main() -> None:
         await redis.aclose()
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the lab dies."""
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this process when the lab (`parent`) dies; if it already has, exit now."""
     with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the lab died before prctl took effect: no signal will come
+        os._exit(0)
 
 
 # --- the lab's side ----------------------------------------------------------------------------
@@ -96,7 +98,7 @@ class Service:
     @classmethod
     async def start(cls, env: Env, name: str, cfg: dict[str, Any]) -> Service:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, SCRIPT, stdin=asyncio.subprocess.PIPE,
+            sys.executable, SCRIPT, str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         self = cls(env, name, proc)
@@ -151,5 +153,5 @@ class Service:
 
 
 if __name__ == "__main__":
-    _die_with_parent()
+    _die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())  # the lab's PID
     asyncio.run(_main())

@@ -106,13 +106,15 @@ def handler(ledger: Ledger) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when the lab dies."""
+def _die_with_parent(parent: int) -> None:
+    """Linux: SIGKILL this process when the lab (`parent`) dies; if it already has, exit now."""
     with contextlib.suppress(Exception):
         import ctypes
 
         pr_set_pdeathsig = 1
         ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+    if os.getppid() != parent:  # the lab died before prctl took effect: no signal will come
+        os._exit(0)
 
 
 def main() -> None:
@@ -139,10 +141,15 @@ class Provider:
     @contextlib.asynccontextmanager
     async def started(cls, env: Env) -> AsyncIterator[Provider]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, PROVIDER, stdin=asyncio.subprocess.PIPE,
+            sys.executable, PROVIDER, str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
-        env.cleanups.append(lambda: stop_pid(proc.pid))  # also if this task is cancelled
+
+        def stop_if_ours() -> None:  # also if this task is cancelled
+            if proc.returncode is None:  # once reaped (the finally below), the PID is not ours
+                stop_pid(proc.pid)
+
+        env.cleanups.append(stop_if_ours)
         try:
             assert proc.stdin is not None and proc.stdout is not None
             cfg = {"late_replies": 1, "late_reply_s": env.params["late_reply_s"]}
@@ -191,5 +198,5 @@ class Provider:
 
 
 if __name__ == "__main__":
-    _die_with_parent()
+    _die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())  # the lab's PID
     main()

@@ -42,7 +42,6 @@ ROWS = ("A", "B")
 DEADLOCK_TIMEOUT_MS = 1000  # the documents' setting
 SHORT_DT_MS = 200  # LC-35: the later waiter's own deadlock_timeout
 DP8_TIMEOUTS_MS = (5000, 500)  # the document's lock_timeout, and one below deadlock_timeout
-SLACK_MS = 400  # measured times within [timeout, timeout + slack] (a shared 2-core machine)
 UPDATE = "UPDATE accounts SET balance = balance - 1 WHERE id = $1"
 
 
@@ -137,14 +136,17 @@ def _dp8(lock_timeout_ms: int, code: str, after_ms: int) -> Claim:
         if p is None:
             return None
         t = p["after_ms"][0]  # s1 waited first: its timer (deadlock or lock) fires first
-        held = p["ends"][0] == code and t is not None and after_ms <= t <= after_ms + SLACK_MS
+        # Which timer fired is the error code (55P03 means lock_timeout came before the
+        # detector, 40P01 the reverse); time is judged from below only: a timer never fires
+        # early, but a loaded machine may report it late by any amount.
+        held = p["ends"][0] == code and t is not None and t >= after_ms
         held = held and (code != "40P01" or p["ends"][1] == "ok")  # the detector frees s2
         return held, f"buggy, lock_timeout {lock_timeout_ms} ms: ends {p['ends']}, s1 after {t} ms"
 
     return Claim(
         "DP-8",
         f"lock_timeout {lock_timeout_ms} ms, deadlock_timeout {DEADLOCK_TIMEOUT_MS} ms: the "
-        f"first waiter gets {code} after ~{after_ms} ms"
+        f"first waiter gets {code}, not before {after_ms} ms"
         + (", the other commits" if code == "40P01" else ""),
         ("buggy",),
         check,

@@ -322,7 +322,7 @@ class WorkerProcess:
     @classmethod
     async def start(cls, env: Env, worker: Worker, cfg: dict[str, Any]) -> WorkerProcess:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, WORKER_SCRIPT, stdin=asyncio.subprocess.PIPE,
+            sys.executable, WORKER_SCRIPT, str(os.getpid()), stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         self = cls(env, worker, proc)

@@ -154,23 +154,26 @@ async def test_bad_parameters_are_one_clear_error(
 
 async def test_a_slow_scram_login_makes_both_pods_bill(run_scenario: RunFn) -> None:
     """DL-17, slow-login vs fast-login: only the login's iteration count differs; the slow
-    one (>= 100 ms, measured) makes pod-2 bill too, the fast one lets it skip. (Two trials
-    and one here, to keep the test short: every slow login costs ~0.3-1 s of PBKDF2;
-    verify runs three of each.)"""
+    one (>= 100 ms, measured) makes pod-2 bill too, the fast one lets it skip. Which pod
+    wins is a race, so the slow case is judged by the claim's own rule over its trials
+    (both bill in >= 2 of 3); the fast case runs once (every login costs PBKDF2 time) and
+    only what is certain of it is asserted: its claim was judged, not its verdict, which
+    a stall of the lab can turn (verify runs three of each)."""
     from lab.profiles import profile_settings
-    from scenarios.cron_rerun import SLOW_LOGIN_MS
+    from scenarios.cron_rerun import SLOW_LOGIN_MS, SLOW_LOGIN_NEEDED, SLOW_LOGIN_TRIALS
 
     seen: dict[str, dict[str, Any]] = {}
     for case in ("slow-login", "fast-login"):
         knobs, params = profile_settings(SCENARIO, "quick", case=case)
-        params["trials"] = 2 if case == "slow-login" else 1
+        params["trials"] = SLOW_LOGIN_TRIALS if case == "slow-login" else 1
         rec = (await run_scenario(SCENARIO, ["buggy"], params=params, n=knobs.n))["buggy"]
         seen[case] = rec
         ms = [t["pod2"]["connect_ms"] for t in trials(rec)]
         assert len(ms) == params["trials"] and rec["evidence"]["connect"]["auth"] == "scram-sha-256"
         if case == "slow-login":
             assert min(ms) >= SLOW_LOGIN_MS
-    assert seen["slow-login"]["counters"]["both_billed"] == 2
-    assert seen["fast-login"]["counters"]["both_billed"] == 0
+    assert seen["slow-login"]["counters"]["both_billed"] >= SLOW_LOGIN_NEEDED
     verdicts = [c for c in seen["slow-login"]["claims"] if "SCRAM login" in c["text"]]
     assert verdicts and verdicts[0]["held"], verdicts
+    fast = [c for c in seen["fast-login"]["claims"] if "fast login" in c["text"]]
+    assert fast and not fast[0].get("not_judged"), fast

@@ -80,11 +80,14 @@ async def test_a_longer_lock_timeout_is_still_honoured(servers: Servers) -> None
 
 async def test_load_keeps_the_answer_times(run_scenario: RunFn) -> None:
     """Holder and waiter as a load (no order forced): every 55P03 still obeys its bound;
-    only the invariant claims are judged there, the pinned ones name explore."""
+    only the invariant claims are judged there, the pinned ones name explore. The judged
+    claim is about contention, so the run must have had some: a 55P03 in each fixed variant
+    (with none the claim is not exercised, and this test fails)."""
     records = await run_scenario(SCENARIO, n=4)
     for v, rec in records.items():
         assert all(i["held"] for i in rec["invariants"]), (v, rec["invariants"])
     for v in ("fixed-nowait", "fixed-lock-timeout"):
+        assert records[v]["outcomes"].get("55P03", 0) > 0, (v, records[v]["outcomes"])
         assert claims_of(records[v]) == {"LC-12": [True]}, v
     why = {n["why"] for r in records.values() for n in r["claims_not_judged"]}
     assert any("locklab explore lock-wait-modes" in w for w in why)
@@ -103,3 +106,15 @@ async def test_bad_params_one_clear_line(
     """A hold shorter than the timeout, or a zero timeout, is refused before any lock."""
     with pytest.raises(LabError, match=pattern):
         await run_scenario(SCENARIO, ["buggy"], params=params)
+
+
+def test_load_claim_without_a_55p03_is_not_exercised() -> None:
+    """A load run with no refusal held its timing invariant vacuously: not exercised, never
+    held; with a refusal the same invariants are judged."""
+    inv = [{"name": "lock_timeout fires at its timeout", "held": True, "detail": ""}]
+    for v in ("fixed-nowait", "fixed-lock-timeout"):
+        [claim] = [c for c in SCENARIO.claims if c.text.startswith(f"{v}: under a load")]
+        calm = {v: {"outcomes": {"ok": 4}, "invariants": inv}}
+        assert claim.judge(calm) is None
+        busy = {v: {"outcomes": {"ok": 3, "55P03": 1}, "invariants": inv}}
+        assert (claim.judge(busy) or {}).get("held") is True

@@ -545,3 +545,22 @@ def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
     assert [n["why"] for n in records["buggy"]["claims_not_judged"]] == [
         "needs the fixed variant(s) too"
     ]
+
+
+def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
+    """A wall_not_reproduced claim that holds (the gap is there) is counted apart from the
+    held total, named NOT REPRODUCED in the summary line and in its row's word."""
+    from lab.seconds import wall_not_reproduced
+    from lab.verify import held_word
+
+    gap = wall_not_reproduced("DL-7", "buggy", 400_000, 0.5, "node", "the buggy transfer")
+    rows = [
+        {"id": "DL-7", "text": gap.text, "held": True, "status": "held"},
+        {"id": "DL-1", "text": "plain", "held": True, "status": "held"},
+    ]
+    summary = summarize([ScenarioVerdicts("toy", "", "quick", {}, {}, 1, rows)], "quick")
+    assert summary.line().startswith(
+        "1 claims held, 0 not held (1 published number(s) NOT REPRODUCED, only their gap held)"
+    )
+    assert summary.ok and summary.to_json()["gaps"] == 1
+    assert "NOT REPRODUCED" in held_word(rows[0]) and held_word(rows[1]) == "[green]held[/green]"
