@@ -247,6 +247,21 @@ async def test_tx_pool_checks_out_a_client_per_attempt(run_scenario: RunFn) -> N
         assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
 
 
+async def test_tx_pool_runs_session_shape_scenarios(run_scenario: RunFn) -> None:
+    """checkout-deadlock is Session-shape (Session.transaction calls start/commit/rollback):
+    under tx-pool:2 both variants run, one checkout per attempt, the buggy one's deadlock
+    victim rolls back and its client goes back to the pool."""
+    recs = await run_scenario(
+        CHECKOUT, ["buggy", "fixed"], n=4, connect="tx-pool:2", deadlock_timeout_ms=50
+    )
+    for rec in recs.values():
+        assert rec["knobs"]["connect"] == "tx-pool:2"
+        assert rec["evidence"]["tx_pool"]["acquisitions"] >= 4, rec["evidence"]
+        assert sum(rec["outcomes"].values()) == 4, rec["outcomes"]
+        assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
+    assert recs["fixed"]["outcomes"] == {"ok": 4}
+
+
 async def test_rtt_moves_the_fixed_checkout_as_latency_predicts(run_scenario: RunFn) -> None:
     """Sorted checkout holds A-1 for 2 round trips + 2 pauses: n carts take >= n (2R + 2p)."""
     n, rtt, pause = 10, 30.0, 5.0
