@@ -25,10 +25,12 @@ from lab.scenario import Scenario
 from lab.servers.versions import Available, open_for, pg_available, redis_available
 from lab.verify import (
     ScenarioVerdicts,
+    explore_claims,
     judge_across,
     save_verdicts,
     status_of,
     summarize,
+    verify_explore,
     verify_plan,
     verify_scenario,
 )
@@ -185,6 +187,14 @@ def run_matrix(
                     )
                 )  # fmt: skip
                 results.append(res)
+            for sc in chosen:  # claims about every interleaving, judged on this column too
+                if explore_claims(sc, profile):
+                    ex = asyncio.run(
+                        verify_explore(sc, profile, srv, run_id=col_run, write=write,
+                                       on_step=on_step)
+                    )  # fmt: skip
+                    if ex is not None:
+                        results.append(ex)
         for sc in chosen:
             if (across := judge_across(sc, profile, results)) is not None:
                 results.append(across)

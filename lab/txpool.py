@@ -161,8 +161,9 @@ class TxPoolConnection:
         return self._held is not None
 
     def is_closed(self) -> bool:
-        """Never: each statement or transaction takes a live client from the pool."""
-        return False
+        """Whether the connection this transaction holds closed under it (outside a
+        transaction the handle is never closed: each statement takes a live one)."""
+        return self._held is not None and self._held.is_closed()
 
 
 class _PooledTransaction:
@@ -176,13 +177,14 @@ class _PooledTransaction:
         self._tx: Any = None
         self._nested = False
 
-    async def __aenter__(self) -> _PooledTransaction:
+    async def start(self) -> None:
+        """Acquire a pooled connection (FIFO) and BEGIN on it; nested, a savepoint."""
         owner = self._owner
         if owner._held is not None:
             self._nested = True
             self._tx = owner._held.transaction(**self._kwargs)
             await self._tx.start()
-            return self
+            return
         conn = await owner._pool.acquire(owner._who)
         try:
             self._tx = conn.transaction(**self._kwargs)
@@ -191,17 +193,30 @@ class _PooledTransaction:
             owner._pool.release(conn)
             raise
         self._conn = owner._held = conn
-        return self
-
-    # asyncpg's explicit form, as lab.steps.Session drives a transaction
-    async def start(self) -> None:
-        await self.__aenter__()
 
     async def commit(self) -> None:
-        await self.__aexit__(None, None, None)
+        """COMMIT, then the connection goes back to the pool (replaced if left inside)."""
+        try:
+            await self._tx.commit()
+        finally:
+            self._release()
 
     async def rollback(self) -> None:
-        await self.__aexit__(BaseException, None, None)
+        """ROLLBACK, then the connection goes back to the pool (replaced if left inside)."""
+        try:
+            await self._tx.rollback()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if not self._nested and self._conn is not None:
+            conn, self._conn = self._conn, None
+            self._owner._held = None
+            self._owner._pool.release(conn)
+
+    async def __aenter__(self) -> _PooledTransaction:
+        await self.start()
+        return self
 
     async def __aexit__(
         self,
@@ -209,12 +224,7 @@ class _PooledTransaction:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        try:
-            if exc_type is None:
-                await self._tx.commit()
-            else:
-                await self._tx.rollback()
-        finally:
-            if not self._nested and self._conn is not None:
-                self._owner._held = None
-                self._owner._pool.release(self._conn)
+        if exc_type is None:
+            await self.commit()
+        else:
+            await self.rollback()

@@ -35,11 +35,19 @@ async def test_who_waits_under_each_lock_clause(servers: Servers) -> None:
     results = await trace(
         SCENARIO, servers, runs, ["read_committed"], run_id="test", deadlock_ms=100
     )
-    got = {(r.variant, r.name): (r.waited, sorted(r.outcomes.values())) for r in results}
+    # In a deadlock only the first waiter is sure to be seen blocked: the second waits only
+    # until a detector fires (100 ms here), and its 40P01 says the server saw it wait.
+    got = {
+        (r.variant, r.name): (
+            r.waited[:1] if "40P01" in r.outcomes.values() else r.waited,
+            sorted(r.outcomes.values()),
+        )
+        for r in results
+    }
     assert got == {
         ("buggy", "parent-locked"): (["s2 add-item"], ["ok", "paid"]),
         ("buggy", "customer-locked"): (["s2 rename"], ["ok", "paid"]),
-        ("buggy", "cross"): (["s1 lock", "s2 lock"], ["40P01", "ok"]),
+        ("buggy", "cross"): (["s1 lock"], ["40P01", "ok"]),
         ("fixed", "parent-locked"): ([], ["ok", "paid"]),
         ("fixed", "customer-locked"): ([], ["ok", "paid"]),
         ("fixed", "cross"): (["s2 lock"], ["ok", "paid"]),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -44,30 +45,33 @@ def pg_port(servers: Servers) -> int:
     return urllib.parse.urlsplit(servers.pg.dsn).port or 5432
 
 
+async def _trip_ms(conn: asyncpg.Connection) -> float:
+    began = time.perf_counter()
+    await conn.fetchval("SELECT 1")
+    return (time.perf_counter() - began) * 1000
+
+
 async def test_the_proxy_adds_the_round_trip_time_it_says(servers: Servers) -> None:
-    """A chain of M round trips through a proxy at R ms takes >= 0.8 M R; direct, far less."""
+    """A chain of M round trips through a proxy at R ms takes >= 0.8 M R; direct, a median
+    round trip well under the proxied one."""
     assert servers.pg is not None
     proxy = netdelay.spawn(pg_port(servers), RTT_MS)
     try:
         direct = await asyncpg.connect(servers.pg.dsn)
         delayed = await asyncpg.connect(via_port(servers.pg.dsn, proxy.port))
         try:
-            began = time.perf_counter()
-            for _ in range(ROUND_TRIPS):
-                await delayed.fetchval("SELECT 1")
-            through_ms = (time.perf_counter() - began) * 1000
-            began = time.perf_counter()
-            for _ in range(ROUND_TRIPS):
-                await direct.fetchval("SELECT 1")
-            direct_ms = (time.perf_counter() - began) * 1000
+            through = [await _trip_ms(delayed) for _ in range(ROUND_TRIPS)]
+            direct_trips = [await _trip_ms(direct) for _ in range(ROUND_TRIPS)]
             probe = await measure_rtt(delayed)
         finally:
             await direct.close()
             await delayed.close()
     finally:
         proxy.stop()
-    assert through_ms >= ROUND_TRIPS * RTT_MS * SLACK, through_ms
-    assert direct_ms * 10 < through_ms, (direct_ms, through_ms)
+    assert sum(through) >= ROUND_TRIPS * RTT_MS * SLACK, through
+    # medians, and only x3: a stall on a loaded machine can slow a few direct trips, but a
+    # proxy that adds nothing would leave the two medians alike
+    assert statistics.median(direct_trips) * 3 < statistics.median(through), (direct_trips, through)
     assert probe["median"] >= RTT_MS * SLACK, probe
     assert not pid_alive(proxy.pid)
 
@@ -247,6 +251,21 @@ async def test_tx_pool_checks_out_a_client_per_attempt(run_scenario: RunFn) -> N
         assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
 
 
+async def test_tx_pool_runs_session_shape_scenarios(run_scenario: RunFn) -> None:
+    """checkout-deadlock is Session-shape (Session.transaction calls start/commit/rollback):
+    under tx-pool:2 both variants run, one checkout per attempt, the buggy one's deadlock
+    victim rolls back and its client goes back to the pool."""
+    recs = await run_scenario(
+        CHECKOUT, ["buggy", "fixed"], n=4, connect="tx-pool:2", deadlock_timeout_ms=50
+    )
+    for rec in recs.values():
+        assert rec["knobs"]["connect"] == "tx-pool:2"
+        assert rec["evidence"]["tx_pool"]["acquisitions"] >= 4, rec["evidence"]
+        assert sum(rec["outcomes"].values()) == 4, rec["outcomes"]
+        assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
+    assert recs["fixed"]["outcomes"] == {"ok": 4}
+
+
 async def test_rtt_moves_the_fixed_checkout_as_latency_predicts(run_scenario: RunFn) -> None:
     """Sorted checkout holds A-1 for 2 round trips + 2 pauses: n carts take >= n (2R + 2p)."""
     n, rtt, pause = 10, 30.0, 5.0
@@ -255,10 +274,13 @@ async def test_rtt_moves_the_fixed_checkout_as_latency_predicts(run_scenario: Ru
     fast = (await run_scenario(CHECKOUT, ["fixed"], params, n=n))["fixed"]
     net = slow["evidence"]["network"]
     assert net["actors_rtt_ms"]["median"] >= rtt * SLACK
-    assert net["bypass_rtt_ms"]["median"] * 10 < rtt
+    # medians, x3: the direct probe is well under the proxied one (a no-op proxy fails)
+    assert net["bypass_rtt_ms"]["median"] * 3 < net["actors_rtt_ms"]["median"], net
     assert slow["knobs"]["rtt"] == str(rtt)
     assert slow["wall_ms"] >= SLACK * n * (2 * rtt + 2 * pause), slow["wall_ms"]
-    assert fast["wall_ms"] * 2 < slow["wall_ms"], (fast["wall_ms"], slow["wall_ms"])
+    # one wall time each, so no ratio: a loaded machine may stretch the fast run; the
+    # proxy's own effect is the lower bound above and the medians of the network evidence
+    assert fast["wall_ms"] < slow["wall_ms"], (fast["wall_ms"], slow["wall_ms"])
     assert "network" not in fast["evidence"]  # no proxy, nothing claimed
 
 

@@ -24,15 +24,21 @@ from lab.sequencer import (
 from lab.servers import Servers
 from lab.steps import Session, show_sql
 
+# The deadlock test asserts s1 (the first waiter) is the victim: that holds only if s2's
+# wait closes the cycle before s1's deadlock_timeout expires. 3 s, as for the golden
+# transcripts (tests/test_pinned.py), leaves a loaded machine that margin; at 1 s it
+# once flipped the victim there.
+DEADLOCK_TIMEOUT = "3s"
+
 
 @pytest.fixture
 async def database(servers: Servers) -> AsyncIterator[str]:
-    """A throwaway database with one row to fight over (deadlock_timeout 1 s, as published)."""
+    """A throwaway database with one row to fight over (deadlock_timeout DEADLOCK_TIMEOUT)."""
     assert servers.pg is not None
     name = f"locklab_seq_{uuid.uuid4().hex[:8]}"
     admin = await asyncpg.connect(servers.pg.dsn)
     await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '1s'")
+    await admin.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '{DEADLOCK_TIMEOUT}'")
     try:
         conn = await asyncpg.connect(servers.pg.dsn, database=name)
         await conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")

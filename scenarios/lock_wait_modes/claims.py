@@ -112,13 +112,12 @@ CLAIMS = (
         "LC-12",
         "fixed-lock-timeout",
         "fixed-lock-timeout: every 55P03 in every interleaving came once the timeout had "
-        f"passed, never before, and within {code.TIMER_SLACK_MS:.0f} ms of it",
+        "passed, never before",
     ),
     kept_in_all(
         "LC-12",
         "fixed-nowait",
-        f"NOWAIT fails more than {code.NOWAIT_SHARE}x sooner than lock_timeout fires, in every "
-        "interleaving",
+        "NOWAIT fails sooner than lock_timeout would fire, in every interleaving",
     ),
     error_in("LC-12", "buggy", "55P03", "buggy: no interleaving ends in 55P03", expect=False),
     *(
