@@ -8,11 +8,14 @@ Docker when an engine answers, else embedded servers started here and stopped at
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
+import asyncpg
 import pytest
 
 from lab.errors import LabError
@@ -102,3 +105,26 @@ def claims_of(record: dict[str, Any]) -> dict[str, list[bool]]:
     for c in record["claims"]:
         out.setdefault(c["id"], []).append(c["held"])
     return out
+
+
+@contextlib.asynccontextmanager
+async def throwaway_database(
+    servers: Servers, prefix: str, rows: int = 1, settings: dict[str, str] | None = None
+) -> AsyncIterator[str]:
+    """A database of its own with table `t (id, v)` holding `rows` rows to fight over, and
+    the given database settings (e.g. deadlock_timeout); dropped afterwards. Its name."""
+    assert servers.pg is not None
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect(servers.pg.dsn)
+    await admin.execute(f'CREATE DATABASE "{name}"')
+    for key, value in (settings or {}).items():
+        await admin.execute(f"ALTER DATABASE \"{name}\" SET {key} = '{value}'")
+    try:
+        conn = await asyncpg.connect(servers.pg.dsn, database=name)
+        await conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
+        await conn.execute("INSERT INTO t SELECT g, 0 FROM generate_series(1, $1) g", rows)
+        await conn.close()
+        yield name
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -17,24 +16,14 @@ from lab.interleave import (
     task_or_blocked,
 )
 from lab.servers import Servers
+from tests.conftest import throwaway_database
 
 
 @pytest.fixture
 async def database(servers: Servers) -> AsyncIterator[str]:
     """A throwaway database with one row to fight over; its name."""
-    assert servers.pg is not None
-    name = f"locklab_interleave_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(servers.pg.dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        conn = await asyncpg.connect(servers.pg.dsn, database=name)
-        await conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
-        await conn.execute("INSERT INTO t VALUES (1, 0)")
-        await conn.close()
+    async with throwaway_database(servers, "locklab_interleave") as name:
         yield name
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 @pytest.fixture

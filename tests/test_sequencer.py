@@ -7,7 +7,6 @@ what the server answered, and when it reported a session blocked.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -23,6 +22,7 @@ from lab.sequencer import (
 )
 from lab.servers import Servers
 from lab.steps import Session, show_sql
+from tests.conftest import throwaway_database
 
 # The deadlock test asserts s1 (the first waiter) is the victim: that holds only if s2's
 # wait closes the cycle before s1's deadlock_timeout expires. 3 s, as for the golden
@@ -33,21 +33,10 @@ DEADLOCK_TIMEOUT = "3s"
 
 @pytest.fixture
 async def database(servers: Servers) -> AsyncIterator[str]:
-    """A throwaway database with one row to fight over (deadlock_timeout DEADLOCK_TIMEOUT)."""
-    assert servers.pg is not None
-    name = f"locklab_seq_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect(servers.pg.dsn)
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.execute(f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '{DEADLOCK_TIMEOUT}'")
-    try:
-        conn = await asyncpg.connect(servers.pg.dsn, database=name)
-        await conn.execute("CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)")
-        await conn.execute("INSERT INTO t VALUES (1, 0), (2, 0)")
-        await conn.close()
+    """A throwaway database with two rows to fight over (deadlock_timeout DEADLOCK_TIMEOUT)."""
+    settings = {"deadlock_timeout": DEADLOCK_TIMEOUT}
+    async with throwaway_database(servers, "locklab_seq", rows=2, settings=settings) as name:
         yield name
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
 
 
 @pytest.fixture
