@@ -30,6 +30,8 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+from lab.aio import within
+
 try:  # hiredis parses replies in C; the pure-Python parser below is the fallback
     import hiredis
 
@@ -204,7 +206,7 @@ class AutoPipeline:
         client = cls(conns)
         try:
             for _ in range(connections):
-                _, proto = await asyncio.wait_for(
+                _, proto = await within(
                     loop.create_connection(
                         _Conn, parts.hostname or "127.0.0.1", parts.port or 6379
                     ),
@@ -222,7 +224,7 @@ class AutoPipeline:
                 if db != "0":
                     hello.append(client.execute("SELECT", db))
                 client._flush()
-            await asyncio.wait_for(asyncio.gather(*hello), timeout)
+            await within(asyncio.gather(*hello), timeout)
         except BaseException:
             client.close()
             raise

@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any, Protocol
 
+from lab.aio import within
 from lab.errors import ScenarioFailure
 
 TIMEOUT_S = 10.0  # a forced step that has not happened by then will not happen
@@ -76,7 +77,7 @@ async def done_or_blocked(
                 f"{what} (pid {pid}) neither finished nor blocked in {timeout} s"
             )
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(done.wait(), POLL_S)
+            await within(done.wait(), POLL_S)
     return None
 
 
@@ -168,7 +169,7 @@ class Rendezvous:
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), POLL_S)
+                await within(self._changed.wait(), POLL_S)
 
     def _next_point(self, party: int) -> str:
         return next((pt for pt in self.points if pt not in self.reached[party]), self.points[-1])

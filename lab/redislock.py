@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
+from lab.aio import within
+
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
@@ -65,7 +67,7 @@ class Redlock:
     async def _set(self, node: aioredis.Redis) -> bool:
         try:
             return bool(
-                await asyncio.wait_for(
+                await within(
                     node.set(self.key, self.token, nx=True, px=self.ttl_ms), NODE_TIMEOUT_S
                 )
             )
@@ -85,9 +87,7 @@ class Redlock:
     async def _del(self, node: aioredis.Redis) -> int:
         try:
             return int(
-                await asyncio.wait_for(
-                    node.eval(COMPARE_AND_DELETE, 1, self.key, self.token), NODE_TIMEOUT_S
-                )
+                await within(node.eval(COMPARE_AND_DELETE, 1, self.key, self.token), NODE_TIMEOUT_S)
             )
         except (TimeoutError, OSError, RedisError):
             return 0

@@ -17,6 +17,7 @@ from typing import Any
 import asyncpg
 
 from lab import __version__
+from lab.aio import within
 from lab.claims import judge_all
 from lab.errors import LabError, ScenarioFailure
 from lab.evidence import (
@@ -257,7 +258,7 @@ async def redis_client(servers: Servers, size: int) -> Any:
     assert servers.redis is not None
     client = _pooled(servers.redis.url, size)
     try:
-        info = await asyncio.wait_for(client.info("server"), 10)
+        info = await within(client.info("server"), 10)
     except Exception as exc:
         await client.aclose()
         raise LabError(f"cannot reach Redis at {servers.redis.info.address}: {exc}") from None
@@ -476,7 +477,7 @@ async def _run_variant(
                 await asyncio.to_thread(cleanup)
         if pool is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(pool.close(), teardown_s(5))
+                await within(pool.close(), teardown_s(5))
             pool.terminate()
         # Once a server is named at fault, Redis is not waited on (a stopped one never
         # answers; wait_for cannot bound redis-py, which may swallow the cancellation).

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from lab.aio import within
 from lab.errors import ScenarioFailure
 from lab.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
 from lab.outcome import classify
@@ -358,7 +359,7 @@ class Sequencer:
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), POLL_S)
+                await within(self._changed.wait(), POLL_S)
 
     async def _resolve(self) -> None:
         """Every live session is blocked: wait for the server to end one wait, then settle."""
@@ -373,7 +374,7 @@ class Sequencer:
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), 0.05)
+                await within(self._changed.wait(), 0.05)
         await self._settle()
 
     def _flush(self) -> None:

@@ -49,6 +49,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from lab.aio import within
 from lab.errors import LabError, ScenarioFailure
 from lab.procstat import peak_rss_mb
 from lab.scenario import Env, Scenario
@@ -174,8 +175,7 @@ async def run_sharded(
                 }
             )
         ready = [
-            asyncio.ensure_future(asyncio.wait_for(w.read("it was ready"), READY_TIMEOUT_S))
-            for w in workers
+            asyncio.ensure_future(within(w.read("it was ready"), READY_TIMEOUT_S)) for w in workers
         ]
         await _all_or_first_error(ready)
         pids = [os.getpid(), *(w.proc.pid for w in workers)]
@@ -184,14 +184,11 @@ async def run_sharded(
         for w in workers:
             w.send({"go": go, "pids": pids})
         limit = knobs.run_timeout_s + READY_TIMEOUT_S
-        done = [
-            asyncio.ensure_future(asyncio.wait_for(w.read("it sent its result"), limit))
-            for w in workers
-        ]
+        done = [asyncio.ensure_future(within(w.read("it sent its result"), limit)) for w in workers]
         results = [m["result"] for m in await _all_or_first_error(done)]
         for w in workers:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(w.proc.wait(), EXIT_GRACE_S)
+                await within(w.proc.wait(), EXIT_GRACE_S)
     except TimeoutError:
         raise ScenarioFailure(
             f"{env.scenario} / {variant}: a worker process did not answer"

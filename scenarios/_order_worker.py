@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lab.aio import within
 from lab.errors import ScenarioFailure
 from lab.redislock import COMPARE_AND_DELETE
 
@@ -124,7 +125,7 @@ class Service:
         """The next event that is one of `events` (heartbeats skipped), bounded."""
         while True:
             try:
-                ev = await asyncio.wait_for(self.events.get(), timeout)
+                ev = await within(self.events.get(), timeout)
             except TimeoutError:
                 raise ScenarioFailure(
                     f"{self.name}: no {'/'.join(events)} in {timeout} s"
@@ -145,7 +146,7 @@ class Service:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.proc.wait(), 10)
+            await within(self.proc.wait(), 10)
         if self.reader is not None:
             self.reader.cancel()
             with contextlib.suppress(BaseException):

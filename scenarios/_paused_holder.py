@@ -21,6 +21,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from lab.aio import within
 from lab.claims import Record
 from lab.errors import ScenarioFailure
 from lab.scenario import Env
@@ -44,7 +45,7 @@ class Holder(Worker):
 async def _bounded(aw: Awaitable[Any], what: str, env: Env) -> Any:
     limit = env.params["ttl_ms"] / 1000 + STEP_LIMIT_S
     try:
-        return await asyncio.wait_for(aw, limit)
+        return await within(aw, limit)
     except TimeoutError:
         raise ScenarioFailure(
             f"{env.scenario} / {env.variant}: stuck at {what} after {limit:.0f} s"

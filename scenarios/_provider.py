@@ -30,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lab.aio import within
 from lab.errors import ScenarioFailure
 from lab.servers.embedded import stop_pid
 
@@ -156,7 +157,7 @@ class Provider:
             proc.stdin.write((json.dumps(cfg) + "\n").encode())
             await proc.stdin.drain()
             try:
-                ready = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                ready = json.loads(await within(proc.stdout.readline(), 30))
             except (TimeoutError, ValueError):
                 raise ScenarioFailure(f"{env.scenario}: the provider did not start") from None
             env.extra_evidence["provider_pid"] = proc.pid
@@ -167,10 +168,10 @@ class Provider:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 10)
+                await within(proc.wait(), 10)
 
     async def post(self, path: str, body: Any, headers: Mapping[str, str], timeout: float) -> Any:
-        return await asyncio.wait_for(self._request("POST", path, body, headers), timeout)
+        return await within(self._request("POST", path, body, headers), timeout)
 
     async def _request(self, method: str, path: str, body: Any, headers: Mapping[str, str]) -> Any:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
@@ -191,7 +192,7 @@ class Provider:
         return payload
 
     async def record(self, env: Env) -> None:
-        log = await asyncio.wait_for(self._request("GET", "/log", None, {}), 10)
+        log = await within(self._request("GET", "/log", None, {}), 10)
         env.extra_evidence["provider"] = log
         env.add("charges", len(log["charges"]))
         env.add("messages", len(log["messages"]))

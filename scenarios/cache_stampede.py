@@ -57,6 +57,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lab.aio import within
 from lab.claims import Claim, NotJudged, Record
 from lab.errors import LabError
 from lab.outcome import notation
@@ -293,7 +294,7 @@ async def fixed(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
         return "stale"  # the stale copy answers waiters at once
     budget = env.params["max_polls"] * env.params["poll_ms"] / 1000 * env.rng(actor).uniform(1, 2)
     try:
-        await asyncio.wait_for(asyncio.shield(flight), budget)
+        await within(asyncio.shield(flight), budget)
     except (TimeoutError, LockBusy):
         return "stale" if await _stale(env) else "fallback"
     except RebuildFailed:

@@ -42,6 +42,7 @@ from typing import Any
 
 import asyncpg
 
+from lab.aio import within
 from lab.claims import Claim, Record
 from lab.errors import LabError, ScenarioFailure
 from lab.scenario import Check, Defaults, Env, Scenario
@@ -180,7 +181,7 @@ class Pod:
         return event
 
     async def expect(self, *events: str) -> dict[str, Any]:
-        ev = await asyncio.wait_for(self.read(), EVENT_TIMEOUT_S)
+        ev = await within(self.read(), EVENT_TIMEOUT_S)
         if ev["ev"] not in events:
             raise await self.unexpected(ev)
         return ev
@@ -390,7 +391,7 @@ async def _race(
     try:
         await pod1.grant(1 + k)
         while race.killed_at is None or not race.pod2_exited:
-            pod, ev = await asyncio.wait_for(events.get(), EVENT_TIMEOUT_S)
+            pod, ev = await within(events.get(), EVENT_TIMEOUT_S)
             _trace_event(env, pod.job, ev)
             if not _on_event(env, race, pod is pod1, ev):
                 raise await pod.unexpected(ev)

@@ -48,6 +48,7 @@ from typing import Any
 
 import asyncpg
 
+from lab.aio import within
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import LabError, ScenarioFailure
 from lab.interleave import InterleaveTimeout, done_or_blocked, task_or_blocked
@@ -170,7 +171,7 @@ async def _queue(env: Env, locking: str) -> None:
     finally:
         for w in workers:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(w.conn.close(), 2)
+                await within(w.conn.close(), 2)
             w.conn.terminate()
 
 

@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import asyncpg
 
+from lab.aio import within
 from lab.claims import Claim, Record
 from lab.scenario import Defaults, Env, Scenario
 
@@ -107,7 +108,7 @@ async def worker(conn: asyncpg.Connection, stop: asyncio.Event, fail: Fail) -> N
         batch = await conn.fetch(CLAIM)  # step claim: commits at once
         if not batch:
             with contextlib.suppress(TimeoutError):  # named: the document's poll sleep
-                await asyncio.wait_for(stop.wait(), POLL_MS / 1000)
+                await within(stop.wait(), POLL_MS / 1000)
             continue
         for job in batch:
             await conn.execute(LOG, job["id"], job["attempts"], "claimed")

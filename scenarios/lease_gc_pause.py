@@ -48,6 +48,7 @@ from typing import Any
 
 import asyncpg
 
+from lab.aio import within
 from lab.claims import Check as ClaimCheck
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import LabError, ScenarioFailure
@@ -260,7 +261,7 @@ async def _bounded(event: asyncio.Event, what: str, p: Mapping[str, Any]) -> Non
     """Every wait of the choreography ends: a step that never comes fails the run, named."""
     limit = (p["ttl_ms"] + p["pause_ms"] + p["b_work_ms"] + p["c_work_ms"]) / 1000 + 10
     try:
-        await asyncio.wait_for(event.wait(), limit)
+        await within(event.wait(), limit)
     except TimeoutError:
         raise ScenarioFailure(f"lease-gc-pause: stuck at {what} after {limit:.0f} s") from None
 
@@ -330,7 +331,7 @@ class WorkerProcess:
             assert proc.stdin is not None
             proc.stdin.write((json.dumps(cfg) + "\n").encode())  # secrets via the pipe, not argv
             await proc.stdin.drain()
-            line = await asyncio.wait_for(self._line(), 30)
+            line = await within(self._line(), 30)
             if line.get("event") != "ready":
                 raise ScenarioFailure(f"lease worker did not start: {line} {await self._err()}")
         except BaseException:
@@ -346,7 +347,7 @@ class WorkerProcess:
     async def _err(self) -> str:
         assert self.proc.stderr is not None
         with contextlib.suppress(Exception):
-            self.stderr += await asyncio.wait_for(self.proc.stderr.read(), 2)
+            self.stderr += await within(self.proc.stderr.read(), 2)
         return self.stderr.decode(errors="replace")[-800:]
 
     def go(self) -> None:
@@ -396,7 +397,7 @@ class WorkerProcess:
         """A crashes while frozen: no finally, no release; its lease lives on in Redis."""
         self.killing = True
         os.kill(self.proc.pid, signal.SIGKILL)
-        await asyncio.wait_for(self.proc.wait(), 10)
+        await within(self.proc.wait(), 10)
         self.worker.report("killed", signal="SIGKILL")
         self.worker.end("killed")
 
@@ -409,7 +410,7 @@ class WorkerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)  # also ends a stopped process
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.proc.wait(), 10)
+            await within(self.proc.wait(), 10)
 
 
 def _proc_state(pid: int) -> str:

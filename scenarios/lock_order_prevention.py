@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any
 
+from lab.aio import within
 from lab.claims import Claim, Record, invariants_hold
 from lab.errors import LabError
 from lab.outcome import notation
@@ -443,7 +444,7 @@ async def _meet(env: Env, worker: int) -> None:
     if partner >= env.n:
         return
     try:
-        await asyncio.wait_for(_tried(env, partner).wait(), env.params["barrier_ms"] / 1000)
+        await within(_tried(env, partner).wait(), env.params["barrier_ms"] / 1000)
     except TimeoutError:
         env.add("barrier_timeouts")
 
@@ -503,7 +504,7 @@ async def invariant(env: Env) -> list[Check]:
     st = _st(env)
     st.stop.set()
     if st.observer is not None:
-        await asyncio.wait_for(st.observer, 10)
+        await within(st.observer, 10)
     ids = range(env.n + env.n % 2)
     pipe = env.redis.pipeline(transaction=False)
     for resource in [*(f"account:{a}" for a in ids), COARSE]:

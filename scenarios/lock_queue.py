@@ -36,6 +36,7 @@ from typing import Any
 
 import asyncpg
 
+from lab.aio import within
 from lab.claims import Claim, Record, invariants_hold
 from lab.errors import LabError, ScenarioFailure
 from lab.evidence import blocking_tree
@@ -165,7 +166,7 @@ async def _choreography(env: Env, ddl_setting: str, conns: dict[str, asyncpg.Con
     env.trace("lab", "pg_terminate_backend(root)", pid=root_pid)
     env.outcome("terminated")
     rest = [updater, ddl, *readers]
-    await asyncio.wait_for(asyncio.gather(*(s.task for s in rest)), TIMEOUT_S)
+    await within(asyncio.gather(*(s.task for s in rest)), TIMEOUT_S)
     ev["blocking_tree_after"] = await blocking_tree(observer, env.database)
     for s in rest:
         env.outcome(s.outcome)

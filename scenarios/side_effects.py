@@ -39,6 +39,7 @@ from typing import Any
 
 import asyncpg
 
+from lab.aio import within
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import LabError
 from lab.scenario import Check, Defaults, Env, Scenario
@@ -107,7 +108,7 @@ async def pay_invoices(env: Env, provider: Provider, *, outbox: bool) -> None:
                     else:  # the bug: a side effect inside the transaction's body
                         await provider.post("/messages", {"to": who, "body": msg}, {}, 10)
                     if attempt == 1:
-                        await asyncio.wait_for(both_first.wait(), 10)
+                        await within(both_first.wait(), 10)
                     await conn.execute("UPDATE accounts SET paid = paid + 1 WHERE id = $1", second)
             except asyncpg.DeadlockDetectedError:
                 env.add("40P01")

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from lab.aio import within
 from lab.autopipe import AutoPipeline, ReplyError, _PyReader, pack
 from lab.servers import Servers
 
@@ -72,7 +73,7 @@ async def test_a_closed_connection_fails_what_waits(client: AutoPipeline) -> Non
     client.close()
     await asyncio.sleep(0.05)
     with pytest.raises(ConnectionError):
-        await asyncio.wait_for(client.get(_key("x")), 5)
+        await within(client.get(_key("x")), 5)
 
 
 def test_python_reader_parses_what_redis_sends() -> None:

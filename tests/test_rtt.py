@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from lab import netdelay
+from lab.aio import within
 from lab.errors import LabError
 from lab.seconds import share_near, wall_not_reproduced, wall_within
 from lab.servers import Servers
@@ -212,7 +213,7 @@ async def test_tx_pool_is_fifo_and_a_retry_queues_behind_everyone(servers: Serve
             tasks.append(asyncio.create_task(job))
             await _until_waiting(pool, k)
         release_a.set()
-        await asyncio.wait_for(asyncio.gather(*tasks), 30)
+        await within(asyncio.gather(*tasks), 30)
     finally:
         await pool.close()
     assert pool.order == ["A", "B", "C", "D", "B"]

@@ -27,6 +27,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lab.aio import within
 from lab.errors import LabError, ScenarioFailure
 from lab.servers.lifecycle import alive, proc_state
 
@@ -107,7 +108,7 @@ async def _check(t: _Target, now: float) -> str | None:
         return None
     t.last_probe = now
     try:
-        replied = await asyncio.wait_for(_probe(t), PROBE_TIMEOUT_S)
+        replied = await within(_probe(t), PROBE_TIMEOUT_S)
     except ConnectionRefusedError:
         if t.pid:  # a killed server closes its port a moment before it is gone
             await asyncio.sleep(DYING_S)
@@ -303,8 +304,9 @@ async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
         await asyncio.wait({task}, timeout=TEARDOWN_S)
         _retrieve(task)
         raise ServerFault(f"{problem} during {during}")
-    watcher.cancel()
-    await asyncio.gather(watcher, return_exceptions=True)
+    watcher.cancel()  # bounded: a watch that swallowed its cancel must not hang the run
+    await asyncio.wait({watcher}, timeout=TEARDOWN_S)
+    _retrieve(watcher)
     exc = None if task.cancelled() else task.exception()
     if exc is None:
         return task.result()

@@ -1,0 +1,32 @@
+"""Bounded waits that never lose a cancellation.
+
+Python 3.11's ``asyncio.wait_for`` returns the inner result when the waiting task is
+cancelled in the same loop iteration as the inner awaitable finishes, and the
+cancellation is lost (CPython gh-86296, fixed in 3.12). A watcher cancelled at that
+moment keeps running and whoever gathers it waits forever: that is how a test run and
+a published verify once hung in an idle event loop. ``within`` runs the awaitable in
+the caller's own task under ``asyncio.timeout``, so an outside cancel always lands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+async def within(aw: Awaitable[T], seconds: float | None) -> T:
+    """``await aw``, or TimeoutError after ``seconds`` (None: no limit). A task passed
+    in is cancelled when the limit hits, like ``asyncio.wait_for``."""
+    if seconds is None:
+        return await aw
+    fut = asyncio.ensure_future(aw) if not asyncio.iscoroutine(aw) else None
+    try:
+        async with asyncio.timeout(max(seconds, 0.0)):
+            return await (fut if fut is not None else aw)
+    except TimeoutError:
+        if fut is not None and not fut.done():
+            fut.cancel()
+        raise
