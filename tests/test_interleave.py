@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -15,39 +14,6 @@ from lab.interleave import (
     lock_waiters,
     task_or_blocked,
 )
-from lab.servers import Servers
-from tests.conftest import throwaway_database
-
-
-@pytest.fixture
-async def database(servers: Servers) -> AsyncIterator[str]:
-    """A throwaway database with one row to fight over; its name."""
-    async with throwaway_database(servers, "locklab_interleave") as name:
-        yield name
-
-
-@pytest.fixture
-async def db(servers: Servers, database: str) -> AsyncIterator[asyncpg.Pool]:
-    """The observer: a small pool on the throwaway database."""
-    assert servers.pg is not None
-    pool = await asyncpg.create_pool(servers.pg.dsn, database=database, min_size=1, max_size=3)
-    assert pool is not None
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-@pytest.fixture
-async def sessions(servers: Servers, database: str) -> AsyncIterator[list[asyncpg.Connection]]:
-    """Two sessions of their own on the throwaway database."""
-    assert servers.pg is not None
-    conns = [await asyncpg.connect(servers.pg.dsn, database=database) for _ in range(2)]
-    try:
-        yield conns
-    finally:
-        for c in conns:
-            await c.close()
 
 
 async def test_a_party_blocked_on_a_lock_counts_as_arrived(
