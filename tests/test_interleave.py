@@ -6,6 +6,7 @@ import asyncio
 
 import asyncpg
 import pytest
+from asyncpg.transaction import Transaction
 
 from lab.interleave import (
     InterleaveTimeout,
@@ -76,15 +77,23 @@ async def test_a_party_that_never_comes_is_a_loud_timeout(db: asyncpg.Pool) -> N
         await rv.arrive(0, "read")
 
 
+async def _waiting_update(
+    holder: asyncpg.Connection, waiter: asyncpg.Connection, v: int
+) -> tuple[Transaction, asyncio.Task[str]]:
+    """`holder` locks row 1 in a transaction left open; `waiter`'s UPDATE of the row, as a
+    task (it waits for the lock)."""
+    tx = holder.transaction()
+    await tx.start()
+    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+    return tx, asyncio.create_task(waiter.execute("UPDATE t SET v = $1 WHERE id = 1", v))
+
+
 async def test_done_or_blocked_names_the_blocker(
     db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """A session waiting on a row lock is reported with the pid holding it; a done event wins."""
     holder, waiter = sessions
-    tx = holder.transaction()
-    await tx.start()
-    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-    task = asyncio.create_task(waiter.execute("UPDATE t SET v = 10 WHERE id = 1"))
+    tx, task = await _waiting_update(holder, waiter, 10)
     never = asyncio.Event()
     by = await done_or_blocked(db, waiter.get_server_pid(), never, timeout=5)
     assert by == [holder.get_server_pid()]
@@ -103,10 +112,7 @@ async def test_task_or_blocked_follows_a_statement(
 ) -> None:
     """A statement's task: its blockers while it waits on a row lock, None once it is done."""
     holder, waiter = sessions
-    tx = holder.transaction()
-    await tx.start()
-    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-    task = asyncio.create_task(waiter.execute("UPDATE t SET v = 11 WHERE id = 1"))
+    tx, task = await _waiting_update(holder, waiter, 11)
     assert await task_or_blocked(db, waiter.get_server_pid(), task, timeout=5) == [
         holder.get_server_pid()
     ]
