@@ -20,7 +20,7 @@ import datetime as dt
 import platform
 import re
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,22 +179,81 @@ def check_steps(scenario: Scenario, variant: str, steps: Sequence[str]) -> None:
 # --- one database for a command ----------------------------------------------------------
 
 
-class PinnedLab:
+class PinnedDatabase:
+    """One database for pinned runs: reset before every run (the public schema dropped, the
+    run's Redis keys deleted, then the caller's setup), and the sessions' connections, kept
+    for the next run after a clean one or ended, their backends waited for. PinnedLab runs a
+    scenario's sessions on it; lab/testing.py a user's own coroutines."""
+
+    def __init__(self, app: str, dsn: str = "", pool: asyncpg.Pool | None = None) -> None:
+        self.app = app  # the sessions' application_name, before "/<session>"
+        self.dsn = dsn
+        self.pool = pool
+        self.redis: Any = None
+        self.prefix = ""  # the run's Redis keys (with a client in `redis`)
+        self._idle: list[asyncpg.Connection] = []  # session connections free for a run
+        self._all: list[asyncpg.Connection] = []
+        self._pids: dict[int, int] = {}  # id(connection) -> its backend's pid
+
+    async def reset(self, setup: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Drop what the last run made, then run `setup`."""
+        assert self.pool is not None
+        await self.pool.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+        if self.redis is not None:
+            keys = [k async for k in self.redis.scan_iter(match=f"{self.prefix}*", count=1000)]
+            if keys:
+                await self.redis.delete(*keys)
+        if setup is not None:
+            await setup()
+
+    async def session(self, name: str) -> asyncpg.Connection:
+        """An idle session connection from an earlier clean run, or a new one."""
+        if self._idle:
+            return self._idle.pop(0)
+        app = f"{self.app}/{name}"[:63]
+        conn: asyncpg.Connection = await asyncpg.connect(
+            self.dsn, server_settings={"application_name": app}
+        )
+        self._all.append(conn)
+        self._pids[id(conn)] = conn.get_server_pid()
+        return conn
+
+    def keep(self, conns: list[asyncpg.Connection]) -> None:
+        """Sessions whose code ran to its end (no transaction left): free for the next run."""
+        self._idle += conns
+
+    async def end_sessions(self, conns: list[asyncpg.Connection]) -> None:
+        """Close the sessions and wait until the server has ended their backends."""
+        pids = [self._pids.pop(id(c)) for c in conns if id(c) in self._pids]
+        for c in conns:
+            if not c.is_closed():
+                c.terminate()
+        self._all = [c for c in self._all if all(c is not e for e in conns)]
+        conns.clear()
+        if pids and self.pool is not None:
+            await self.pool.execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                " WHERE pid = ANY($1::int[])",
+                pids,
+            )
+
+    def terminate_all(self) -> None:
+        """End every session connection at once (the database is about to be dropped)."""
+        for conn in self._all:
+            conn.terminate()
+
+
+class PinnedLab(PinnedDatabase):
     """A database for pinned runs of one scenario, reset before every run."""
 
     def __init__(self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int):
+        super().__init__(f"locklab/{scenario.id}/pinned")
         self.scenario = scenario
         self.servers = servers
         self.run_id = run_id
         self.deadlock_ms = deadlock_ms
         self.database = database_name(run_id, scenario.id, "pinned")
-        self.dsn = ""
-        self.pool: asyncpg.Pool | None = None
-        self.redis: Any = None
         self.prefix = f"locklab:{run_id}:pinned:"
-        self._idle: list[asyncpg.Connection] = []  # session connections free for a run
-        self._all: list[asyncpg.Connection] = []
-        self._pids: dict[int, int] = {}  # id(connection) -> its backend's pid
 
     async def run(
         self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
@@ -209,14 +268,13 @@ class PinnedLab:
             scenario=sc.id, variant=variant, dsn=self.dsn, database=self.database, db=self.pool,
             redis=self.redis, prefix=self.prefix, params=params, seed=1, n=len(pinned.sessions),
         )  # fmt: skip
-        await self._reset()
-        if sc.setup is not None:
-            await sc.setup(env)
+        setup = sc.setup
+        await self.reset(None if setup is None else lambda: setup(env))
         res = PinnedResult(variant, tuple(schedule), isolation, name)
         conns: list[asyncpg.Connection] = []
         clean = False
         try:
-            conns = list(await asyncio.gather(*(self._session(s) for s in pinned.sessions)))
+            conns = list(await asyncio.gather(*(self.session(s) for s in pinned.sessions)))
             code = pinned.code[variant]
 
             def bind(c: Any) -> Any:
@@ -255,49 +313,15 @@ class PinnedLab:
             return res
         finally:
             if clean:  # every session's code ran to its end: no transaction left, reuse them
-                self._idle += conns
+                self.keep(conns)
             else:
-                await self._end_sessions(conns)
-
-    async def _session(self, name: str) -> asyncpg.Connection:
-        """An idle session connection from an earlier clean run, or a new one."""
-        if self._idle:
-            return self._idle.pop(0)
-        app = f"locklab/{self.scenario.id}/pinned/{name}"[:63]
-        conn: asyncpg.Connection = await asyncpg.connect(
-            self.dsn, server_settings={"application_name": app}
-        )
-        self._all.append(conn)
-        self._pids[id(conn)] = conn.get_server_pid()
-        return conn
+                await self.end_sessions(conns)
 
     def header(self, variant: str, name: str, isolation: str) -> str:
         # deadlock_timeout is not printed: it decides when a cycle is broken, not the
         # order; a transcript is the same at any value long enough for the schedule
         what = f"{self.scenario.id} / {variant}, {isolation.replace('_', ' ')}"
         return f"schedule {name}   ({what})"
-
-    async def _reset(self) -> None:
-        assert self.pool is not None
-        await self.pool.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
-        if self.redis is not None:
-            keys = [k async for k in self.redis.scan_iter(match=f"{self.prefix}*", count=1000)]
-            if keys:
-                await self.redis.delete(*keys)
-
-    async def _end_sessions(self, conns: list[asyncpg.Connection]) -> None:
-        """Close the sessions and wait until the server has ended their backends."""
-        pids = [self._pids[id(c)] for c in conns]
-        for c in conns:
-            if not c.is_closed():
-                c.terminate()
-        conns.clear()
-        if pids and self.pool is not None:
-            await self.pool.execute(
-                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
-                " WHERE pid = ANY($1::int[])",
-                pids,
-            )
 
 
 def _held(held: bool) -> str:
@@ -326,8 +350,7 @@ async def pinned_lab(
             lab.redis = await redis_client(servers, 16)
         yield lab
     finally:
-        for conn in lab._all:
-            conn.terminate()
+        lab.terminate_all()
         if lab.pool is not None:
             lab.pool.terminate()
         if lab.redis is not None:

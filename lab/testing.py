@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from lab.pinned import PinnedDatabase
 from lab.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
 from lab.sequencer import prefixed as _prefixed
 from lab.steps import Session
@@ -109,11 +110,14 @@ class Interleavings:
         )
 
 
-class _Runner:
-    """One database, reset before every run; `db` observes the server for the sequencer."""
+class _Runner(PinnedDatabase):
+    """One database, reset before every run (as for ``locklab explore``); `pool` observes
+    the server for the sequencer. Every run's sessions are ended after it: a user's code may
+    leave session state (a SET, a session advisory lock) that must not reach the next run."""
 
     def __init__(self, dsn: str, pool: asyncpg.Pool, setup: Setup | None) -> None:
-        self.dsn, self.db, self.setup = dsn, pool, setup
+        super().__init__("locklab/testing", dsn, pool)
+        self.setup = setup
 
     async def run(
         self,
@@ -122,19 +126,16 @@ class _Runner:
         invariant: Invariant | None,
         header: str,
     ) -> ScheduleResult:
-        await self.db.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
-        if self.setup is not None:
-            await self.setup(self.db)
+        db, setup = self.pool, self.setup
+        assert db is not None
+        await self.reset(None if setup is None else lambda: setup(db))
         res = ScheduleResult(tuple(schedule))
         conns: list[asyncpg.Connection] = []
         try:
             for name in sessions:
-                app = f"locklab/testing/{name}"[:63]
-                conns.append(
-                    await asyncpg.connect(self.dsn, server_settings={"application_name": app})
-                )
+                conns.append(await self.session(name))
             seq = Sequencer(
-                self.db,
+                db,
                 {n: (c, code) for (n, code), c in zip(sessions.items(), conns, strict=True)},
                 label=header,
                 header=f"schedule {header}",
@@ -146,22 +147,14 @@ class _Runner:
                 res.transcript = seq.transcript.text()
                 return res
             if invariant is not None:
-                res.kept, res.broken = await _judge(invariant, self.db, res.outcomes)
+                res.kept, res.broken = await _judge(invariant, db, res.outcomes)
                 seq.transcript.add(
                     "invariant", res.broken or "held", "BROKEN" if res.broken else "held"
                 )
             res.transcript = seq.transcript.text()
             return res
         finally:
-            pids = [c.get_server_pid() for c in conns]
-            for c in conns:
-                c.terminate()
-            if pids:  # no lock of this run outlives it
-                await self.db.execute(
-                    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
-                    " WHERE pid = ANY($1::int[])",
-                    pids,
-                )
+            await self.end_sessions(conns)  # no lock of this run outlives it
 
 
 async def _judge(

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from lab.aio import within
-from lab.claims import Record
+from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import ScenarioFailure
 from lab.scenario import Env
 from scenarios._lease_worker import INVOICE_ID, Lease, QuorumLease, hold
-from scenarios.lease_gc_pause import Worker, WorkerProcess, _proc_state
+from scenarios.lease_gc_pause import FENCE_INVARIANT, Worker, WorkerProcess, _proc_state
 
 GONE_POLL_S = 0.001  # how often the lab looks for A's key on the nodes
 STEP_LIMIT_S = 20.0  # every step ends within this after the TTL, or the run fails naming it
@@ -162,3 +162,39 @@ def stale_verdict(rec: Record) -> tuple[bool, str]:
     row = rec["evidence"].get("final_row") or {}
     held = bool(aw and bw) and aw["rows"] == 1 and bw["t_ms"] < aw["t_ms"]
     return held and row.get("body") == "from A" and aw["fence"] < bw["fence"], writes(rec)
+
+
+def fence_claims(
+    cid: str,
+    holder: str,
+    fixed: str,
+    published: str,
+    *,
+    buggy_published: str = "",
+    also: Callable[[Record], tuple[bool, str]] | None = None,
+) -> tuple[Claim, ...]:
+    """The four claims both scenarios make of the storage's fence, in this order: fixed, A's
+    stale write changes 0 rows (`fixed` says so; `also` is a further check on the fixed
+    record); buggy, the `holder` holder's stale write lands over B's; the invoice's fence
+    goes backwards in buggy and never in fixed."""
+
+    def fenced(records: Mapping[str, Record]) -> tuple[bool, str]:
+        held, seen = fenced_verdict(records["fixed"])
+        if also is not None:
+            more, said = also(records["fixed"])
+            held, seen = held and more, f"{seen}; {said}"
+        return held, f"fixed: {seen}"
+
+    def stale(records: Mapping[str, Record]) -> tuple[bool, str]:
+        held, seen = stale_verdict(records["buggy"])
+        return held, f"buggy: {seen}"
+
+    stale_text = f"buggy: without a fence the {holder} holder's stale write lands over B's"
+    return (
+        Claim(cid, fixed, ("fixed",), fenced, published),
+        Claim(cid, stale_text, ("buggy",), stale, buggy_published),
+        invariant_broken(
+            cid, "buggy", FENCE_INVARIANT, "buggy: the invoice's fence goes backwards"
+        ),
+        invariants_hold(cid, "fixed", "fixed: the invoice's fence never goes backwards"),
+    )

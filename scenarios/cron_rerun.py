@@ -28,13 +28,18 @@ See:        claims DL-15..DL-18, LC-3; scenarios/_billing_worker.py (the job and
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import json
 import os
 import secrets
 import signal
 import statistics
+import struct
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,9 +231,9 @@ async def _login(env: Env) -> AsyncIterator[tuple[dict[str, str], str]]:
         return
     role = f"{SCRAM_ROLE_PREFIX}_{secrets.token_hex(4)}"
     password = secrets.token_urlsafe(16)  # [A-Za-z0-9_-]: safe inside the literal below
+    verifier = await asyncio.to_thread(_scram_verifier, password, env.params["scram_iterations"])
     async with env.db.acquire() as conn, conn.transaction():
-        await conn.execute(f"SET LOCAL scram_iterations = {int(env.params['scram_iterations'])}")
-        await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        await conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{verifier}'")
         await conn.execute(f"GRANT SELECT, INSERT ON invoices TO {role}")
     login = {"user": role, "password": password}
     try:
@@ -239,13 +244,47 @@ async def _login(env: Env) -> AsyncIterator[tuple[dict[str, str], str]]:
             await env.db.execute(f"DROP ROLE {role}")
 
 
+def _scram_verifier(password: str, iterations: int) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for `password` (RFC 5802/7677), made
+    with `iterations` rounds of PBKDF2. Every server since 10 stores a verifier given as the
+    password as it is; having the server make it (SET scram_iterations) needs 16 or later."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    stored = hashlib.sha256(hmac.digest(salted, b"Client Key", "sha256")).digest()
+    server = hmac.digest(salted, b"Server Key", "sha256")
+    b64 = [base64.b64encode(b).decode() for b in (salt, stored, server)]
+    return f"SCRAM-SHA-256${iterations}:{b64[0]}${b64[1]}:{b64[2]}"
+
+
+AUTH_REQUESTS = {0: "trust", 3: "password", 5: "md5", 7: "gss", 9: "sspi", 10: "scram-sha-256"}
+
+
 async def _auth_method(env: Env, login: Mapping[str, str]) -> str:
-    """How the server authenticates this login (SYSTEM_USER is NULL under trust)."""
-    conn = await env.connect(**login)
+    """How the server authenticates this login: the request it answers a startup message
+    with (what SYSTEM_USER names on 16 and later; this works on any version). The probe
+    hangs up before answering, which the server takes silently. 0, no request: trust (or
+    peer, ident, cert, which ask the client nothing either)."""
+    url = urllib.parse.urlsplit(env.dsn)
+    user = login.get("user") or urllib.parse.unquote(url.username or "")
+    port = url.port or 5432
+    host = url.hostname or urllib.parse.parse_qs(url.query).get("host", [""])[0]
+    if host.startswith("/"):
+        reader, writer = await asyncio.open_unix_connection(f"{host}/.s.PGSQL.{port}")
+    else:
+        reader, writer = await asyncio.open_connection(host or "localhost", port)
     try:
-        return str(await conn.fetchval("SELECT system_user") or "trust").split(":")[0]
+        body = b"".join(
+            f"{k}\0{v}\0".encode() for k, v in (("user", user), ("database", env.database))
+        )
+        writer.write(struct.pack("!ii", 9 + len(body), 196608) + body + b"\0")  # protocol 3.0
+        kind, size = struct.unpack("!ci", await within(reader.readexactly(5), EVENT_TIMEOUT_S))
+        reply = await within(reader.readexactly(size - 4), EVENT_TIMEOUT_S)
     finally:
-        await conn.close()
+        writer.close()
+    if kind != b"R":
+        raise _fail(env, f"the server refused a startup message for {user!r}: {reply!r}")
+    (code,) = struct.unpack("!i", reply[:4])
+    return AUTH_REQUESTS.get(code, f"auth request {code}")
 
 
 # --- the choreography ---------------------------------------------------------------------

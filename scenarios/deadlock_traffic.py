@@ -28,21 +28,15 @@ from collections.abc import Mapping
 import asyncpg
 
 from lab.claims import Claim, Record, all_ok, deadlocks
-from lab.scenario import Check, Defaults, Env, Scenario
+from lab.scenario import Defaults, Env, Scenario
 
-SKUS = ("A-1", "B-2")
-INITIAL_QTY = 1_000_000
+# checkout-deadlock's table, stock and invariant: the same checkout, only more carts at once
+from scenarios.checkout_deadlock.checkout_deadlock import SKUS, invariant, setup
+
 STEP_PAUSE_S = 0.005  # the document's 5 ms of "other logic" between the two updates
 SIZES = (10, 20, 40, 100, 200)  # carts; the last is the scenario's own setting
 CASES = {f"n{n}": {"n": n} for n in SIZES[:-1]}
 POINTS = (*CASES, "")  # the case of each size, in order ("" = the defaults, 200 carts)
-
-
-async def setup(env: Env) -> None:
-    await env.db.execute("CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)")
-    await env.db.executemany(
-        "INSERT INTO inventory VALUES ($1, $2)", [(s, INITIAL_QTY) for s in SKUS]
-    )
 
 
 def cart(actor: int) -> list[str]:
@@ -65,19 +59,6 @@ async def checkout(conn: asyncpg.Connection | None, skus: list[str]) -> str:
             await conn.execute("UPDATE inventory SET qty = qty - 1 WHERE sku = $1", sku)
             await asyncio.sleep(STEP_PAUSE_S)  # named: the document's "other logic"
     return "ok"  # step commit
-
-
-async def invariant(env: Env) -> list[Check]:
-    rows = await env.db.fetch("SELECT sku, qty FROM inventory ORDER BY sku")
-    commits = env.outcomes.get("ok", 0)
-    return [
-        Check(
-            f"stock of {r['sku']} moved once per commit",
-            INITIAL_QTY - r["qty"] == commits,
-            f"{r['sku']} sold {INITIAL_QTY - r['qty']}, commits {commits}",
-        )
-        for r in rows
-    ]
 
 
 # --- claims -------------------------------------------------------------------------------

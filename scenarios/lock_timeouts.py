@@ -46,10 +46,12 @@ import asyncpg
 from lab.claims import Claim, Record, invariants_hold, repeated
 from lab.errors import LabError
 from lab.outcome import notation
-from lab.scenario import Check, Defaults, Env, Scenario
+from lab.scenario import Defaults, Env, Scenario
 
-SKUS = ("A-1", "B-2")  # every cart holds both, always locked in this (sorted) order
-INITIAL_QTY = 1_000_000
+# checkout-deadlock's table, SKUs and stock; its invariant holds here too: each committed
+# checkout took one unit of each SKU, a timed-out one took none
+from scenarios.checkout_deadlock import checkout_deadlock as checkout
+
 GLOBAL_TIMEOUT = "100ms"  # the database-wide setting the document warns against
 TX_TIMEOUT = "3s"  # the withTx helper's SET LOCAL
 SLOW = "slow-holder"  # the case where one holder keeps the row past GLOBAL_TIMEOUT
@@ -64,10 +66,7 @@ def validate(n: int, p: Mapping[str, object]) -> None:
 
 
 async def setup(env: Env) -> None:
-    await env.db.execute("CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)")
-    await env.db.executemany(
-        "INSERT INTO inventory VALUES ($1, $2)", [(s, INITIAL_QTY) for s in SKUS]
-    )
+    await checkout.setup(env)
     # "global": every new session of this database starts with it (the actors connect later)
     await env.db.execute(f"ALTER DATABASE \"{env.database}\" SET lock_timeout = '{GLOBAL_TIMEOUT}'")
 
@@ -79,7 +78,8 @@ async def _checkout(env: Env, conn: asyncpg.Connection, per_tx: bool) -> str:
             await conn.execute(f"SET LOCAL lock_timeout = '{TX_TIMEOUT}'")
         # step show: the timeout this transaction waits under (counted per value)
         env.add(f"lock_timeout={await conn.fetchval('SHOW lock_timeout')}")
-        for sku in sorted(SKUS):  # step update-<sku>: correct, globally ordered locking
+        # step update-<sku>: every cart holds both SKUs, locked in one global (sorted) order
+        for sku in sorted(checkout.SKUS):
             await conn.execute("UPDATE inventory SET qty = qty - 1 WHERE sku = $1", sku)
             await asyncio.sleep(pause)  # the "other logic" while the row is held
     return "ok"
@@ -93,20 +93,6 @@ async def buggy(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
 async def fixed(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
     assert conn is not None
     return await _checkout(env, conn, per_tx=True)  # the whole fix
-
-
-async def invariant(env: Env) -> list[Check]:
-    """Each committed checkout took one unit of each SKU; a timed-out one took none."""
-    rows = await env.db.fetch("SELECT sku, qty FROM inventory ORDER BY sku")
-    commits = env.outcomes.get("ok", 0)
-    return [
-        Check(
-            f"stock of {r['sku']} moved once per commit",
-            INITIAL_QTY - r["qty"] == commits,
-            f"{r['sku']} sold {INITIAL_QTY - r['qty']}, commits {commits}",
-        )
-        for r in rows
-    ]
 
 
 # --- claims -------------------------------------------------------------------------------
@@ -217,7 +203,7 @@ SCENARIO = Scenario(
         "fixed": "SET LOCAL lock_timeout = '3s' trong withTx",
     },
     setup=setup,
-    invariant=invariant,
+    invariant=checkout.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=60, run_timeout_s=300),
     params={"step_pause_ms": 5.0},
     param_help={"step_pause_ms": "pause after each UPDATE while the row is held ('other logic')"},

@@ -128,3 +128,40 @@ async def throwaway_database(
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+# --- a throwaway database, its observer and two sessions (test_sequencer, test_interleave) ---
+# A module that needs other rows or settings overrides `database`; `db` and `sessions`
+# then open on its database.
+
+
+@pytest.fixture
+async def database(servers: Servers) -> AsyncIterator[str]:
+    """A throwaway database with one row to fight over; its name."""
+    async with throwaway_database(servers, "locklab_test") as name:
+        yield name
+
+
+@pytest.fixture
+async def db(servers: Servers, database: str) -> AsyncIterator[asyncpg.Pool]:
+    """The observer: a small pool on the throwaway database."""
+    assert servers.pg is not None
+    pool = await asyncpg.create_pool(servers.pg.dsn, database=database, min_size=1, max_size=3)
+    assert pool is not None
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def sessions(servers: Servers, database: str) -> AsyncIterator[list[asyncpg.Connection]]:
+    """Two sessions of their own on the throwaway database, ended (not closed politely: a
+    failed test may leave one blocked) after the test."""
+    assert servers.pg is not None
+    conns = [await asyncpg.connect(servers.pg.dsn, database=database) for _ in range(2)]
+    try:
+        yield conns
+    finally:
+        for c in conns:
+            c.terminate()

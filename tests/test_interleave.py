@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
+from asyncpg.transaction import Transaction
 
 from lab.interleave import (
     InterleaveTimeout,
@@ -15,39 +15,6 @@ from lab.interleave import (
     lock_waiters,
     task_or_blocked,
 )
-from lab.servers import Servers
-from tests.conftest import throwaway_database
-
-
-@pytest.fixture
-async def database(servers: Servers) -> AsyncIterator[str]:
-    """A throwaway database with one row to fight over; its name."""
-    async with throwaway_database(servers, "locklab_interleave") as name:
-        yield name
-
-
-@pytest.fixture
-async def db(servers: Servers, database: str) -> AsyncIterator[asyncpg.Pool]:
-    """The observer: a small pool on the throwaway database."""
-    assert servers.pg is not None
-    pool = await asyncpg.create_pool(servers.pg.dsn, database=database, min_size=1, max_size=3)
-    assert pool is not None
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-@pytest.fixture
-async def sessions(servers: Servers, database: str) -> AsyncIterator[list[asyncpg.Connection]]:
-    """Two sessions of their own on the throwaway database."""
-    assert servers.pg is not None
-    conns = [await asyncpg.connect(servers.pg.dsn, database=database) for _ in range(2)]
-    try:
-        yield conns
-    finally:
-        for c in conns:
-            await c.close()
 
 
 async def test_a_party_blocked_on_a_lock_counts_as_arrived(
@@ -110,15 +77,23 @@ async def test_a_party_that_never_comes_is_a_loud_timeout(db: asyncpg.Pool) -> N
         await rv.arrive(0, "read")
 
 
+async def _waiting_update(
+    holder: asyncpg.Connection, waiter: asyncpg.Connection, v: int
+) -> tuple[Transaction, asyncio.Task[str]]:
+    """`holder` locks row 1 in a transaction left open; `waiter`'s UPDATE of the row, as a
+    task (it waits for the lock)."""
+    tx = holder.transaction()
+    await tx.start()
+    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
+    return tx, asyncio.create_task(waiter.execute("UPDATE t SET v = $1 WHERE id = 1", v))
+
+
 async def test_done_or_blocked_names_the_blocker(
     db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """A session waiting on a row lock is reported with the pid holding it; a done event wins."""
     holder, waiter = sessions
-    tx = holder.transaction()
-    await tx.start()
-    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-    task = asyncio.create_task(waiter.execute("UPDATE t SET v = 10 WHERE id = 1"))
+    tx, task = await _waiting_update(holder, waiter, 10)
     never = asyncio.Event()
     by = await done_or_blocked(db, waiter.get_server_pid(), never, timeout=5)
     assert by == [holder.get_server_pid()]
@@ -137,10 +112,7 @@ async def test_task_or_blocked_follows_a_statement(
 ) -> None:
     """A statement's task: its blockers while it waits on a row lock, None once it is done."""
     holder, waiter = sessions
-    tx = holder.transaction()
-    await tx.start()
-    await holder.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-    task = asyncio.create_task(waiter.execute("UPDATE t SET v = 11 WHERE id = 1"))
+    tx, task = await _waiting_update(holder, waiter, 11)
     assert await task_or_blocked(db, waiter.get_server_pid(), task, timeout=5) == [
         holder.get_server_pid()
     ]

@@ -33,34 +33,11 @@ DEADLOCK_TIMEOUT = "3s"
 
 @pytest.fixture
 async def database(servers: Servers) -> AsyncIterator[str]:
-    """A throwaway database with two rows to fight over (deadlock_timeout DEADLOCK_TIMEOUT)."""
+    """Two rows to fight over (deadlock_timeout DEADLOCK_TIMEOUT); conftest's `db` and
+    `sessions` open on it."""
     settings = {"deadlock_timeout": DEADLOCK_TIMEOUT}
     async with throwaway_database(servers, "locklab_seq", rows=2, settings=settings) as name:
         yield name
-
-
-@pytest.fixture
-async def db(servers: Servers, database: str) -> AsyncIterator[asyncpg.Pool]:
-    """The observer: a small pool on the throwaway database."""
-    assert servers.pg is not None
-    pool = await asyncpg.create_pool(servers.pg.dsn, database=database, min_size=1, max_size=2)
-    assert pool is not None
-    try:
-        yield pool
-    finally:
-        await pool.close()
-
-
-@pytest.fixture
-async def conns(servers: Servers, database: str) -> AsyncIterator[list[asyncpg.Connection]]:
-    """Two sessions' connections."""
-    assert servers.pg is not None
-    cs = [await asyncpg.connect(servers.pg.dsn, database=database) for _ in range(2)]
-    try:
-        yield cs
-    finally:
-        for c in cs:
-            c.terminate()
 
 
 async def bump(s: Session) -> str:
@@ -79,10 +56,12 @@ async def cross(s: Session) -> str:
     return "ok"
 
 
-def seq(db: asyncpg.Pool, conns: list[asyncpg.Connection], code: object, **kw: object) -> Sequencer:
+def seq(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection], code: object, **kw: object
+) -> Sequencer:
     return Sequencer(
         db,
-        {"s1": (conns[0], code), "s2": (conns[1], code)},  # type: ignore[dict-item]
+        {"s1": (sessions[0], code), "s2": (sessions[1], code)},  # type: ignore[dict-item]
         label="test",
         header="schedule test",
         **kw,  # type: ignore[arg-type]
@@ -90,10 +69,10 @@ def seq(db: asyncpg.Pool, conns: list[asyncpg.Connection], code: object, **kw: o
 
 
 async def test_a_blocked_step_waits_then_completes(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """s2's UPDATE waits on s1's row lock: <waiting ...>, then <... completed> after s1's COMMIT."""
-    sq = seq(db, conns, bump)
+    sq = seq(db, sessions, bump)
     outcomes = await sq.run(("s1 write", "s2 write", "s1 commit", "s2 commit"))
     assert outcomes == {"s1": "ok", "s2": "ok"}
     assert sq.transcript.text() == (
@@ -111,22 +90,22 @@ async def test_a_blocked_step_waits_then_completes(
 
 
 async def test_a_step_for_a_blocked_session_is_an_invalid_permutation(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """Asking s2 for its commit while its UPDATE still waits on s1 is invalid, as in the
     isolation tester: InvalidPermutation names the item, nothing is left waiting."""
-    sq = seq(db, conns, bump)
+    sq = seq(db, sessions, bump)
     with pytest.raises(InvalidPermutation, match="s2 is still blocked in write") as info:
         await sq.run(("s1 write", "s2 write", "s2 commit", "s1 commit"))
     assert info.value.at == 2
 
 
 async def test_every_session_blocked_waits_for_the_deadlock_detector(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """Both sessions blocked: the sequencer waits for the server; s1 waited first, so its
     check runs first and it is the victim; the DETAIL names sessions, not pids."""
-    sq = seq(db, conns, cross)
+    sq = seq(db, sessions, cross)
     outcomes = await sq.run(
         ("s1 lock-1st", "s2 lock-1st", "s1 lock-2nd", "s2 lock-2nd", "s1 commit", "s2 commit")
     )
@@ -144,7 +123,7 @@ async def test_every_session_blocked_waits_for_the_deadlock_detector(
 
 
 async def test_a_session_that_returned_early_skips_its_steps(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """A session past a step (it returned before writing) has that step skipped; the
     transcript says where it went."""
@@ -157,7 +136,7 @@ async def test_a_session_that_returned_early_skips_its_steps(
             await s.execute("write", "UPDATE t SET v = 5 WHERE id = 1")
         return "ok"
 
-    sq = seq(db, conns, maybe)
+    sq = seq(db, sessions, maybe)
     out = await sq.run(("s1 read", "s2 read", "s2 write", "s1 write", "s1 commit", "s2 commit"))
     assert out == {"s1": "ok", "s2": "skipped at 0"}
     lines = [x.split() for x in sq.transcript.text().splitlines()]
@@ -166,7 +145,7 @@ async def test_a_session_that_returned_early_skips_its_steps(
 
 
 async def test_a_step_that_neither_finishes_nor_blocks_times_out_loudly(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """A session stuck outside the server (not a lock wait) fails the run, naming the step."""
     never = asyncio.Event()
@@ -175,22 +154,22 @@ async def test_a_step_that_neither_finishes_nor_blocks_times_out_loudly(
         await s.step("hang", never.wait, shown="(waits forever)")
         return "ok"
 
-    sq = seq(db, conns, stuck, timeout=0.3)
+    sq = seq(db, sessions, stuck, timeout=0.3)
     with pytest.raises(InterleaveTimeout, match=r"test, at s2 hang: s1 in hang neither"):
         await sq.run(("s1 hang", "s2 hang"))
 
 
 async def test_a_step_the_schedule_does_not_have_fails(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """Code that asks for a step its schedule leaves out is a ScheduleError, not a hang."""
-    sq = seq(db, conns, bump)
+    sq = seq(db, sessions, bump)
     with pytest.raises(ScheduleError, match="s2 asked for step 'write' after"):
         await sq.run(("s1 write", "s1 commit"))
 
 
 async def test_a_waiting_predicate_counts_as_blocked(
-    db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """A step outside PostgreSQL that declares it is waiting (a Redis poll) is blocked,
     so the schedule goes on to the step that releases it."""
@@ -211,7 +190,7 @@ async def test_a_waiting_predicate_counts_as_blocked(
             await s.step("release", release, shown="(release)", result=lambda _: "set")
         return "ok"
 
-    sq = seq(db, conns, poller)
+    sq = seq(db, sessions, poller)
     assert await sq.run(("s1 poll", "s2 release")) == {"s1": "ok", "s2": "ok"}
     assert sq.transcript.text().splitlines()[1:4] == [
         "s1 poll     (poll)     <waiting ...>",
@@ -237,9 +216,9 @@ def test_sql_is_shown_with_its_parameters() -> None:
     )
 
 
-async def test_load_mode_only_stamps(conns: list[asyncpg.Connection]) -> None:
+async def test_load_mode_only_stamps(sessions: list[asyncpg.Connection]) -> None:
     """Without a sequencer a step calls asyncpg directly and stamps the time."""
-    s = Session("s1", conns[0], 0)
+    s = Session("s1", sessions[0], 0)
     assert await s.fetchval("read", "SELECT v FROM t WHERE id = $1", 2) == 0
     async with s.transaction():
         assert await s.execute("write", "UPDATE t SET v = 1 WHERE id = 2") == "UPDATE 1"
@@ -247,7 +226,7 @@ async def test_load_mode_only_stamps(conns: list[asyncpg.Connection]) -> None:
 
 
 async def test_every_session_blocked_by_an_outsider_fails_loudly(
-    servers: Servers, database: str, db: asyncpg.Pool, conns: list[asyncpg.Connection]
+    servers: Servers, database: str, db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
     """Both sessions wait on a lock a third connection holds: no cycle for the server to
     break, so the bounded wait ends in InterleaveTimeout naming the step, not a hang."""
@@ -257,7 +236,7 @@ async def test_every_session_blocked_by_an_outsider_fails_loudly(
         tx = outsider.transaction()
         await tx.start()
         await outsider.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-        sq = seq(db, conns, bump, resolve_timeout=0.3)
+        sq = seq(db, sessions, bump, resolve_timeout=0.3)
         with pytest.raises(InterleaveTimeout, match=r"at s1 commit: every session blocked"):
             await sq.run(("s1 write", "s2 write", "s1 commit", "s2 commit"))
     finally:
