@@ -9,7 +9,7 @@ Fix:        one global lock order (sorted SKUs): no cycle can form, at any traff
 Published:  "死锁会随着流量增加而增多" (deadlocks increase as traffic grows); "测试环境没有生
             产环境中的并发情况" (the test environment lacks production's concurrency). No
             numbers — deadlock-prevention.zh.txt, "常见的借口" (common excuses).
-See:        claim DP-9; scenarios/checkout_deadlock.py (the published 200-cart run, DL-1 –
+See:        claim DP-9; scenarios/checkout_deadlock/checkout_deadlock.py (the published 200-cart run, DL-1 –
             DL-5). The scenario's own settings are the 200-cart point; cases n10 … n100 run
             the buggy checkout at 10, 20, 40, 100 carts, all at burst arrival (every cart
             released at once) and the same deadlock_timeout. What grows is the count: at

@@ -13,7 +13,7 @@ Published:  "FOR UPDATE xung đột với FOR KEY SHARE ... Tương tự, UPDATE
             tuple header, không escalation: FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR
             KEY SHARE. FK check dùng KEY SHARE nên UPDATE thường không chặn insert con." No
             numbers (PostgreSQL 17.11) — locking-concurrency-control.vi.txt, "Row-level lock"
-See:        claim LC-34; scenarios/fk_lock_modes.py (FOR UPDATE vs FOR NO KEY UPDATE on a
+See:        claim LC-34; scenarios/fk_lock_modes/fk_lock_modes.py (FOR UPDATE vs FOR NO KEY UPDATE on a
             parent, LC-11). The document's conflict table ("Bảng xung đột (✗ = phải chờ)")
             lost its rows; CONFLICTS is the one its list of modes describes, which is
             PostgreSQL's manual (Table 13.3). A pair is blocked when the waiting probe shows up
