@@ -7,6 +7,7 @@ The load runs the same code unforced: what holds in any order is checked here.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -68,6 +69,12 @@ async def test_the_double_submit_of_each_variant(servers: Servers) -> None:
     assert "ERROR" not in res["fixed"].transcript
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("LOCKLAB_SLOW"),
+    reason="396 interleavings (~30 s on a shared 2-core machine); `locklab verify` judges the "
+    "same claims: LOCKLAB_SLOW=1 pytest -m slow",
+)
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of the double submit: fixed keeps every invariant, buggy and MERGE
     lose a view in some; the canonical claims hold."""
