@@ -131,9 +131,12 @@ class Session:
             await asyncio.sleep(seconds)
 
     @asynccontextmanager
-    async def transaction(self, isolation: str = "read_committed") -> AsyncIterator[None]:
-        """BEGIN (not a step: it takes no lock), the body, then COMMIT as the step ``commit``;
-        ROLLBACK when the body raises."""
+    async def transaction(
+        self, isolation: str = "read_committed", commit: str = "commit"
+    ) -> AsyncIterator[None]:
+        """BEGIN (not a step: it takes no lock), the body, then COMMIT as the step `commit`
+        (a session with two transactions names the second one's); ROLLBACK when the body
+        raises."""
         tx = self.conn.transaction(isolation=isolation)  # type: ignore[arg-type]
         await tx.start()
         try:
@@ -143,7 +146,7 @@ class Session:
                 await tx.rollback()
             raise
         try:
-            await self.step("commit", tx.commit, shown="COMMIT", result=lambda _: "COMMIT")
+            await self.step(commit, tx.commit, shown="COMMIT", result=lambda _: "COMMIT")
         except BaseException:  # a run ended before its commit was granted
             if not self.conn.is_closed() and self.conn.is_in_transaction():
                 await tx.rollback()
