@@ -21,7 +21,8 @@ line on stdout: ``{"event": NAME, "t": T, ...}``, where ``T`` is ``time.perf_cou
 the child*: on Linux that is CLOCK_MONOTONIC, the system-wide clock the lab's own trace
 reads, so ``(T - env.t0) * 1000`` places the child's event on the run's clock with no
 round trip (``Event.at_ms``). Its events: ``ready`` (after the config), ``step`` (waiting for
-a grant), the script's own, then ``done`` (with the value ``main`` returned) or ``error``.
+a grant), the script's own, then ``done`` (with the value ``main`` returned) or ``error``;
+the lab adds ``exit`` (stamped with its own clock) when the child's stdout closes.
 
 Lifetime. The child gets the lab's PID as ``argv[1]`` and sets PR_SET_PDEATHSIG (SIGKILL,
 which also ends a stopped process); if the lab is already gone it exits at once, before
@@ -152,7 +153,7 @@ class Worker:
     def _write(self, obj: Mapping[str, Any]) -> None:
         assert self.proc.stdin is not None
         if self.ended or self.proc.stdin.is_closing():
-            raise WorkerError(f"worker {self.name}: cannot write {dict(obj)}: {self._status()}")
+            raise WorkerError(f"worker {self.name}: cannot write {dict(obj)}: {self.status()}")
         self.proc.stdin.write((json.dumps(obj) + "\n").encode())
 
     def grant(self, step: str) -> None:
@@ -178,6 +179,10 @@ class Worker:
                 self._changed.set()
         finally:
             self.ended = True
+            end = Event("exit", time.perf_counter(), {})  # the lab's clock: the child is gone
+            self.events.append(end)
+            if self.on_event is not None:
+                self.on_event(end)
             self._changed.set()
 
     async def _read_stderr(self) -> None:
@@ -185,7 +190,8 @@ class Worker:
         while chunk := await self.proc.stderr.read(4096):
             self._stderr = (self._stderr + chunk)[-STDERR_KEEP:]
 
-    def _status(self) -> str:
+    def status(self) -> str:
+        """`pid N, running` / `exit 3` / `signal 9`, and the end of its stderr."""
         rc = self.proc.returncode
         how = "running" if rc is None else f"exit {rc}" if rc >= 0 else f"signal {-rc}"
         err = " ".join(self._stderr.decode(errors="replace").split()[-60:])
@@ -209,11 +215,11 @@ class Worker:
                             f"worker {self.name} failed before {event!r}: "
                             f"{ev.fields.get('error') or ev.fields.get('line')}"
                         )
-                if self.ended:
+                if self.ended and event != "exit":
                     with contextlib.suppress(TimeoutError):
                         await within(self.proc.wait(), STOP_S)
                     raise WorkerError(
-                        f"worker {self.name} ended before {event!r} ({self._status()})"
+                        f"worker {self.name} ended before {event!r} ({self.status()})"
                     )
                 self._changed.clear()
                 await self._changed.wait()
@@ -222,7 +228,7 @@ class Worker:
             return await within(look(), seconds)
         except TimeoutError:
             raise WorkerError(
-                f"worker {self.name}: no {event!r} within {seconds:g} s ({self._status()})"
+                f"worker {self.name}: no {event!r} within {seconds:g} s ({self.status()})"
             ) from None
 
     # --- faults: pause, resume, kill ------------------------------------------------------
@@ -234,7 +240,7 @@ class Worker:
         async def stopped() -> str:
             while (state := proc_state(self.pid)) not in ("T", "t"):
                 if state in ("?", "Z"):
-                    raise WorkerError(f"worker {self.name} is gone, not stopped ({self._status()})")
+                    raise WorkerError(f"worker {self.name} is gone, not stopped ({self.status()})")
                 await asyncio.sleep(STOP_POLL_S)
             return state
 
@@ -260,7 +266,7 @@ class Worker:
 
     def _signal(self, sig: signal.Signals) -> None:
         if self.proc.returncode is not None:
-            raise WorkerError(f"worker {self.name}: cannot send {sig.name}: {self._status()}")
+            raise WorkerError(f"worker {self.name}: cannot send {sig.name}: {self.status()}")
         os.kill(self.pid, sig)
 
     async def close(self) -> None:
