@@ -8,7 +8,7 @@ that can be killed) writes that code as a small script and asks the harness for 
     await w.pause()                                               # SIGSTOP, kernel says 'T'
     w.resume()                                                    # SIGCONT
     w.grant("write")                                              # it may run its next step
-    done = await w.wait_for("done")
+    done = await w.wait_for("returned")
     await w.close()
 
 The script's side is ``run_child(main)``, where ``main(child)`` reads ``child.config``,
@@ -21,7 +21,7 @@ line on stdout: ``{"event": NAME, "t": T, ...}``, where ``T`` is ``time.perf_cou
 the child*: on Linux that is CLOCK_MONOTONIC, the system-wide clock the lab's own trace
 reads, so ``(T - env.t0) * 1000`` places the child's event on the run's clock with no
 round trip (``Event.at_ms``). Its events: ``ready`` (after the config), ``step`` (waiting for
-a grant), the script's own, then ``done`` (with the value ``main`` returned) or ``error``;
+a grant), the script's own, then ``returned`` (with the value ``main`` returned) or ``error``;
 the lab adds ``exit`` (stamped with its own clock) when the child's stdout closes.
 
 Lifetime. The child gets the lab's PID as ``argv[1]`` and sets PR_SET_PDEATHSIG (SIGKILL,
@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.aio import within
+from lab.errors import ScenarioFailure
 
 READY_S = 30.0  # a fresh interpreter importing asyncpg/redis on a loaded 2-core machine
 WAIT_S = 20.0  # default bound of one wait for an event
@@ -60,7 +61,7 @@ STOP_POLL_S = 0.0005  # how often /proc is read while waiting for the stop
 STDERR_KEEP = 4000  # characters of the child's stderr kept for the failure message
 
 
-class WorkerError(Exception):
+class WorkerError(ScenarioFailure):
     """A worker process did not do what the harness waited for (named, with its stderr)."""
 
 
@@ -121,10 +122,11 @@ class Worker:
         *,
         name: str,
         on_event: Callable[[Event], None] | None = None,
-        ready_s: float = READY_S,
+        ready_s: float | None = READY_S,
     ) -> Worker:
         """Start ``python script LAB_PID``, send `config` (on stdin: secrets stay out of argv)
-        and return once it reported ``ready``. `on_event` sees every event as it arrives."""
+        and return once it reported ``ready`` (`ready_s` None: at once, the caller waits for
+        ``ready``, so several workers can start together). `on_event` sees every event."""
         from lab.servers import lifecycle  # stdlib only; kept out of the child's imports
 
         path, folder = _prepare(script)
@@ -142,7 +144,8 @@ class Worker:
         self = cls(name, proc, folder, on_event)
         try:
             self._write(dict(config))
-            await self.wait_for("ready", ready_s)
+            if ready_s is not None:
+                await self.wait_for("ready", ready_s)
         except BaseException:
             await self.close()
             raise
@@ -231,6 +234,26 @@ class Worker:
                 f"worker {self.name}: no {event!r} within {seconds:g} s ({self.status()})"
             ) from None
 
+    async def next(self, seconds: float | None = WAIT_S) -> Event:
+        """The next event not yet returned by a wait, whatever its name (``exit`` last);
+        WorkerError after `seconds` (None: the caller bounds the wait)."""
+
+        async def look() -> Event:
+            while self._cursor >= len(self.events):
+                if self.ended:
+                    raise WorkerError(f"worker {self.name}: nothing after its exit")
+                self._changed.clear()
+                await self._changed.wait()
+            self._cursor += 1
+            return self.events[self._cursor - 1]
+
+        try:
+            return await within(look(), seconds)
+        except TimeoutError:
+            raise WorkerError(
+                f"worker {self.name}: no event within {seconds:g} s ({self.status()})"
+            ) from None
+
     # --- faults: pause, resume, kill ------------------------------------------------------
 
     async def pause(self, seconds: float = STOP_S) -> str:
@@ -253,10 +276,14 @@ class Worker:
         """SIGCONT: a paused worker runs on from where the kernel stopped it."""
         self._signal(signal.SIGCONT)
 
-    async def kill(self, seconds: float = STOP_S) -> int:
-        """SIGKILL (a stopped worker too): no finally runs in it; returns its exit status."""
+    def sigkill(self) -> None:
+        """SIGKILL now (a stopped worker too): no finally runs in it; ``kill`` also waits."""
         self.killed = True
         self._signal(signal.SIGKILL)
+
+    async def kill(self, seconds: float = STOP_S) -> int:
+        """SIGKILL, and wait until the kernel has reaped it; returns its exit status."""
+        self.sigkill()
         try:
             return await within(self.proc.wait(), seconds)
         except TimeoutError:
@@ -344,7 +371,7 @@ def die_with_parent(parent: int) -> None:
 
 def run_child(main: Callable[[Child], Awaitable[Any]]) -> None:
     """A worker script's entry point: die with the lab, read the config, run `main`, and
-    report ``done`` with what it returned, or ``error`` (exit 1) when it raised."""
+    report ``returned`` with what it returned, or ``error`` (exit 1) when it raised."""
     die_with_parent(int(sys.argv[1]) if len(sys.argv) > 1 else os.getppid())
 
     async def run() -> int:
@@ -362,7 +389,7 @@ def run_child(main: Callable[[Child], Awaitable[Any]]) -> None:
                 "error", error=f"{tb} (at {traceback.extract_tb(exc.__traceback__)[-1].name})"
             )
             return 1
-        child.emit("done", result=result)
+        child.emit("returned", result=result)
         return 0
 
     sys.exit(asyncio.run(run()))

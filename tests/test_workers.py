@@ -64,7 +64,8 @@ async def test_a_step_runs_only_when_granted(echo: Worker) -> None:
     assert (await echo.wait_for("went")).t > granted
     assert (await echo.wait_for("step")).fields == {"step": "end"}
     echo.grant("end")
-    assert (await echo.wait_for("done")).fields == {"result": "A"}
+    assert (await echo.wait_for("returned")).fields == {"result": "A"}
+    assert (await echo.next()).name == "exit"
 
 
 async def test_pause_freezes_until_resume(echo: Worker) -> None:
@@ -84,8 +85,9 @@ async def test_kill_ends_a_paused_worker_and_waits_fail_loudly(echo: Worker) -> 
     await echo.wait_for("step")
     await echo.pause()
     assert await echo.kill() == -signal.SIGKILL
-    with pytest.raises(WorkerError, match=r"worker A ended before 'done' .*signal 9"):
-        await echo.wait_for("done", 5)
+    with pytest.raises(WorkerError, match=r"worker A ended before 'returned' .*signal 9"):
+        await echo.wait_for("returned", 5)
+    assert echo.killed and echo.events[-1].name == "exit"
 
 
 async def test_a_child_error_is_named() -> None:

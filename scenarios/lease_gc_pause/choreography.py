@@ -266,7 +266,7 @@ class WorkerProcess:
         if ev.name in ("ready", "step"):
             if ev.fields.get("step") == "wake":  # at its pause point: the fault step "pause"
                 self._stop = asyncio.create_task(self._pause(at))
-        elif ev.name == "done":
+        elif ev.name == "returned":
             w.end(ev.fields["result"])
         elif ev.name in ("error", "garbled"):
             self.error = f"{self._name()}: {ev.fields.get('error') or ev.fields.get('line')}"
