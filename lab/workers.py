@@ -46,7 +46,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,18 +234,21 @@ class Worker:
                 f"worker {self.name}: no {event!r} within {seconds:g} s ({self.status()})"
             ) from None
 
-    async def next(self, seconds: float | None = WAIT_S) -> Event:
-        """The next event not yet returned by a wait, whatever its name (``exit`` last);
-        WorkerError after `seconds` (None: the caller bounds the wait)."""
+    async def next(self, seconds: float | None = WAIT_S, *, skip: Collection[str] = ()) -> Event:
+        """The next event not yet returned by a wait, whatever its name (``exit`` last),
+        passing over those named in `skip`; WorkerError after `seconds` (None: the caller
+        bounds the wait)."""
 
         async def look() -> Event:
-            while self._cursor >= len(self.events):
+            while True:
+                while self._cursor < len(self.events):
+                    self._cursor += 1
+                    if (ev := self.events[self._cursor - 1]).name not in skip:
+                        return ev
                 if self.ended:
                     raise WorkerError(f"worker {self.name}: nothing after its exit")
                 self._changed.clear()
                 await self._changed.wait()
-            self._cursor += 1
-            return self.events[self._cursor - 1]
 
         try:
             return await within(look(), seconds)

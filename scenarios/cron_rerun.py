@@ -161,9 +161,7 @@ class Pod:
     async def read(self, seconds: float | None = None) -> dict[str, Any]:
         """The pod's next event (not the protocol's own); {"ev": "exit"} once it has exited
         or been killed."""
-        ev = await self.worker.next(seconds)
-        while ev.name in ("step", "returned"):
-            ev = await self.worker.next(seconds)
+        ev = await self.worker.next(seconds, skip=("step", "returned"))
         return {"ev": ev.name, **ev.fields}
 
     async def expect(self, *events: str) -> dict[str, Any]:

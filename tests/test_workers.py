@@ -64,8 +64,16 @@ async def test_a_step_runs_only_when_granted(echo: Worker) -> None:
     assert (await echo.wait_for("went")).t > granted
     assert (await echo.wait_for("step")).fields == {"step": "end"}
     echo.grant("end")
-    assert (await echo.wait_for("returned")).fields == {"result": "A"}
-    assert (await echo.next()).name == "exit"
+    assert [(await echo.next()).name, (await echo.next()).name] == ["returned", "exit"]
+
+
+async def test_next_streams_events_in_order(echo: Worker) -> None:
+    """next() returns every event once, in order, passing over the names it is told to skip."""
+    assert (await echo.next()).name == "hello"  # "ready" was taken by spawn
+    echo.grant("go")
+    assert (await echo.next(skip=("step",))).name == "went"
+    echo.grant("end")
+    assert (await echo.next(skip=("step",))).fields == {"result": "A"}
 
 
 async def test_pause_freezes_until_resume(echo: Worker) -> None:

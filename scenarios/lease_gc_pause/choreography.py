@@ -7,10 +7,10 @@ lock busy, A done); B's step also waits until Redis reports A's lease gone, when
 ``b_at_ms >= ttl_ms``. A stalls for ``pause_ms`` (``pause_mode=sigstop``: its own process,
 lab.workers, stopped at its pause point by SIGSTOP until the lab sends SIGCONT; ``sleep``: a
 coroutine awaiting in the lab's loop). B releases ``b_work_ms`` after its write, after C is
-done. ``holder-killed`` kills A at its pause point instead of waking it. The run ends when
-Redis holds no lease. The timeline shows when each worker *believed* it held the lock and
-when Redis held its token (polled GET+PTTL, see `Observer`). Every wait is bounded and a
-step that never comes fails the run, named.
+done. ``holder-killed`` kills A at its pause point (the step "A is killed") instead of
+waking it. The run ends when Redis holds no lease. The timeline shows when each worker
+*believed* it held the lock and when Redis held its token (polled GET+PTTL, see
+`Observer`). Every wait is bounded and a step that never comes fails the run, named.
 """
 
 from __future__ import annotations
@@ -88,6 +88,10 @@ async def choreography(env: Env, code: Code) -> None:
         else:
             a.wake()
 
+    def kill_a() -> None:
+        assert proc is not None  # holder-killed always runs A as a process
+        tasks.append(asyncio.create_task(proc.kill()))
+
     async def b_work() -> None:  # B works b_work_ms; if C's turn has come, B releases after C
         await asyncio.sleep(p["b_work_ms"] / 1000)
         if p["c_at_ms"] <= env.now_ms():
@@ -106,9 +110,11 @@ async def choreography(env: Env, code: Code) -> None:
         "B tries": (b_guard, lambda: start(b, None, noop, b_work), b.turn),
         "C tries": ([], lambda: start(c, None, noop, c_work), c.turn),
         "A wakes": ([], wake_a, a.done),
+        "A is killed": ([], kill_a, a.done),
     }
+    skip = "A wakes" if code.killed else "A is killed"
     steps = [(0.0 if when == "0" else float(p[when]), name, *actions[name])
-             for when, name in SCHEDULE if not (code.killed and name == "A wakes")]  # fmt: skip
+             for when, name in SCHEDULE if name != skip]  # fmt: skip
     steps.sort(key=lambda s: s[0])  # stable: ties keep the published order
 
     try:
@@ -137,8 +143,6 @@ async def choreography(env: Env, code: Code) -> None:
                 raise ScenarioFailure(f"{env.scenario} / {env.variant}: {proc.error}")
             if name.startswith("A takes") and "got lock" not in a.seen:
                 raise ScenarioFailure(f"{env.scenario}: A found the lock busy at the start")
-            if name.startswith("A takes") and code.killed and proc is not None:
-                await proc.kill()
         for w in (a, b, c):
             await _bounded(w.done, f"{w.who} to finish", p)
         observer.free.clear()  # the run ends when Redis holds no lease (e.g. a dead A's)

@@ -20,6 +20,13 @@ from scenarios.lease_gc_pause import choreography
 from scenarios.lease_gc_pause import lease_gc_pause as code
 from scenarios.lease_gc_pause.lease_gc_pause import FENCE_INVARIANT
 
+TTL_MS = 300  # SET lock:invoice:42 <token> NX PX 300
+PAUSE_MS = 500  # A's stall
+B_AT_MS = 350
+C_AT_MS = 550
+B_WORK_MS = 400  # B outlives its own lease too: its release finds the key gone (-> 0)
+C_WORK_MS = 100  # C releases before B, as in the published trace
+
 
 def _ev(rec: Record, who: str, event: str) -> dict[str, Any]:
     """`who`'s first `event` in the trace ({} when it never happened)."""
@@ -253,12 +260,12 @@ SCENARIO = Scenario(
     defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
     params={
         "pause_mode": "sigstop",
-        "ttl_ms": code.TTL_MS,
-        "pause_ms": code.PAUSE_MS,
-        "b_at_ms": code.B_AT_MS,
-        "c_at_ms": code.C_AT_MS,
-        "b_work_ms": code.B_WORK_MS,
-        "c_work_ms": code.C_WORK_MS,
+        "ttl_ms": TTL_MS,
+        "pause_ms": PAUSE_MS,
+        "b_at_ms": B_AT_MS,
+        "c_at_ms": C_AT_MS,
+        "b_work_ms": B_WORK_MS,
+        "c_work_ms": C_WORK_MS,
     },
     param_help={
         "pause_mode": "sigstop: A in its own process, frozen by SIGSTOP until SIGCONT; "

@@ -32,13 +32,7 @@ import redis.asyncio as aioredis
 from lab.redislock import COMPARE_AND_DELETE
 from lab.scenario import Check, Env
 
-INVOICE_ID = 42
-TTL_MS = 300  # SET lock:invoice:42 <token> NX PX 300
-PAUSE_MS = 500  # A's stall
-B_AT_MS = 350
-C_AT_MS = 550
-B_WORK_MS = 400  # B outlives its own lease too: its release finds the key gone (-> 0)
-C_WORK_MS = 100  # C releases before B, as in the published trace
+INVOICE_ID = 42  # the published timings (ttl_ms, pause_ms, ...) are the params, claims.py
 FENCE_INVARIANT = "fence never goes backwards"
 RELEASES = {"del": "plain DEL", "cad": "compare-and-delete", "get-del": "GET-then-DEL"}
 WRITE_PLAIN = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42"
@@ -132,7 +126,7 @@ class Code:  # what a variant runs: the release, whether the write is fenced, wh
     release: str  # "del" | "cad" | "get-del"
     fenced: bool
     pause_at: str = "work"  # "work": before the write; "release": inside the release
-    killed: bool = False  # a fault, not a fix: A never wakes, SIGKILL at its pause point
+    killed: bool = False  # a fault, not a fix: "A is killed" at its pause point, never wakes
 
 
 VARIANTS = {
@@ -144,7 +138,8 @@ VARIANTS = {
 # (when, step): each step at its time and after the step before it has ended. A's pause is
 # a fault step: A stops at its pause point (SIGSTOP) until "A wakes" (SIGCONT), or is killed.
 SCHEDULE = (
-    ("0", "A takes the lease and stalls"),  # then, holder-killed: "A is killed"
+    ("0", "A takes the lease and stalls"),
+    ("0", "A is killed"),  # only in holder-killed: SIGKILL while stopped, no finally runs
     ("b_at_ms", "B tries"),  # not before Redis reports A's lease gone, when b_at_ms >= ttl_ms
     ("c_at_ms", "C tries"),
     ("pause_ms", "A wakes"),  # not in holder-killed
