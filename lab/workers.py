@@ -143,7 +143,7 @@ class Worker:
         lifecycle.register(folder, proc.pid, sys.executable, signal.SIGKILL)
         self = cls(name, proc, folder, on_event)
         try:
-            self._write(dict(config))
+            self._write(dict(config), "its config")
             if ready_s is not None:
                 await self.wait_for("ready", ready_s)
         except BaseException:
@@ -153,15 +153,15 @@ class Worker:
 
     # --- the lab -> child direction -------------------------------------------------------
 
-    def _write(self, obj: Mapping[str, Any]) -> None:
+    def _write(self, obj: Mapping[str, Any], what: str) -> None:
         assert self.proc.stdin is not None
-        if self.ended or self.proc.stdin.is_closing():
-            raise WorkerError(f"worker {self.name}: cannot write {dict(obj)}: {self.status()}")
+        if self.ended or self.proc.stdin.is_closing():  # `what`, not `obj`: no password shown
+            raise WorkerError(f"worker {self.name}: cannot send {what}: {self.status()}")
         self.proc.stdin.write((json.dumps(obj) + "\n").encode())
 
     def grant(self, step: str) -> None:
         """Let the child run its step `step` (it reads the grant when it gets there)."""
-        self._write({"grant": step})
+        self._write({"grant": step}, f"the grant of {step!r}")
 
     # --- the child -> lab direction -------------------------------------------------------
 

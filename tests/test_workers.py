@@ -89,13 +89,16 @@ async def test_pause_freezes_until_resume(echo: Worker) -> None:
 
 
 async def test_kill_ends_a_paused_worker_and_waits_fail_loudly(echo: Worker) -> None:
-    """SIGKILL ends even a stopped worker; a wait for what it will never write names it."""
+    """SIGKILL ends even a stopped worker; a wait for what it will never write, or a grant
+    it will never read, fails naming it."""
     await echo.wait_for("step")
     await echo.pause()
     assert await echo.kill() == -signal.SIGKILL
     with pytest.raises(WorkerError, match=r"worker A ended before 'returned' .*signal 9"):
         await echo.wait_for("returned", 5)
     assert echo.killed and echo.events[-1].name == "exit"
+    with pytest.raises(WorkerError, match=r"cannot send the grant of 'go': pid \d+, signal 9"):
+        echo.grant("go")
 
 
 async def test_a_child_error_is_named() -> None:
