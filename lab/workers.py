@@ -204,49 +204,34 @@ class Worker:
         """The next `event` not yet returned by a wait (events before it are passed over,
         still in ``events``). Fails with WorkerError, named, when the child reports an
         error, ends first, or `seconds` pass."""
-
-        async def look() -> Event:
-            while True:
-                for i in range(self._cursor, len(self.events)):
-                    ev = self.events[i]
-                    if ev.name == event:
-                        self._cursor = i + 1
-                        return ev
-                    if ev.name in ("error", "garbled") and event not in ("error", "garbled"):
-                        self._cursor = i + 1
-                        raise WorkerError(
-                            f"worker {self.name} failed before {event!r}: "
-                            f"{ev.fields.get('error') or ev.fields.get('line')}"
-                        )
-                if self.ended and event != "exit":
-                    with contextlib.suppress(TimeoutError):
-                        await within(self.proc.wait(), STOP_S)
-                    raise WorkerError(
-                        f"worker {self.name} ended before {event!r} ({self.status()})"
-                    )
-                self._changed.clear()
-                await self._changed.wait()
-
-        try:
-            return await within(look(), seconds)
-        except TimeoutError:
-            raise WorkerError(
-                f"worker {self.name}: no {event!r} within {seconds:g} s ({self.status()})"
-            ) from None
+        return await self._take(lambda ev: ev.name == event, repr(event), seconds)
 
     async def next(self, seconds: float | None = WAIT_S, *, skip: Collection[str] = ()) -> Event:
         """The next event not yet returned by a wait, whatever its name (``exit`` last),
         passing over those named in `skip`; WorkerError after `seconds` (None: the caller
         bounds the wait)."""
+        return await self._take(lambda ev: ev.name not in skip, "an event", seconds)
 
+    async def _take(
+        self, match: Callable[[Event], bool], what: str, seconds: float | None
+    ) -> Event:
         async def look() -> Event:
             while True:
-                while self._cursor < len(self.events):
-                    self._cursor += 1
-                    if (ev := self.events[self._cursor - 1]).name not in skip:
+                for i in range(self._cursor, len(self.events)):
+                    ev = self.events[i]
+                    if match(ev):
+                        self._cursor = i + 1
                         return ev
+                    if ev.name in ("error", "garbled"):
+                        self._cursor = i + 1
+                        raise WorkerError(
+                            f"worker {self.name} failed before {what}: "
+                            f"{ev.fields.get('error') or ev.fields.get('line')}"
+                        )
                 if self.ended:
-                    raise WorkerError(f"worker {self.name}: nothing after its exit")
+                    with contextlib.suppress(TimeoutError):
+                        await within(self.proc.wait(), STOP_S)
+                    raise WorkerError(f"worker {self.name} ended before {what} ({self.status()})")
                 self._changed.clear()
                 await self._changed.wait()
 
@@ -254,7 +239,7 @@ class Worker:
             return await within(look(), seconds)
         except TimeoutError:
             raise WorkerError(
-                f"worker {self.name}: no event within {seconds:g} s ({self.status()})"
+                f"worker {self.name}: no {what} within {seconds:g} s ({self.status()})"
             ) from None
 
     # --- faults: pause, resume, kill ------------------------------------------------------
