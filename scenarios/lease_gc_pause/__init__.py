@@ -4,8 +4,7 @@ schedule's runner, observer and timeline in choreography.py, its claims in claim
 from __future__ import annotations
 
 from scenarios.lease_gc_pause.choreography import Worker, WorkerProcess, _proc_state
-from scenarios.lease_gc_pause.claims import SCENARIO, TTL_MS
-from scenarios.lease_gc_pause.lease_gc_pause import FENCE_INVARIANT, invariant, setup
+from scenarios.lease_gc_pause.claims import FENCE_INVARIANT, SCENARIO, TTL_MS, invariant, setup
 
 # redlock and lease-busy-loop reuse the setup, the invariant and the worker process
 __all__ = [

@@ -1,5 +1,8 @@
 """lease-gc-pause: what the documents claim, how each claim is judged, and the assembly.
 
+The invariant (the fence never goes backwards) is read from a log of every write that
+landed, which a trigger keeps: observation added to the code's own setup.
+
 Every claim is judged on one run per variant of the published story (SCHEDULE in
 lease_gc_pause.py, run by choreography.py): the trace of what each holder did, the
 timeline of when each believed it held the lock against when Redis held its token, and
@@ -15,10 +18,9 @@ from typing import Any
 
 from lab.claims import Check as ClaimCheck
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
-from lab.scenario import Defaults, Scenario
+from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios.lease_gc_pause import choreography
 from scenarios.lease_gc_pause import lease_gc_pause as code
-from scenarios.lease_gc_pause.lease_gc_pause import FENCE_INVARIANT
 
 TTL_MS = 300  # SET lock:invoice:42 <token> NX PX 300
 PAUSE_MS = 500  # A's stall
@@ -26,6 +28,31 @@ B_AT_MS = 350
 C_AT_MS = 550
 B_WORK_MS = 400  # B outlives its own lease too: its release finds the key gone (-> 0)
 C_WORK_MS = 100  # C releases before B, as in the published trace
+FENCE_INVARIANT = "fence never goes backwards"
+# observation only: every write that landed, with the fence it replaced
+WRITE_LOG = """
+    CREATE TABLE invoice_writes (seq bigserial PRIMARY KEY, old_fence bigint,
+                                 new_fence bigint, body text);
+    CREATE FUNCTION log_invoice_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+      INSERT INTO invoice_writes (old_fence, new_fence, body)
+      VALUES (OLD.fence, NEW.fence, NEW.body); RETURN NEW; END $$;
+    CREATE TRIGGER invoice_writes AFTER UPDATE ON invoices
+      FOR EACH ROW EXECUTE FUNCTION log_invoice_write();"""
+
+
+async def setup(env: Env) -> None:
+    """The code's own tables, and the log of writes the invariant reads."""
+    await code.setup(env)
+    await env.db.execute(WRITE_LOG)
+
+
+async def invariant(env: Env) -> list[Check]:
+    """The invoice's fence never went backwards: no holder with an older lease wrote last."""
+    rows = await env.db.fetch("SELECT old_fence, new_fence, body FROM invoice_writes ORDER BY seq")
+    back = [f"{w['body']} wrote fence {w['new_fence']} over {w['old_fence']}" for w in rows
+            if w["new_fence"] <= w["old_fence"]]  # fmt: skip
+    done = ", ".join(f"{w['old_fence']}->{w['new_fence']}" for w in rows) or "no writes"
+    return [Check(FENCE_INVARIANT, not back, "; ".join(back) or done)]
 
 
 def _ev(rec: Record, who: str, event: str) -> dict[str, Any]:
@@ -255,8 +282,8 @@ SCENARIO = Scenario(
         "buggy": PUBLISHED_DEL,
         "fixed": f"{PUBLISHED_CAD}; {PUBLISHED_FENCE}",
     },
-    setup=code.setup,
-    invariant=code.invariant,
+    setup=setup,
+    invariant=invariant,
     defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
     params={
         "pause_mode": "sigstop",
