@@ -5,25 +5,26 @@ adds ``ON CONFLICT (customer_id, period) DO NOTHING`` (the table has the UNIQUE)
 xact variant takes ``pg_try_advisory_xact_lock`` and runs the whole job in one transaction.
 
 Run as a script (``python _billing_worker.py``) it is one pod, with its own asyncpg
-connection. It reads its job as one JSON line on stdin; it connects at once and prints
-``connected``, or (``lazy``) prints ``ready`` and connects when granted its first step.
-Then every step waits for a grant (``go <steps>`` lines): try the lock, bill customer 1..N,
-finish (unlock or commit). Every step is printed as a JSON line on stdout. The parent
-crashes the pod with SIGKILL while it waits for a grant; nothing here knows whether that
-will come. Only asyncpg and the standard library are imported, so the process starts fast.
+connection, on the harness's worker protocol (``lab.workers``: it dies with the lab). Its
+config is the job; it connects at once and reports ``connected``, or (``lazy``) connects
+when granted its first step. Then every step waits for a grant of the step ``go``: try the
+lock, bill customer 1..N, finish (unlock or commit). Every step is reported as an event.
+The parent crashes the pod with SIGKILL while it waits for a grant; nothing here knows
+whether that will come. Only asyncpg, the standard library and lab.workers are imported,
+so the process starts fast.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import asyncpg
+
+from lab.workers import Child, run_child
 
 LOCK = "billing"
 TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext($1))"
@@ -108,46 +109,29 @@ async def _bill(conn: asyncpg.Connection, job: Job, report: Report, gate: Gate) 
     return billed
 
 
-def emit(event: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(event) + "\n")
-    sys.stdout.flush()
-
-
-async def main() -> int:
-    loop = asyncio.get_running_loop()
-    stdin = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
-    config = json.loads(await stdin.readline())
+async def main(child: Child) -> None:
+    config = child.config
     job = Job(**config["job"])
-    granted = used = 0
+
+    def report(event: dict[str, Any]) -> None:
+        child.emit(event.pop("ev"), **event)
 
     async def gate() -> None:
-        nonlocal granted, used
-        while used >= granted:
-            words = (await stdin.readline()).decode().split()
-            if not words:  # the parent is gone: do nothing more
-                raise SystemExit(1)
-            if words[0] == "go":
-                granted += int(words[1])
-        used += 1
+        await child.step("go")
 
     try:
         if config["lazy"]:
-            emit({"ev": "ready"})
             await gate()
         t0 = time.perf_counter()
         conn = await asyncpg.connect(config["dsn"], **config["login"])
-        emit({"ev": "connected", "backend_pid": conn.get_server_pid(),
-              "connect_ms": (time.perf_counter() - t0) * 1000})  # fmt: skip
-        await run_job(conn, job, emit, gate)
+        child.emit("connected", backend_pid=conn.get_server_pid(),
+                   connect_ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
+        await run_job(conn, job, report, gate)
         await conn.close()
     except (asyncpg.PostgresError, OSError) as exc:
-        emit(
-            {"ev": "error", "error": f"{getattr(exc, 'sqlstate', '')} {type(exc).__name__}: {exc}"}
-        )
-        return 1
-    return 0
+        child.emit("error", error=f"{getattr(exc, 'sqlstate', '')} {type(exc).__name__}: {exc}")
+        raise SystemExit(1) from exc
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    run_child(main)

@@ -32,13 +32,9 @@ import base64
 import contextlib
 import hashlib
 import hmac
-import json
-import os
 import secrets
-import signal
 import statistics
 import struct
-import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +43,7 @@ from typing import Any
 
 import asyncpg
 
+from lab import workers
 from lab.aio import within
 from lab.claims import Claim, Record
 from lab.errors import LabError, ScenarioFailure
@@ -135,78 +132,61 @@ def _fail(env: Env, what: str) -> ScenarioFailure:
 
 
 class Pod:
-    """One pod: a scenarios/_billing_worker.py process, granted its steps one by one."""
+    """One pod: a scenarios/_billing_worker.py process (lab.workers), granted step by step."""
 
-    def __init__(self, env: Env, job: Job, proc: asyncio.subprocess.Process) -> None:
-        self.env, self.job, self.name, self.proc = env, job, job.pod, proc
+    def __init__(self, env: Env, job: Job, worker: workers.Worker, lazy: bool) -> None:
+        self.env, self.job, self.name, self.worker, self.lazy = env, job, job.pod, worker, lazy
+        self.proc = worker.proc
         self.backend_pid = 0  # 0 until connected
         self.connect_ms = 0.0
 
     @classmethod
     async def spawn(cls, env: Env, job: Job, login: Mapping[str, str], *, lazy: bool) -> Pod:
         """Start the process; a `lazy` pod connects only when granted its first step."""
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, str(WORKER), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        pod = cls(env, job, proc)
         # The job goes over stdin, so a password never shows in argv or the environment.
         config = {"dsn": env.dsn, "login": dict(login), "job": job.to_json(), "lazy": lazy}
-        try:
-            await pod.send(json.dumps(config))
-        except BaseException:  # not yet in the trial's list of pods: stop it here
-            await pod.kill()
-            raise
-        return pod
+        worker = await workers.Worker.spawn(WORKER, config, name=job.pod, ready_s=None)
+        return cls(env, job, worker, lazy)
 
     async def started(self) -> None:
         """Wait until the process is up (lazy) or connected."""
-        ev = await self.expect("ready", "connected")
-        if ev["ev"] == "connected":
-            self.connected(ev)
+        await self.expect("ready")
+        if not self.lazy:
+            self.connected(await self.expect("connected"))
 
     def connected(self, ev: Mapping[str, Any]) -> None:
         self.backend_pid, self.connect_ms = ev["backend_pid"], ev["connect_ms"]
         self.env.trace(self.name, "connected", ms=round(self.connect_ms, 2))
 
-    async def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        await self.proc.stdin.drain()
-
     async def grant(self, steps: int) -> None:
         """Let the pod take `steps` more steps (connect, lock, one customer each, finish)."""
-        await self.send(f"go {steps}")
+        for _ in range(steps):
+            self.worker.grant("go")
 
-    async def read(self) -> dict[str, Any]:
-        """The pod's next event; {"ev": "exit"} once it has exited or been killed."""
-        assert self.proc.stdout is not None
-        line = await self.proc.stdout.readline()
-        event: dict[str, Any] = json.loads(line) if line else {"ev": "exit"}
-        return event
+    async def read(self, seconds: float | None = None) -> dict[str, Any]:
+        """The pod's next event (not the protocol's own); {"ev": "exit"} once it has exited
+        or been killed."""
+        ev = await self.worker.next(seconds, skip=("step", "returned"))
+        return {"ev": ev.name, **ev.fields}
 
     async def expect(self, *events: str) -> dict[str, Any]:
-        ev = await within(self.read(), EVENT_TIMEOUT_S)
+        ev = await self.read(EVENT_TIMEOUT_S)
         if ev["ev"] not in events:
             raise await self.unexpected(ev)
         return ev
 
     async def unexpected(self, ev: Mapping[str, Any]) -> ScenarioFailure:
         if ev["ev"] == "exit":
-            assert self.proc.stderr is not None
-            err = (await self.proc.stderr.read()).decode(errors="replace").strip().splitlines()
-            return _fail(self.env, f"{self.name} exited: {err[-1:] or '?'}")
+            return _fail(self.env, f"{self.name} exited: {self.worker.status()}")
         return _fail(self.env, f"{self.name}: {ev.get('error') or f'unexpected {ev}'}")
 
     def sigkill(self) -> None:
         """SIGKILL by PID: no cleanup in the pod; the server finds its connection dead."""
         if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signal.SIGKILL)
+            self.worker.sigkill()
 
     async def kill(self) -> None:
-        self.sigkill()
-        await self.proc.wait()
+        await self.worker.close()
 
 
 def _trace_event(env: Env, job: Job, ev: Mapping[str, Any]) -> None:

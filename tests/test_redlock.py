@@ -52,7 +52,7 @@ def test_ctrl_c_leaves_no_redis_node_or_worker(tmp_path: Path) -> None:
             kids = _children(proc.pid)
             # redis-server rewrites its title; redlock uses no Redis of the lab's own
             nodes = [p for p, args in kids if "redis-server" in args]
-            worker = [p for p, args in kids if "_lease_worker" in args]
+            worker = [p for p, args in kids if "lease_gc_pause/worker.py" in args]
             if len(nodes) == 5 and worker:
                 pids = nodes + worker
                 break

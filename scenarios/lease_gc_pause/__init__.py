@@ -1,0 +1,19 @@
+"""lease-gc-pause: the code under test in lease_gc_pause.py, A's process in worker.py, the
+schedule's runner, observer and timeline in choreography.py, its claims in claims.py."""
+
+from __future__ import annotations
+
+from scenarios.lease_gc_pause.choreography import Worker, WorkerProcess, _proc_state
+from scenarios.lease_gc_pause.claims import FENCE_INVARIANT, SCENARIO, TTL_MS, invariant, setup
+
+# redlock and lease-busy-loop reuse the setup, the invariant and the worker process
+__all__ = [
+    "FENCE_INVARIANT",
+    "SCENARIO",
+    "TTL_MS",
+    "Worker",
+    "WorkerProcess",
+    "_proc_state",
+    "invariant",
+    "setup",
+]

@@ -1,0 +1,319 @@
+"""lease-gc-pause: what the documents claim, how each claim is judged, and the assembly.
+
+The invariant (the fence never goes backwards) is read from a log of every write that
+landed, which a trigger keeps: observation added to the code's own setup.
+
+Every claim is judged on one run per variant of the published story (SCHEDULE in
+lease_gc_pause.py, run by choreography.py): the trace of what each holder did, the
+timeline of when each believed it held the lock against when Redis held its token, and
+the final row. DL-10..DL-12 are about the published timing (A's lease expires before B
+comes); DL-13 is judged under every TTL case.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from lab.claims import Check as ClaimCheck
+from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.scenario import Check, Defaults, Env, Scenario
+from scenarios.lease_gc_pause import choreography
+from scenarios.lease_gc_pause import lease_gc_pause as code
+
+TTL_MS = 300  # SET lock:invoice:42 <token> NX PX 300
+PAUSE_MS = 500  # A's stall
+B_AT_MS = 350
+C_AT_MS = 550
+B_WORK_MS = 400  # B outlives its own lease too: its release finds the key gone (-> 0)
+C_WORK_MS = 100  # C releases before B, as in the published trace
+FENCE_INVARIANT = "fence never goes backwards"
+# observation only: every write that landed, with the fence it replaced
+WRITE_LOG = """
+    CREATE TABLE invoice_writes (seq bigserial PRIMARY KEY, old_fence bigint,
+                                 new_fence bigint, body text);
+    CREATE FUNCTION log_invoice_write() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+      INSERT INTO invoice_writes (old_fence, new_fence, body)
+      VALUES (OLD.fence, NEW.fence, NEW.body); RETURN NEW; END $$;
+    CREATE TRIGGER invoice_writes AFTER UPDATE ON invoices
+      FOR EACH ROW EXECUTE FUNCTION log_invoice_write();"""
+
+
+async def setup(env: Env) -> None:
+    """The code's own tables, and the log of writes the invariant reads."""
+    await code.setup(env)
+    await env.db.execute(WRITE_LOG)
+
+
+async def invariant(env: Env) -> list[Check]:
+    """The invoice's fence never went backwards: no holder with an older lease wrote last."""
+    rows = await env.db.fetch("SELECT old_fence, new_fence, body FROM invoice_writes ORDER BY seq")
+    back = [f"{w['body']} wrote fence {w['new_fence']} over {w['old_fence']}" for w in rows
+            if w["new_fence"] <= w["old_fence"]]  # fmt: skip
+    done = ", ".join(f"{w['old_fence']}->{w['new_fence']}" for w in rows) or "no writes"
+    return [Check(FENCE_INVARIANT, not back, "; ".join(back) or done)]
+
+
+def _ev(rec: Record, who: str, event: str) -> dict[str, Any]:
+    """`who`'s first `event` in the trace ({} when it never happened)."""
+    return next((e for e in rec["trace"] if e["who"] == who and e["event"] == event), {})
+
+
+def _span(rec: Record, who: str, kind: str) -> dict[str, Any]:
+    """`who`'s first span of `kind` ("belief" or "redis") in the timeline ({} when none)."""
+    spans = rec["evidence"].get("timeline", {}).get("spans", [])
+    return next((s for s in spans if s["who"] == who and s["kind"] == kind), {})
+
+
+def _both(rec: Record, x: str, y: str) -> tuple[float, float] | None:
+    """When x and y both believed they held the lock (None if never)."""
+    sx, sy = _span(rec, x, "belief"), _span(rec, y, "belief")
+    lo, hi = (
+        max(sx.get("start_ms", 0), sy.get("start_ms", 0)),
+        min(sx.get("end_ms", 0), sy.get("end_ms", 0)),
+    )
+    return (lo, hi) if sx and sy and hi > lo else None
+
+
+def _during(span: tuple[float, float] | None) -> str:
+    if span is None:
+        return "never"
+    return f"{span[1] - span[0]:.0f} ms ({span[0]:.0f}–{span[1]:.0f} ms)"
+
+
+def _lease(rec: Record, who: str) -> str:
+    s = _span(rec, who, "redis")
+    return f"{who}'s token {s['ended']} at {s['end_ms']:.0f} ms" if s else f"{who} never held it"
+
+
+def _release(rec: Record, who: str) -> str:
+    e = _ev(rec, who, "release")
+    return (
+        f"{who} release -> {e['result']} ({e['how']}) at {e['t_ms']:.0f} ms"
+        if e
+        else f"{who} never released"
+    )
+
+
+def _writes(rec: Record) -> str:
+    row = rec["evidence"].get("final_row") or {}
+    writes = [
+        f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}"
+        for e in rec["trace"]
+        if e["event"] == "write"
+    ]
+    return "; ".join(
+        [
+            *writes,
+            f"row {{id: {row.get('id')}, body: {row.get('body')!r}, fence: {row.get('fence')}}}",
+        ]
+    )
+
+
+def _third_holder(variant: str) -> ClaimCheck:
+    """A's release deletes B's lock; C acquires while B still believes it holds."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        rec = records[variant]
+        c_got, bc, get = _ev(rec, "C", "got lock"), _both(rec, "B", "C"), _ev(rec, "A", "GET")
+        held = (
+            _ev(rec, "A", "release").get("result") == 1
+            and _span(rec, "B", "redis").get("ended") == "deleted by A"
+            and bool(c_got)
+            and bc is not None
+            # GET-then-DEL: A's GET saw its own token, and B took the lock before A's DEL
+            and (
+                not get or (get["mine"] and get["t_ms"] < _ev(rec, "B", "got lock").get("t_ms", 0))
+            )
+        )
+        c = f"C got lock, fence={c_got['fence']}" if c_got else "C: lock busy"
+        seen = (
+            f"A's GET -> {'mine' if get['mine'] else 'not mine'} at {get['t_ms']:.0f} ms; "
+            if get
+            else ""
+        )
+        both = f"B and C both held: {_during(bc)}"
+        return held, f"{variant}: {seen}{_release(rec, 'A')}; {_lease(rec, 'B')}; {c}; {both}"
+
+    return check
+
+
+def _c_busy(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["fixed"]
+    busy = bool(_ev(rec, "C", "lock busy"))
+    held = (busy and _ev(rec, "A", "release").get("result") == 0
+            and _span(rec, "B", "redis").get("ended") == "expired")  # fmt: skip
+    c = "C lock busy" if busy else "C got the lock"
+    return held, f"fixed: {_release(rec, 'A')}; {c}; {_lease(rec, 'B')}"
+
+
+def _lease_window(records: Mapping[str, Record]) -> tuple[bool, str]:
+    ab = _both(records["fixed"], "A", "B")
+    return ab is not None, f"fixed: A and B both believed they held: {_during(ab)}"
+
+
+def _fenced(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["fixed"]
+    aw, bw, row = (
+        _ev(rec, "A", "write"),
+        _ev(rec, "B", "write"),
+        rec["evidence"].get("final_row") or {},
+    )
+    held = (bool(aw and bw) and (bw["rows"], aw["rows"]) == (1, 0) and bw["t_ms"] < aw["t_ms"]
+            and row.get("body") == "from B" and row.get("fence") == bw["fence"])  # fmt: skip
+    return held, f"fixed: {_writes(rec)}"
+
+
+def _stale_write(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["buggy"]
+    aw, bw = _ev(rec, "A", "write"), _ev(rec, "B", "write")
+    held = (
+        bool(aw and bw)
+        and aw["rows"] == 1
+        and bw["t_ms"] < aw["t_ms"]
+        and aw["fence"] < bw["fence"]
+    )
+    return held, f"buggy: {_writes(rec)}"
+
+
+def _pause_over_ttl(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """pause > TTL: A's lease runs out while A believes, and B overlaps; else neither."""
+    rec = records["fixed"]
+    ttl, pause = rec["params"]["ttl_ms"], rec["params"]["pause_ms"]
+    lease, belief, ab = _span(rec, "A", "redis"), _span(rec, "A", "belief"), _both(rec, "A", "B")
+    outlived = lease.get("ended") == "expired" and lease["end_ms"] < belief.get("end_ms", 0)
+    held = (outlived and ab is not None) if pause > ttl else (not outlived and ab is None)
+    both = f"A and B both believed: {_during(ab)}"
+    return held, f"fixed: TTL {ttl} ms, pause {pause} ms: {_lease(rec, 'A')}; {both}"
+
+
+def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """The dead holder's lease lasts its whole TTL from SET: whoever tries meanwhile is refused."""
+    rec = records["holder-killed"]
+    ttl = rec["params"]["ttl_ms"]
+    got, killed, lease = (
+        _ev(rec, "A", "got lock"),
+        _ev(rec, "A", "killed"),
+        _span(rec, "A", "redis"),
+    )
+    if not (got and killed and lease):
+        return False, "holder-killed: A was not killed after taking the lock"
+    tries = [e for e in rec["trace"] if e["who"] != "A" and e["event"] in ("got lock", "lock busy")]
+    end = lease["end_ms"]
+    lasted, dead = end - got["t_ms"], end - killed["t_ms"]
+    held = (lease["ended"] == "expired" and abs(lasted - ttl) <= max(20, ttl / 10) and dead > 0
+            and all(e["event"] == "lock busy" for e in tries if e["t_ms"] < end))  # fmt: skip
+    who = "; ".join(f"{e['who']} {e['event']} at {e['t_ms']:.0f} ms" for e in tries)
+    return held, (
+        f"holder-killed: A got the lock at {got['t_ms']:.0f} ms, was killed at "
+        f"{killed['t_ms']:.0f} ms; {_lease(rec, 'A')}, {lasted:.0f} ms after SET (TTL {ttl} ms), "
+        f"{dead:.0f} ms of it for a dead worker; {who}"
+    )
+
+
+PUBLISHED_DEL = (
+    "A: got lock, fence=1 / B: got lock, fence=2 / A: release -> 1 (plain DEL) / "
+    "C: got lock, fence=3 / C: release -> 1 (plain DEL) / B: release -> 0 (plain DEL)"
+)
+PUBLISHED_CAD = (
+    "A: got lock, fence=4 / B: got lock, fence=5 / C: lock busy / "
+    "A: release -> 0 (compare-and-delete) / B: release -> 0 (compare-and-delete)"
+)
+PUBLISHED_FENCE = (
+    "B (fence=2) writes -> 1 / A wakes up (fence=1) writes -> 0 / "
+    "[ { id: 42, body: 'from B', fence: '2' } ]"
+)
+PUBLISHED_WINDOW = "A và B vẫn chồng nhau trong khoảng 350–500 ms"
+PUBLISHED_GET_DEL = (
+    "GET rồi DEL từ Node cũng không đủ: giữa hai lệnh lock có thể hết hạn và bị người khác lấy"
+)
+PUBLISHED_TTL = "Tăng TTL lên 5 phút chỉ làm sự cố hiếm hơn"
+PUBLISHED_RECOVERY = "làm recovery khi worker chết chậm hơn 5 phút"
+FENCED = ("fixed", "buggy-get-then-del", "holder-killed")
+TTL_CASES = ("", "ttl-1000", "ttl-above-pause")  # DL-13 is about the TTL: judged under each
+
+
+def published_timing(claim: Claim) -> Claim:
+    """The claim is about the published story, where A's lease expires before B comes: a
+    run whose TTL outlasts A's pause (or B's arrival) does not exercise it (not judged)."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+        p = next(iter(records.values()))["params"]
+        if not p["pause_ms"] > p["ttl_ms"] <= p["b_at_ms"]:
+            return None
+        return claim.check(records)
+
+    return replace(claim, check=check)
+
+
+CLAIMS = (
+    *map(published_timing, (
+        Claim("DL-10", "Plain DEL: A deletes B's lock and C acquires while B still holds",
+              ("buggy",), _third_holder("buggy"), PUBLISHED_DEL),
+        Claim("DL-10", "Compare-and-delete: A's release is a no-op and C sees the lock busy",
+              ("fixed",), _c_busy, PUBLISHED_CAD),
+        Claim("DL-11", "Even with compare-and-delete A and B both believe they hold the lock",
+              ("fixed",), _lease_window, PUBLISHED_WINDOW),
+        Claim("DL-11", "Fencing: B's write lands, A's stale write changes 0 rows, the row is B's",
+              ("fixed",), _fenced, PUBLISHED_FENCE),
+        Claim("DL-11", "Without fencing A's stale write lands over B's", ("buggy",), _stale_write),
+        invariant_broken("DL-11", "buggy", FENCE_INVARIANT, "Without fencing the fence goes backwards"),
+        Claim("DL-12", "GET-then-DEL: the lock expires and is taken between GET and DEL",
+              ("buggy-get-then-del",), _third_holder("buggy-get-then-del"), PUBLISHED_GET_DEL),
+    )),
+    *(invariants_hold("DL-11", v, f"{v}: the fence never goes backwards") for v in FENCED),
+    Claim("DL-13", "A pause longer than the TTL overlaps whatever the TTL; a shorter one does not",
+          ("fixed",), _pause_over_ttl, PUBLISHED_TTL, cases=TTL_CASES),
+    Claim("DL-13", "A killed holder blocks the lock for its whole TTL",
+          ("holder-killed",), _killed_blocks, PUBLISHED_RECOVERY, cases=TTL_CASES),
+)  # fmt: skip
+
+
+SCENARIO = Scenario(
+    id="lease-gc-pause",
+    validate=choreography.validate,
+    doc=code.__doc__ or "",
+    kind="script",
+    variants={name: choreography.variant(c) for name, c in code.VARIANTS.items()},
+    outcomes=("wrote", "write_rejected", "lock_busy", "killed"),
+    claims=CLAIMS,
+    published={
+        "buggy": PUBLISHED_DEL,
+        "fixed": f"{PUBLISHED_CAD}; {PUBLISHED_FENCE}",
+    },
+    setup=setup,
+    invariant=invariant,
+    defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
+    params={
+        "pause_mode": "sigstop",
+        "ttl_ms": TTL_MS,
+        "pause_ms": PAUSE_MS,
+        "b_at_ms": B_AT_MS,
+        "c_at_ms": C_AT_MS,
+        "b_work_ms": B_WORK_MS,
+        "c_work_ms": C_WORK_MS,
+    },
+    param_help={
+        "pause_mode": "sigstop: A in its own process, frozen by SIGSTOP until SIGCONT; "
+        "sleep: A awaits in the lab's event loop",
+        "ttl_ms": "the lease: SET ... NX PX ttl_ms",
+        "pause_ms": "A's stall, from taking the lease to waking up",
+        "b_at_ms": "when B tries (not before A's lease is gone in Redis, when b_at_ms >= ttl_ms)",
+        "c_at_ms": "when C tries (after A's release)",
+        "b_work_ms": "B's work between its write and its release",
+        "c_work_ms": "C's work between its write and its release",
+    },
+    uses=frozenset({"pg", "redis"}),
+    sources=("DL",),
+    cases={  # DL-13: a longer TTL with a still longer pause, and a TTL above this pause
+        "ttl-1000": {
+            "ttl_ms": 1000,
+            "pause_ms": 1200,
+            "b_at_ms": 1050,
+            "c_at_ms": 1250,
+            "b_work_ms": 1100,
+        },
+        "ttl-above-pause": {"ttl_ms": 600},
+    },
+)

@@ -1,0 +1,175 @@
+"""lab.workers on real child processes: config in, grants, stamped events, faults, lifetime."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from lab.servers import lifecycle
+from lab.workers import Event, Worker, WorkerError, proc_state
+
+DATA = Path(__file__).parent / "data" / "workers"
+ECHO = DATA / "echo_worker.py"
+GONE_S = 10.0  # a SIGKILLed process is reaped by the kernel well within this
+
+
+@pytest.fixture
+async def echo() -> AsyncIterator[Worker]:
+    seen: list[Event] = []
+    w = await Worker.spawn(ECHO, {"who": "A"}, name="A", on_event=seen.append)
+    try:
+        yield w
+    finally:
+        await w.close()
+    assert [e.name for e in seen] == [e.name for e in w.events]  # the callback saw each one
+
+
+def gone_within(pid: int, seconds: float) -> bool:
+    """Whether `pid` is no longer a live process within `seconds` (polled: time is the bound)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not lifecycle.alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+async def test_config_in_events_out_on_the_labs_clock() -> None:
+    """The config reaches the child; its events carry the child's clock, which lies between
+    the lab's own readings before the spawn and after the event arrived."""
+    before = time.perf_counter()
+    w = await Worker.spawn(ECHO, {"who": "B"}, name="B")
+    try:
+        hello = await w.wait_for("hello")
+        after = time.perf_counter()
+        assert hello.fields == {"who": "B"}
+        assert before < w.events[0].t <= hello.t < after
+        assert w.events[0].name == "ready" and w.events[0].fields["pid"] == w.pid
+    finally:
+        await w.close()
+
+
+async def test_a_step_runs_only_when_granted(echo: Worker) -> None:
+    """The child waits at its step until the grant; what it does next is stamped after it."""
+    assert (await echo.wait_for("step")).fields == {"step": "go"}
+    granted = time.perf_counter()
+    echo.grant("go")
+    assert (await echo.wait_for("went")).t > granted
+    assert (await echo.wait_for("step")).fields == {"step": "end"}
+    echo.grant("end")
+    assert [(await echo.next()).name, (await echo.next()).name] == ["returned", "exit"]
+
+
+async def test_next_streams_events_in_order(echo: Worker) -> None:
+    """next() returns every event once, in order, passing over the names it is told to skip."""
+    assert (await echo.next()).name == "hello"  # "ready" was taken by spawn
+    echo.grant("go")
+    assert (await echo.next(skip=("step",))).name == "went"
+    echo.grant("end")
+    assert (await echo.next(skip=("step",))).fields == {"result": "A"}
+
+
+async def test_pause_freezes_until_resume(echo: Worker) -> None:
+    """SIGSTOP: the kernel reports 'T' and a grant sent meanwhile is acted on only after
+    SIGCONT (the child's stamp of what follows is later than the resume)."""
+    await echo.wait_for("step")
+    assert await echo.pause() in ("T", "t")
+    echo.grant("go")
+    assert proc_state(echo.pid) in ("T", "t")
+    resumed = time.perf_counter()
+    echo.resume()
+    assert (await echo.wait_for("went")).t > resumed
+
+
+async def test_kill_ends_a_paused_worker_and_waits_fail_loudly(echo: Worker) -> None:
+    """SIGKILL ends even a stopped worker; a wait for what it will never write, or a grant
+    it will never read, fails naming it."""
+    await echo.wait_for("step")
+    await echo.pause()
+    assert await echo.kill() == -signal.SIGKILL
+    with pytest.raises(WorkerError, match=r"worker A ended before 'returned' .*signal 9"):
+        await echo.wait_for("returned", 5)
+    assert echo.killed and echo.events[-1].name == "exit"
+    with pytest.raises(WorkerError, match=r"cannot send the grant of 'go': pid \d+, signal 9"):
+        echo.grant("go")
+
+
+async def test_a_child_error_is_named() -> None:
+    """An exception in the worker's code fails the wait, with the worker's own message."""
+    w = await Worker.spawn(ECHO, {"who": "A", "fail": True}, name="A")
+    try:
+        await w.wait_for("step")
+        w.grant("go")
+        with pytest.raises(WorkerError, match="worker A failed before 'went': ValueError"):
+            await w.wait_for("went")
+    finally:
+        await w.close()
+
+
+async def test_a_wrong_grant_is_an_error(echo: Worker) -> None:
+    """A grant for another step than the one the child waits at fails it, named."""
+    await echo.wait_for("step")
+    echo.grant("end")
+    with pytest.raises(WorkerError, match="waiting at step 'go', granted 'end'"):
+        await echo.wait_for("went")
+
+
+async def test_a_wait_is_bounded(echo: Worker) -> None:
+    """A wait for an event that does not come ends after its bound, naming the worker."""
+    await echo.wait_for("step")
+    with pytest.raises(WorkerError, match=r"worker A: no 'went' within 0.2 s \(pid \d+, running"):
+        await echo.wait_for("went", 0.2)
+
+
+async def test_a_worker_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:
+    """A script that dies before `ready`: one named error, no process, no lab folder."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("import sys\nsys.stderr.write('no such module: x\\n')\nsys.exit(3)\n")
+    before = {f for f, _ in lifecycle.lab_folders()}
+    with pytest.raises(WorkerError, match=r"ended before 'ready' .*exit 3; stderr: no such"):
+        await Worker.spawn(bad, {}, name="bad")
+    assert {f for f, _ in lifecycle.lab_folders()} == before
+
+
+async def test_close_stops_it_and_removes_its_folder(echo: Worker) -> None:
+    """The worker is recorded in its lab folder (what the reaper reads); close ends both."""
+    folder = echo.folder
+    assert folder is not None and echo.pid in lifecycle.folder_processes(folder)
+    assert lifecycle.proc_cwd(echo.pid) == str(folder)
+    await echo.close()
+    assert not lifecycle.alive(echo.pid) and not folder.exists()
+
+
+def test_the_child_dies_with_a_killed_lab() -> None:
+    """SIGKILL the lab while its worker is stopped: the worker dies too, and its folder goes."""
+    lab = subprocess.Popen(
+        [sys.executable, str(DATA / "lab_parent.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert lab.stdout is not None
+        line = lab.stdout.readline()
+        assert line, lab.stderr.read() if lab.stderr else ""
+        pid, folder = int(line.split()[0]), Path(line.split()[1])
+        assert proc_state(pid) in ("T", "t")
+        os.kill(lab.pid, signal.SIGKILL)
+        lab.wait(GONE_S)
+        assert gone_within(pid, GONE_S)
+        deadline = time.monotonic() + GONE_S  # the reaper removes the folder after
+        while folder.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not folder.exists()
+    finally:
+        if lab.poll() is None:
+            lab.kill()
+            lab.wait()
