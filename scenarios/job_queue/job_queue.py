@@ -142,8 +142,8 @@ PINNED = Pinned(
     code={"buggy": buggy, "buggy-no-lock": buggy_no_lock, "fixed": fixed},
     steps={"buggy": STEPS, "buggy-no-lock": STEPS, "fixed": STEPS},
     sessions=("s1", "s2", "s3"),
-    # buggy's race has no one transcript: once s1 commits, s2 and s3 race for job 1011
-    schedules={"buggy": {"queue": QUEUE}, "buggy-no-lock": {"race": RACE, "queue": QUEUE}, "fixed": {"race": RACE, "queue": QUEUE}},
+    # with two claims waiting, which one wins once s1 commits is up to the server: no race
+    schedules={"buggy": {"queue": QUEUE}, "buggy-no-lock": {"queue": QUEUE}, "fixed": {"race": RACE, "queue": QUEUE}},
     params={"lease_ms": 5 * 60 * 1000, "crash": ""},  # the document's lease: no schedule outlasts it
 )  # fmt: skip
 # as a load: each variant's worker loop, the same claim with the same clause
