@@ -4,9 +4,12 @@ Who waits for whom, and which jobs each claim took, are judged on pinned schedul
 on every interleaving of the three workers' claims (`locklab explore job-queue`): race
 (all three claims in flight, then the commits; fixed only, since with two claims waiting
 on worker-1 which one wins once it commits is up to the server) and queue (worker-3
-claims after worker-1 committed, while worker-2 is in flight). The load (`locklab run`) judges what
-only time shows: a dead worker's jobs come back once its lease passes, and no job runs
-twice meanwhile.
+claims after worker-1 committed, while worker-2 is in flight). The load (`locklab run`)
+judges what only time shows: a dead worker's jobs come back once its lease passes, and
+no job runs twice meanwhile.
+
+Not judged any more: the old script's LC-17 check that the hidden job is claimed once
+the stuck holder rolls back (the pinned sessions are three workers, no rollback).
 """
 
 from __future__ import annotations
