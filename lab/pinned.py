@@ -261,7 +261,7 @@ class PinnedLab(PinnedDatabase):
         """Reset, set up, run the sessions under `schedule`, check the invariants."""
         sc, pinned = self.scenario, pinned_of(self.scenario)
         assert self.pool is not None
-        params = dict(sc.params)
+        params = {**sc.params, **pinned.params}
         if "isolation" in params:
             params["isolation"] = isolation
         env = Env(
@@ -405,6 +405,9 @@ def _cell(results: Sequence[PinnedResult], total: int, invalid: int) -> dict[str
         "broke": len(broke),
         "outcomes": dict(Counter(r.signature for r in ran).most_common()),
         "broke_by": dict(Counter(r.signature for r in broke).most_common()),
+        # interleavings in which the server showed some step blocked, and which steps
+        "waited": sum(1 for r in ran if r.waited),
+        "waited_steps": dict(sorted(Counter(w for r in ran for w in r.waited).items())),
         "broken_invariants": dict(
             Counter(c.name for r in broke for c in r.checks if not c.held).most_common()
         ),
@@ -584,6 +587,21 @@ def broke_in_some(
             for lv, c in cells.items()
         )
         return all(c["broke"] > 0 for c in cells.values()), seen
+
+    return _explored(cid, variant, text, levels, check, published)
+
+
+def waited_in(
+    cid: str, variant: str, text: str, *, expect: bool, levels: Sequence[str] = (RC,), published: str = ""
+) -> Claim:  # fmt: skip
+    """At each level, the server showed some step blocked in some interleaving
+    (expect=True), or in none."""
+
+    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+        n = {lv: c.get("waited") for lv, c in cells.items()}
+        seen = "; ".join(f"{lv}: a step waited in {k}/{cells[lv]['ran']}" for lv, k in n.items())
+        ran = all(c["ran"] > 0 and c.get("waited") is not None for c in cells.values())
+        return ran and all(((k or 0) > 0) == expect for k in n.values()), seen
 
     return _explored(cid, variant, text, levels, check, published)
 

@@ -342,13 +342,14 @@ class Sequencer:
             busy = [st for st in self.states.values() if not st.ended and st.pending is None]
             if busy:
                 epochs = [st.epoch for st in busy]
+                every = [st.epoch for st in self.states.values()]
                 waits = await lock_waiters(self.db, [st.pid for st in busy])
-                # an answer taken while any session moved on is stale: the step that just
-                # finished (a COMMIT) may have released the lock another one waits for
-                moved = any(st.epoch != e for st, e in zip(busy, epochs, strict=True))
-                for st in busy:
+                # a session that committed meanwhile may have freed a waiter this answer shows
+                moved = every != [st.epoch for st in self.states.values()]
+                for st, epoch in zip(busy, epochs, strict=True):
                     blocked = st.pid in waits or (st.waits is not None and await st.waits())
-                    st.blocked = blocked and not moved
+                    # an answer about a session that moved on meanwhile is stale
+                    st.blocked = blocked and st.epoch == epoch and not moved
                 busy = [st for st in busy if not st.ended and st.pending is None]
             if all(st.blocked for st in busy):
                 self._flush()

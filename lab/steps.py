@@ -185,6 +185,9 @@ class Pinned:
     isolation: tuple[str, ...] = ("read_committed",)
     explore: tuple[str, ...] = ()  # variants explore covers by default (empty: all)
     notes: Mapping[str, str] = field(default_factory=dict)  # schedule name -> one line
+    # param overrides for pinned runs only (e.g. a lease long enough that no schedule
+    # outlasts it, where a load keeps a short one to show the expiry)
+    params: Mapping[str, Any] = field(default_factory=dict)
 
     def actors(self) -> dict[str, Actor]:
         """The variants as load actors (Scenario.variants)."""

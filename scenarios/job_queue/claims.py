@@ -1,0 +1,171 @@
+"""job-queue: what the documents claim, how each claim is judged, and the assembly.
+
+Who waits for whom, and which jobs each claim took, are judged on pinned schedules and
+on every interleaving of the three workers' claims (`locklab explore job-queue`): race
+(all three claims in flight, then the commits; fixed only, since with two claims waiting
+on worker-1 which one wins once it commits is up to the server) and queue (worker-3
+claims after worker-1 committed, while worker-2 is in flight). The load (`locklab run`)
+judges what only time shows: a dead worker's jobs come back once its lease passes, and
+no job runs twice meanwhile.
+
+Not judged any more: the old script's LC-17 check that the hidden job is claimed once
+the stuck holder rolls back (the pinned sessions are three workers, no rollback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lab.claims import Claim, Record, invariants_hold
+from lab.errors import LabError
+from lab.pinned import broke_in_some, canonical, kept_in_all, on_canonical, waited_in
+from lab.scenario import Check, Defaults, Env, Scenario
+from scenarios.job_queue import job_queue as code
+
+PUBLISHED_LINES = (
+    "worker-1 claimed [1001, 1002, 1003 ... 1010]",
+    "worker-2 claimed [1011, 1012 ... 1020]      <- không chờ worker-1, không lấy trùng",
+    "worker-3 claimed []                          <- hết job sẵn sàng, ngủ 1s",
+)
+PUBLISHED = " / ".join(" ".join(line.split()) for line in PUBLISHED_LINES)
+MEASURED_LINES = [  # the same batches in the lab's notation
+    "worker-1 claimed [1001, 1002, 1003 ... 1010]",
+    "worker-2 claimed [1011, 1012, 1013 ... 1020]",
+    "worker-3 claimed []",
+]
+NO_WAIT, NO_DUP = "không chờ worker-1", "không lấy trùng"
+INVISIBLE = 'một job bị khoá mãi (transaction treo) đơn giản là "vô hình" với worker khác, không có lỗi nào'  # fmt: skip
+RECLAIM = "khi locked_until hết hạn, câu claim sẽ nhặt lại nó"
+TWICE = "no job processed twice"
+
+
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["jobs"] < 1 or p["batch"] < 1:
+        raise LabError("-p jobs and batch must each be at least 1")
+    if p["lease_ms"] < 1 or p["poll_ms"] < 1:
+        raise LabError("-p lease_ms and poll_ms must be at least 1")
+    names = [f"worker-{i}" for i in range(1, n + 1)]
+    if p["crash"] and p["crash"] not in names:
+        raise LabError(f"-p crash={p['crash']!r}: one of {', '.join(names)}, or empty for none")
+    if p["crash"] and n < 2:
+        raise LabError("-p crash needs -n 2 or more: someone must reclaim the jobs")
+
+
+async def invariant(env: Env) -> list[Check]:
+    """No job ran twice; every job ran and none is left pending."""
+    per = {r["job_id"]: r["n"] for r in await env.db.fetch("SELECT job_id, count(*) AS n FROM runs GROUP BY job_id")}  # fmt: skip
+    twice = {j: n for j, n in per.items() if n > 1}
+    jobs = [r["id"] for r in await env.db.fetch("SELECT id FROM jobs ORDER BY id")]
+    pending = [r["id"] for r in await env.db.fetch("SELECT id FROM jobs WHERE status = 'pending' ORDER BY id")]  # fmt: skip
+    missing = [j for j in jobs if j not in per]
+    example = ", ".join(f"{j} ×{n}" for j, n in sorted(twice.items())[:3])
+    return [
+        Check("no job processed twice", not twice, f"{len(twice)} jobs ran more than once" + (f" (e.g. {example})" if twice else "")),
+        Check("every job processed", not missing and not pending, f"{len(jobs) - len(missing)}/{len(jobs)} jobs ran; pending: {pending or 'none'}"),
+    ]  # fmt: skip
+
+
+def claimed(run: Mapping[str, Any], session: str) -> str:
+    """The batch `session`'s claim returned, as the transcript shows it."""
+    text: str = run["transcript"]
+    lines = [x for x in text.splitlines() if x.startswith(f"{session} claim ")]
+    if not lines:
+        return "?"
+    last = lines[-1]
+    return last[max(last.rfind("-> ") + 3, last.rfind("<... completed> ") + 16) :].strip()
+
+
+def _lines(run: Mapping[str, Any]) -> list[str]:
+    return [f"worker-{i} claimed {claimed(run, f's{i}')}" for i in (1, 2, 3)]
+
+
+def _published(run: dict[str, Any]) -> tuple[bool, str]:
+    lines = _lines(run)
+    held = lines == MEASURED_LINES and not run["waited"] and run["kept"]
+    return held, f"race: {'; '.join(lines)}; waited: {', '.join(run['waited']) or 'none'}"
+
+
+def _same_jobs(run: dict[str, Any]) -> tuple[bool, str]:
+    lines = _lines(run)
+    twice = claimed(run, "s1") == claimed(run, "s2") != "[]"
+    return twice and "s2 claim" in run["waited"], f"queue: {'; '.join(lines)}; waited: {', '.join(run['waited'])}"  # fmt: skip
+
+
+def _ran_twice(run: dict[str, Any]) -> tuple[bool, str]:
+    inv = next((i for i in run["invariants"] if i["name"] == TWICE), None)
+    if inv is None:
+        return False, f"queue: no invariant named {TWICE}"
+    return not inv["held"], f"queue: {TWICE}: {inv['detail']}"
+
+
+def _invisible(run: dict[str, Any]) -> tuple[bool, str]:
+    """s3 claims while s1 and s2 sit idle in transaction on 1001..1020: nothing, no wait,
+    no error; once they commit every job was claimed exactly once."""
+    got, errors = claimed(run, "s3"), "ERROR" in run["transcript"]
+    held = got == "[]" and not run["waited"] and not errors and run["kept"]
+    return held, f"race: s3's claim -> {got} while s1, s2 held 20 pending jobs uncommitted; waited: {', '.join(run['waited']) or 'none'}; errors: {errors}"  # fmt: skip
+
+
+def _reclaimed(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    rec = records["fixed"]
+    p, c, samples = rec["params"], rec["counters"], rec["samples"]
+    orphaned = c.get("orphaned", 0)
+    if not p["crash"] or not orphaned:
+        return None  # nobody died holding jobs
+    got = c.get("reclaimed", 0)
+    began = samples.get("orphaned_claim_began_ms", {}).get("max", 0.0)
+    first = samples.get("reclaimed_at_ms", {}).get("min", 0.0) - began
+    held = got == orphaned and first >= p["lease_ms"]
+    return held, (
+        f"fixed: {p['crash']} died holding {orphaned} jobs; {got} reclaimed, the first "
+        f"{first:.0f} ms after its claim began (lease {p['lease_ms']} ms)"
+    )
+
+
+CLAIMS = (
+    on_canonical("LC-16", "fixed", "race", "SKIP LOCKED: worker-1 takes 1001..1010, worker-2 1011..1020 without waiting, worker-3 none", _published, published=PUBLISHED),
+    invariants_hold("LC-16", "fixed", "SKIP LOCKED: no job run twice, every job run, a dead worker's jobs included"),
+    kept_in_all("LC-16", "fixed", "SKIP LOCKED: no interleaving of three claims runs a job twice or leaves one behind", published=NO_DUP),
+    waited_in("LC-16", "fixed", "SKIP LOCKED: no claim waits in any interleaving", expect=False, published=NO_WAIT),
+    canonical("LC-16", "buggy", "queue", "Without SKIP LOCKED, every later worker queues behind the claim in flight", outcomes={"s1": code.CLAIMED, "s2": code.CLAIMED, "s3": code.EMPTY}, waited=("s2 claim", "s3 claim"), kept=True, published=NO_WAIT),
+    waited_in("LC-16", "buggy", "Without SKIP LOCKED some interleavings make a claim wait", expect=True, published=NO_WAIT),
+    kept_in_all("LC-16", "buggy", "FOR UPDATE alone is correct, only serialised: no interleaving runs a job twice"),
+    on_canonical("LC-16", "buggy-no-lock", "queue", "With no row lock the overlapping claims take the same jobs", _same_jobs, published=NO_DUP),
+    on_canonical("LC-16", "buggy-no-lock", "queue", "... and the survivors run them twice", _ran_twice, published=NO_DUP),
+    broke_in_some("LC-16", "buggy-no-lock", "With no row lock some interleavings run a job twice or leave one behind", published=NO_DUP),
+    Claim("LC-16", "A worker that dies after claiming: its jobs are reclaimed once locked_until passes", ("fixed",), _reclaimed, RECLAIM, cases=("crash",)),
+    on_canonical("LC-17", "fixed", "race", "Jobs held by a stuck (idle in transaction) claim are silently invisible to SKIP LOCKED: no wait, no error", _invisible, published=INVISIBLE),
+    canonical("LC-17", "buggy", "queue", "FOR UPDATE waits on the transaction holding the jobs instead", outcomes={"s1": code.CLAIMED, "s2": code.CLAIMED, "s3": code.EMPTY}, waited=("s3 claim",), kept=True, published=INVISIBLE),
+)  # fmt: skip
+
+SCENARIO = Scenario(
+    id="job-queue",
+    validate=validate,
+    doc=code.__doc__ or "",
+    kind="actors",
+    variants=code.VARIANTS,
+    pinned=code.PINNED,
+    outcomes=(code.CLAIMED, code.EMPTY, code.DIED),
+    claims=CLAIMS,
+    published={
+        "fixed": PUBLISHED,
+        "buggy": "(not shown) 'không chờ worker-1': without SKIP LOCKED worker-2 would wait",
+        "buggy-no-lock": "(not shown) 'không lấy trùng': without a lock workers take the same jobs",
+    },
+    setup=code.setup,
+    invariant=invariant,
+    defaults=Defaults(n=3, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
+    params={"jobs": 20, "batch": 10, "lease_ms": 1000, "poll_ms": 20, "crash": "worker-2"},
+    param_help={
+        "jobs": "jobs enqueued, ids from 1001 (published: 20, so worker-3 finds none)",
+        "batch": "LIMIT of the claim",
+        "lease_ms": "locked_until = now() + lease (the document: 5 minutes; pinned runs use it)",
+        "poll_ms": "a worker's sleep when its claim returns nothing (the document: 1 s)",
+        "crash": "the worker that dies right after its first claim committed; empty: none",
+    },
+    sources=("LC",),
+    # 10 jobs for each worker's first claim, so the dying worker-2 holds a batch however the
+    # three claims of a burst come in (with 20, the last claim finds none)
+    cases={"crash": {"jobs": 30, "crash": "worker-2"}},
+)

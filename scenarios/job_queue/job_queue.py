@@ -1,0 +1,150 @@
+"""Job queue: workers claim batches with FOR UPDATE SKIP LOCKED and a lease.
+
+Symptom:    without SKIP LOCKED, workers polling one jobs table queue behind each other's
+            claim (buggy); with no row lock at all, several run the same jobs (buggy-no-lock).
+Root cause: the claim is `SELECT ... ORDER BY run_at LIMIT 10` feeding an UPDATE. FOR UPDATE
+            alone makes worker-2 wait for worker-1's claim to commit, then re-check and skip
+            its rows: correct, but serialised. With no locking clause worker-2's UPDATE waits
+            for worker-1's rows, then updates them again: nothing re-checks the subquery.
+Fix:        FOR UPDATE SKIP LOCKED (fixed): a claim skips rows another claim holds, commits at
+            once, and the job is held by a lease (locked_until); a worker that dies after its
+            claim leaves its jobs 'running' until the lease passes. The price: a row held by a
+            stuck transaction is silently invisible to SKIP LOCKED, where FOR UPDATE waits.
+Published:  worker-1 claimed [1001, 1002, 1003 ... 1010]; worker-2 claimed [1011, 1012 ... 1020]
+            "<- không chờ worker-1, không lấy trùng"; worker-3 claimed [] "<- hết job sẵn sàng,
+            ngủ 1s". No timings (PostgreSQL 17.11, Node 24 + node-postgres) — locking-concurrency-
+            control.vi.txt, "Job queue với FOR UPDATE SKIP LOCKED"; "SKIP LOCKED che lỗi".
+See:        claims LC-16, LC-17 in claims.py; expected/. s1..s3 are worker-1..3. Pinned, each
+            takes one turn, its claim in a transaction the schedule commits (a claim in flight
+            is LC-17's stuck transaction), under the document's 5-minute lease. As a load each
+            worker loops (claim, run, or sleep poll_ms); the `crash` one dies after its first
+            claim and the others take its jobs once lease_ms has passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+
+import asyncpg
+
+from lab.errors import ScenarioFailure
+from lab.scenario import Env
+from lab.steps import Pinned, Session, as_actor, show_sql
+
+FIRST_JOB = 1001
+DRAIN_TIMEOUT_S = 10.0  # on top of the lease: all jobs done by then, or the run failed
+SCHEMA = """
+CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind text NOT NULL,
+  payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending', run_at timestamptz NOT NULL
+  DEFAULT now(), locked_until timestamptz, attempts int NOT NULL DEFAULT 0, last_error text);
+CREATE INDEX jobs_ready_idx ON jobs (run_at) WHERE status IN ('pending', 'running');
+CREATE TABLE runs (job_id bigint NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+"""
+ENQUEUE = """INSERT INTO jobs (id, kind, payload, run_at) OVERRIDING SYSTEM VALUE
+SELECT i, 'email', jsonb_build_object('n', i), now() - interval '1 hour' + (i - $1) * interval '1 millisecond'
+FROM generate_series($1::bigint, $2::bigint) AS i"""  # CLAIM: the document's, only {locking} varies
+CLAIM = """
+WITH next AS (
+  SELECT id FROM jobs WHERE (status = 'pending' AND run_at <= now()) OR (status = 'running' AND locked_until < now())
+  ORDER BY run_at LIMIT $1 {locking}
+)
+UPDATE jobs j SET status = 'running', locked_until = now() + $2 * interval '1 millisecond', attempts = j.attempts + 1
+FROM next WHERE j.id = next.id RETURNING j.id, j.kind, j.attempts
+"""
+LOCKING = {"buggy": "FOR UPDATE", "buggy-no-lock": "", "fixed": "FOR UPDATE SKIP LOCKED"}  # the fix
+RUN = "INSERT INTO runs (job_id, worker) VALUES ($1, $2)"  # the handler's side effect
+DONE = "UPDATE jobs SET status = 'done', locked_until = NULL WHERE id = ANY($1::bigint[])"
+NOT_DONE = "SELECT id FROM jobs WHERE status <> 'done' ORDER BY id"
+CLAIMED, EMPTY, DIED = "claimed", "empty", "died"
+
+
+async def setup(env: Env) -> None:
+    await env.db.execute(SCHEMA)
+    await env.db.execute(ENQUEUE, FIRST_JOB, FIRST_JOB + env.params["jobs"] - 1)
+
+
+def ids(rows: Sequence[asyncpg.Record]) -> str:
+    """The document's notation: [1001, 1002, 1003 ... 1010]."""
+    got = sorted(r["id"] for r in rows)
+    if len(got) > 4 and got == list(range(got[0], got[-1] + 1)):
+        return f"[{got[0]}, {got[1]}, {got[2]} ... {got[-1]}]"
+    return "[" + ", ".join(map(str, got)) + "]"
+
+
+async def claim(env: Env, s: Session, locking: str) -> list[asyncpg.Record]:
+    """The claim, in a transaction of its own: pinned, the schedule decides when it commits."""
+    sql, args = CLAIM.format(locking=locking), (env.params["batch"], env.params["lease_ms"])
+    async with s.transaction():
+        rows: list[asyncpg.Record] = await s.step("claim", s.conn.fetch, sql, *args, shown=show_sql(sql, args), result=ids)  # fmt: skip
+    return rows
+
+
+async def handle(s: Session, rows: Sequence[asyncpg.Record]) -> None:
+    """Each job's handler: a row in `runs`, its side effect (it touches no job row)."""
+    if rows:  # (asyncpg's executemany of nothing leaves the statement open)
+        await s.conn.executemany(RUN, [(r["id"], f"worker-{s.index + 1}") for r in rows])
+
+
+async def turn(env: Env, s: Session, locking: str) -> str:
+    """Pinned: one turn of a worker, its claim and its handler's side effect."""
+    await handle(s, rows := await claim(env, s, locking))
+    return CLAIMED if rows else EMPTY
+
+
+async def worker(env: Env, s: Session, locking: str) -> str:
+    """The document's worker loop: claim and run a batch, or sleep poll_ms, until no job is
+    left; the `crash` worker dies once its first claim has committed."""
+    p, me = env.params, f"worker-{s.index + 1}"
+    began, rows = env.now_ms(), await claim(env, s, locking)
+    if me == p["crash"]:  # its process dies: the jobs stay 'running' until the lease passes
+        env.add("orphaned", len(rows))
+        env.sample("orphaned_claim_began_ms", began)
+        env.trace(me, "dies; its jobs stay 'running'", jobs=ids(rows))
+        return DIED
+    word, batch, nap = CLAIMED if rows else EMPTY, rows, p["poll_ms"] / 1000
+    for _ in range(int((p["lease_ms"] / 1000 + DRAIN_TIMEOUT_S) / nap) + 1):
+        if batch:
+            await handle(s, batch)
+            await s.conn.execute(DONE, [r["id"] for r in batch])
+        elif not await s.conn.fetch(NOT_DONE):
+            return word
+        else:
+            await s.other_logic(nap)  # "hết job sẵn sàng, ngủ 1s": time is the subject
+        batch = await claim(env, s, locking)
+        back = [r for r in batch if r["attempts"] > 1]
+        if back:  # an expired lease: a dead worker's jobs
+            env.add("reclaimed", len(back))
+            env.sample("reclaimed_at_ms", env.now_ms())
+            env.trace(me, "reclaims expired lease", jobs=ids(back))
+    left = [r["id"] for r in await s.conn.fetch(NOT_DONE)]
+    raise ScenarioFailure(f"{env.scenario} / {env.variant}: jobs {left} never came back")
+
+
+async def buggy(env: Env, s: Session) -> str:
+    return await turn(env, s, LOCKING["buggy"])
+
+
+async def buggy_no_lock(env: Env, s: Session) -> str:
+    return await turn(env, s, LOCKING["buggy-no-lock"])
+
+
+async def fixed(env: Env, s: Session) -> str:
+    return await turn(env, s, LOCKING["fixed"])
+
+
+# --- pinned: s1..s3 are worker-1..3, each claims and commits ------------------------------
+
+STEPS = {s: ("claim", "commit") for s in ("s1", "s2", "s3")}
+RACE = ("s1 claim", "s2 claim", "s3 claim", "s1 commit", "s2 commit", "s3 commit")  # all in flight
+QUEUE = ("s1 claim", "s2 claim", "s1 commit", "s3 claim", "s2 commit", "s3 commit")  # s3 after s1
+PINNED = Pinned(
+    code={"buggy": buggy, "buggy-no-lock": buggy_no_lock, "fixed": fixed},
+    steps={"buggy": STEPS, "buggy-no-lock": STEPS, "fixed": STEPS},
+    sessions=("s1", "s2", "s3"),
+    # with two claims waiting, which one wins once s1 commits is up to the server: no race
+    schedules={"buggy": {"queue": QUEUE}, "buggy-no-lock": {"queue": QUEUE}, "fixed": {"race": RACE, "queue": QUEUE}},
+    params={"lease_ms": 5 * 60 * 1000, "crash": ""},  # the document's lease: no schedule outlasts it
+)  # fmt: skip
+# as a load: each variant's worker loop, the same claim with the same clause
+VARIANTS = {v: as_actor(partial(worker, locking=lk)) for v, lk in LOCKING.items()}
