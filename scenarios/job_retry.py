@@ -13,7 +13,7 @@ Published:  `const failed = job.attempts >= 5; ... run_at = now() + (2 ** job.at
             || ' seconds')`; "SKIP LOCKED che lỗi: một job bị khoá mãi ... Cần alert trên
             tuổi của job running lâu nhất." No numbers (PostgreSQL 17.11)
             — locking-concurrency-control.vi.txt, "Job queue với FOR UPDATE SKIP LOCKED"
-See:        claim LC-30 (its alert finds LC-17's stuck job); scenarios/job_queue.py (the claim
+See:        claim LC-30 (its alert finds LC-17's stuck job); scenarios/job_queue/job_queue.py (the claim
             itself, LC-16). Time is the subject here, so the document's seconds become milliseconds:
             BACKOFF_UNIT_MS is 20 ms (10 s there),
             POLL_MS 2 ms (1 s), LEASE_MS 5 s (5 min; longer than the run). Steps, the same in both
