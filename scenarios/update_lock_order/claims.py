@@ -113,8 +113,8 @@ CLAIMS = (
         "LC-1",
         "fixed",
         "serial",
-        "fixed: SELECT ... ORDER BY ... FOR NO KEY UPDATE locks in the order it returns rows, "
-        "under every plan",
+        "fixed: SELECT ... ORDER BY ... FOR NO KEY UPDATE returns, and so locks, 101 then 202 "
+        "under both plans, and holds both before its UPDATE reaches the gate",
         _returned_order,
         published=PUBLISHED["fixed"],
     ),
