@@ -330,6 +330,9 @@ class Sequencer:
         self._granted = (st, st.running or "", st.shown)
         st.grant.set()
 
+    def _epochs(self) -> int:
+        return sum(st.epoch for st in self.states.values())
+
     def _all_blocked(self) -> bool:
         live = [st for st in self.states.values() if not st.ended]
         return bool(live) and all(st.blocked for st in live)
@@ -342,14 +345,18 @@ class Sequencer:
             busy = [st for st in self.states.values() if not st.ended and st.pending is None]
             if busy:
                 epochs = [st.epoch for st in busy]
-                every = [st.epoch for st in self.states.values()]
+                before = self._epochs()
                 waits = await lock_waiters(self.db, [st.pid for st in busy])
-                # a session that committed meanwhile may have freed a waiter this answer shows
-                moved = every != [st.epoch for st in self.states.values()]
                 for st, epoch in zip(busy, epochs, strict=True):
                     blocked = st.pid in waits or (st.waits is not None and await st.waits())
                     # an answer about a session that moved on meanwhile is stale
-                    st.blocked = blocked and st.epoch == epoch and not moved
+                    st.blocked = blocked and st.epoch == epoch
+                if self._epochs() != before:
+                    # another session moved during the look (its step ended, and may have
+                    # released the lock a busy one was seen waiting for): look again
+                    for st in busy:
+                        st.blocked = False
+                    continue
                 busy = [st for st in busy if not st.ended and st.pending is None]
             if all(st.blocked for st in busy):
                 self._flush()

@@ -241,3 +241,48 @@ async def test_every_session_blocked_by_an_outsider_fails_loudly(
             await sq.run(("s1 write", "s2 write", "s1 commit", "s2 commit"))
     finally:
         outsider.terminate()
+
+
+async def test_a_look_that_a_release_overtook_is_looked_at_again(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """s1 releases s2 while the sequencer is looking; the look answers "s2 waits" from
+    before the release. That answer is stale: the sequencer looks again instead of
+    taking s2 for blocked (it would then wait for a deadlock detector that never comes)."""
+    flag, go, released, finish = (asyncio.Event() for _ in range(4))
+    stale: list[bool] = []
+
+    async def is_waiting() -> bool:
+        if sq.states["s1"].running == "release" and not stale:
+            stale.append(True)
+            go.set()  # s1's release ends while this look is out
+            await released.wait()
+            return True  # an answer from before it
+        if flag.is_set():
+            finish.set()  # a fresh look: s2 goes on to its end
+            return False
+        return True
+
+    async def code(s: Session) -> str:
+        if s.index == 0:
+
+            async def release() -> None:
+                await go.wait()
+                flag.set()
+
+            await s.step("release", release, shown="(release)", result=lambda _: "set")
+            released.set()
+        else:
+
+            async def poll() -> None:
+                await flag.wait()
+                await finish.wait()  # still in its step after the release, not blocked
+
+            await s.step("poll", poll, shown="(poll)", waits=is_waiting)
+            await s.step("after", asyncio.sleep, 0, shown="(after)")
+        return "ok"
+
+    sq = seq(db, sessions, code, resolve_timeout=0.3)
+    assert await sq.run(("s2 poll", "s1 release", "s2 after")) == {"s1": "ok", "s2": "ok"}
+    assert stale == [True]
+    assert sq.waited == ["s2 poll"]
