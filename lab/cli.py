@@ -115,32 +115,31 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def find_scenario(name: str) -> Scenario:
     """A catalogue id, or the path of a scenario file (lab/loader.py)."""
-    from scenarios import by_id
+    from scenarios import IDS, get
 
-    catalogue = by_id()
-    if name in catalogue:
-        return catalogue[name]
+    if name in IDS:
+        return get(name)  # only its own module is imported
     from lab.loader import looks_like_path
 
     if looks_like_path(name):
         return find_scenarios(name, many=False)[0]
-    close = difflib.get_close_matches(name, catalogue, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name, IDS, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
 
 
 def _in_catalogue(name: str) -> bool:
-    from scenarios import by_id
+    from scenarios import IDS
 
-    return name in by_id()
+    return name in IDS
 
 
 def find_scenarios(name: str, many: bool = True) -> list[Scenario]:
     """What one argument names: a catalogue id, a scenario file, or (`many`) a folder of them."""
     from lab.loader import load_path, looks_like_path
-    from scenarios import by_id
+    from scenarios import IDS
 
-    if name in by_id() or not looks_like_path(name):
+    if name in IDS or not looks_like_path(name):
         return [find_scenario(name)]
     found = load_path(name)
     if len(found) > 1 and not many:
