@@ -829,6 +829,7 @@ def verify(
 
         from lab.profiles import check_profile, profile_settings
         from lab.results import new_run_id
+        from lab.runner import drop_spares
         from lab.verify import (
             coverage,
             explore_claims,
@@ -871,14 +872,19 @@ def verify(
             bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
             with servers_for(chosen, pg_dsn, redis_url, bouncer, pg_version, redis_version) as srv:
                 report.servers(log, srv.infos(), srv.notes)
+                # the spare database the last run made for one that did not come, before
+                # the servers stop (kept or external ones would keep it)
+                srv.stops.append(lambda: asyncio.run(drop_spares(srv)))
                 with report.DelayedProgress(log, total) as bar:
-                    for sc, case in verify_plan(chosen, profile, trials):
+                    runs = verify_plan(chosen, profile, trials)
+                    for i, (sc, case) in enumerate(runs):
                         name = f"{sc.id} [{case}]" if case else sc.id
                         bar.describe(f"verify {profile}: {name}")
                         res = asyncio.run(
                             verify_scenario(
                                 sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
                                 write=not no_record, on_step=bar.advance, case=case,
+                                spare=i + 1 < len(runs),
                             )
                         )  # fmt: skip
                         if res.error:

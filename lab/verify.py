@@ -353,8 +353,12 @@ async def verify_scenario(
     write: bool = True,
     on_step: Callable[[str], None] | None = None,
     case: str = "",
+    spare: bool = False,
 ) -> ScenarioVerdicts:
     """Run the trials `scenario`'s claims need under `profile`, then judge them.
+
+    `spare`: another run follows; its first database is made during this one's last
+    variant (lab.runner.RunPlan.spare_after). Trials after the first take one too.
 
     A scenario that fails to run (an undeclared outcome, a crash in its code) becomes an
     error on its claims, so one broken scenario does not hide the rest of the catalogue;
@@ -383,7 +387,10 @@ async def verify_scenario(
             variants = run_variants(scenario, profile, claims, k, case)
             trial_knobs = replace(knobs, seed=seed + k - 1)
             rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
-            plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False, case=case)
+            plan = RunPlan(
+                scenario, variants, trial_knobs, params, rid, write=False, case=case,
+                spare_after=spare or k < k_max,
+            )  # fmt: skip
 
             def step(rec: dict[str, Any], k: int = k) -> None:
                 if on_step is not None:
