@@ -839,7 +839,7 @@ def verify(
             save_verdicts,
             steps,
             summarize,
-            verify_explore,
+            verify_explores,
             verify_plan,
             verify_recorded,
             verify_scenario,
@@ -890,17 +890,17 @@ def verify(
                         if res.error:
                             log.print(f"locklab: {name} failed: {res.error}", markup=False)
                         results.append(res)
-                    for sc in chosen:  # claims about every interleaving (lab/pinned.py)
-                        if explore_claims(sc, profile):
-                            bar.describe(f"verify {profile}: {sc.id} [explore]")
-                            ex = asyncio.run(
-                                verify_explore(sc, profile, srv, run_id=run_id,
-                                               write=not no_record, on_step=bar.advance)
-                            )  # fmt: skip
-                            if ex is not None:
-                                if ex.error:
-                                    log.print(f"locklab: {sc.id} explore failed: {ex.error}")
-                                results.append(ex)
+                    # claims about every interleaving (lab/pinned.py), explores side by side
+                    explored = [sc for sc in chosen if explore_claims(sc, profile)]
+                    if explored:
+                        bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
+                    for ex in asyncio.run(
+                        verify_explores(explored, profile, srv, run_id=run_id,
+                                        write=not no_record, on_step=bar.advance)
+                    ):  # fmt: skip
+                        if ex.error:
+                            log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")
+                        results.append(ex)
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)
