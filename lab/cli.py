@@ -115,32 +115,31 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def find_scenario(name: str) -> Scenario:
     """A catalogue id, or the path of a scenario file (lab/loader.py)."""
-    from scenarios import by_id
+    from scenarios import IDS, get
 
-    catalogue = by_id()
-    if name in catalogue:
-        return catalogue[name]
+    if name in IDS:
+        return get(name)  # only its own module is imported
     from lab.loader import looks_like_path
 
     if looks_like_path(name):
         return find_scenarios(name, many=False)[0]
-    close = difflib.get_close_matches(name, catalogue, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name, IDS, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise LabError(f"unknown scenario {name!r}{hint} (`locklab list` shows them all)")
 
 
 def _in_catalogue(name: str) -> bool:
-    from scenarios import by_id
+    from scenarios import IDS
 
-    return name in by_id()
+    return name in IDS
 
 
 def find_scenarios(name: str, many: bool = True) -> list[Scenario]:
     """What one argument names: a catalogue id, a scenario file, or (`many`) a folder of them."""
     from lab.loader import load_path, looks_like_path
-    from scenarios import by_id
+    from scenarios import IDS
 
-    if name in by_id() or not looks_like_path(name):
+    if name in IDS or not looks_like_path(name):
         return [find_scenario(name)]
     found = load_path(name)
     if len(found) > 1 and not many:
@@ -830,6 +829,7 @@ def verify(
 
         from lab.profiles import check_profile, profile_settings
         from lab.results import new_run_id
+        from lab.runner import drop_spares
         from lab.verify import (
             coverage,
             explore_claims,
@@ -839,7 +839,7 @@ def verify(
             save_verdicts,
             steps,
             summarize,
-            verify_explore,
+            verify_explores,
             verify_plan,
             verify_recorded,
             verify_scenario,
@@ -872,30 +872,35 @@ def verify(
             bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
             with servers_for(chosen, pg_dsn, redis_url, bouncer, pg_version, redis_version) as srv:
                 report.servers(log, srv.infos(), srv.notes)
+                # the spare database the last run made for one that did not come, before
+                # the servers stop (kept or external ones would keep it)
+                srv.stops.append(lambda: asyncio.run(drop_spares(srv)))
                 with report.DelayedProgress(log, total) as bar:
-                    for sc, case in verify_plan(chosen, profile, trials):
+                    runs = verify_plan(chosen, profile, trials)
+                    for i, (sc, case) in enumerate(runs):
                         name = f"{sc.id} [{case}]" if case else sc.id
                         bar.describe(f"verify {profile}: {name}")
                         res = asyncio.run(
                             verify_scenario(
                                 sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
                                 write=not no_record, on_step=bar.advance, case=case,
+                                spare=i + 1 < len(runs),
                             )
                         )  # fmt: skip
                         if res.error:
                             log.print(f"locklab: {name} failed: {res.error}", markup=False)
                         results.append(res)
-                    for sc in chosen:  # claims about every interleaving (lab/pinned.py)
-                        if explore_claims(sc, profile):
-                            bar.describe(f"verify {profile}: {sc.id} [explore]")
-                            ex = asyncio.run(
-                                verify_explore(sc, profile, srv, run_id=run_id,
-                                               write=not no_record, on_step=bar.advance)
-                            )  # fmt: skip
-                            if ex is not None:
-                                if ex.error:
-                                    log.print(f"locklab: {sc.id} explore failed: {ex.error}")
-                                results.append(ex)
+                    # claims about every interleaving (lab/pinned.py), explores side by side
+                    explored = [sc for sc in chosen if explore_claims(sc, profile)]
+                    if explored:
+                        bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
+                    for ex in asyncio.run(
+                        verify_explores(explored, profile, srv, run_id=run_id,
+                                        write=not no_record, on_step=bar.advance)
+                    ):  # fmt: skip
+                        if ex.error:
+                            log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")
+                        results.append(ex)
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)

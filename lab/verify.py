@@ -12,6 +12,7 @@ a verify run under ``results/<run-id>/verify/verdicts.json``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
@@ -353,8 +354,12 @@ async def verify_scenario(
     write: bool = True,
     on_step: Callable[[str], None] | None = None,
     case: str = "",
+    spare: bool = False,
 ) -> ScenarioVerdicts:
     """Run the trials `scenario`'s claims need under `profile`, then judge them.
+
+    `spare`: another run follows; its first database is made during this one's last
+    variant (lab.runner.RunPlan.spare_after). Trials after the first take one too.
 
     A scenario that fails to run (an undeclared outcome, a crash in its code) becomes an
     error on its claims, so one broken scenario does not hide the rest of the catalogue;
@@ -383,7 +388,10 @@ async def verify_scenario(
             variants = run_variants(scenario, profile, claims, k, case)
             trial_knobs = replace(knobs, seed=seed + k - 1)
             rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
-            plan = RunPlan(scenario, variants, trial_knobs, params, rid, write=False, case=case)
+            plan = RunPlan(
+                scenario, variants, trial_knobs, params, rid, write=False, case=case,
+                spare_after=spare or k < k_max,
+            )  # fmt: skip
 
             def step(rec: dict[str, Any], k: int = k) -> None:
                 if on_step is not None:
@@ -424,6 +432,9 @@ async def verify_scenario(
 # --- claims about interleavings -----------------------------------------------------------
 
 EXPLORE_CASE = "explore"
+# Explores verify runs side by side (verify_explores): most of an explore's time is spent
+# waiting for the server (a deadlock_timeout, a lock_timeout, a holder's pg_sleep).
+EXPLORES_AT_ONCE = 2
 
 
 def explore_claims(scenario: Scenario, profile: str) -> list[Claim]:
@@ -497,6 +508,39 @@ async def verify_explore(
     if on_step is not None:
         on_step(f"{scenario.id}: explore done")
     return result
+
+
+async def verify_explores(
+    scenarios: Sequence[Scenario],
+    profile: str,
+    servers: Servers,
+    *,
+    run_id: str,
+    write: bool = True,
+    on_step: Callable[[str], None] | None = None,
+    at_once: int = EXPLORES_AT_ONCE,
+) -> list[ScenarioVerdicts]:
+    """verify_explore for each scenario, `at_once` of them side by side; the results in
+    the scenarios' order (those with no explore claim give none).
+
+    Only explores overlap, and only each other: each has its own database and Redis
+    prefix, and its verdicts count interleavings whose order the sequencer forces by what
+    the server reports (a session blocked, a step finished), not by time. The load runs,
+    whose claims are about time, never overlap anything."""
+    gate = asyncio.Semaphore(max(1, at_once))
+
+    async def one(sc: Scenario) -> ScenarioVerdicts | None:
+        async with gate:
+            return await verify_explore(
+                sc, profile, servers, run_id=run_id, write=write, on_step=on_step
+            )
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(sc)) for sc in scenarios]
+    except BaseExceptionGroup as failed:  # the first failure, as a sequential loop raised it
+        raise failed.exceptions[0] from None
+    return [r for t in tasks if (r := t.result()) is not None]
 
 
 def recorded_explore(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from lab.runner import RunPlan, database_name, run_plan
+from lab.runner import RunPlan, database_name, drop_spares, run_plan
 from lab.servers import Servers
 from scenarios.lost_update import SCENARIO
 from tests.conftest import knobs_for
@@ -35,3 +35,44 @@ async def test_every_database_is_dropped(servers: Servers) -> None:
     finally:
         await conn.close()
     assert left == []
+
+
+async def _left(servers: Servers, prefix: str) -> list[str]:
+    assert servers.pg is not None
+    conn = await asyncpg.connect(servers.pg.dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE $1", prefix + "%"
+        )
+    finally:
+        await conn.close()
+    return sorted(r["datname"] for r in rows)
+
+
+async def test_spare_database_goes_to_the_next_plan(servers: Servers) -> None:
+    """A plan with spare_after leaves one empty database; the next plan's first variant
+    takes it (renamed), and afterwards nothing of either plan is left."""
+    variants = list(SCENARIO.variants)[:2]
+    knobs, params = knobs_for(SCENARIO, n=4), dict(SCENARIO.params)
+    first = RunPlan(SCENARIO, variants, knobs, params, "sparetest1", write=False, spare_after=True)
+    await run_plan(first, servers)
+    assert await _left(servers, "locklab_sparetest") == [
+        database_name("sparetest1", SCENARIO.id, "spare")
+    ]
+    second = RunPlan(SCENARIO, variants, knobs, params, "sparetest2", write=False)
+    records = await run_plan(second, servers)
+    assert [r["variant"] for r in records] == variants
+    assert all(r["outcomes"] for r in records)
+    assert await _left(servers, "locklab_sparetest") == []
+
+
+async def test_drop_spares_drops_an_unused_spare(servers: Servers) -> None:
+    """The spare made for a plan that does not come is dropped by drop_spares."""
+    plan = RunPlan(
+        SCENARIO, list(SCENARIO.variants)[:1], knobs_for(SCENARIO, n=4), dict(SCENARIO.params),
+        "sparetest3", write=False, spare_after=True,
+    )  # fmt: skip
+    await run_plan(plan, servers)
+    assert len(await _left(servers, "locklab_sparetest3")) == 1
+    await drop_spares(servers)
+    assert await _left(servers, "locklab_sparetest3") == []

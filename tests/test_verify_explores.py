@@ -1,0 +1,45 @@
+"""verify runs its explores side by side and gets the same verdicts, in the same order."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.errors import LabError
+from lab.scenario import Scenario
+from lab.servers import Servers
+from lab.verify import verify_explores
+from scenarios import get
+
+
+async def test_side_by_side_explores_keep_their_order_and_verdicts(servers: Servers) -> None:
+    """Two explores at once: one result each, in the order asked, every claim judged
+    and held (hot-row and lost-update hold all of theirs on a sequential run)."""
+    chosen = [get("hot-row"), get("lost-update")]
+    results = await verify_explores(chosen, "quick", servers, run_id="test", write=False)
+    assert [r.scenario for r in results] == ["hot-row", "lost-update"]
+    for r in results:
+        assert r.error is None and r.verdicts
+        assert all(v["status"] == "held" for v in r.verdicts), r.verdicts
+
+
+async def test_a_scenario_without_explore_claims_gives_no_result(servers: Servers) -> None:
+    """A scenario with no claim about interleavings is skipped, not an empty result."""
+    results = await verify_explores(
+        [get("redis-failover"), get("hot-row")], "quick", servers, run_id="test", write=False
+    )
+    assert [r.scenario for r in results] == ["hot-row"]
+
+
+async def test_bad_input_in_one_explore_is_raised_as_itself(
+    servers: Servers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A LabError in one explore stops them all and reaches the caller as a LabError (the
+    command's one line), not wrapped in an exception group."""
+    import lab.verify
+
+    async def refuse(sc: Scenario, *args: object, **kwargs: object) -> None:
+        raise LabError(f"{sc.id}: refused")
+
+    monkeypatch.setattr(lab.verify, "verify_explore", refuse)
+    with pytest.raises(LabError, match="refused"):
+        await verify_explores([get("hot-row"), get("lost-update")], "quick", servers, run_id="t")
