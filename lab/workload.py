@@ -271,10 +271,15 @@ async def _run_actors(
     outcomes: Counter[str] = Counter()
     latencies: dict[str, list[float]] = {}
     failure: list[BaseException] = []
-    loop = asyncio.get_running_loop()
 
     async def one(i: int) -> None:
-        await asyncio.sleep(max(0.0, t0 + offsets[i] - loop.time()))
+        # the clock that stamps the start decides it: uvloop's timers have 1 ms grain and
+        # its loop.time() is cached, so a sleep on them alone can end before the offset
+        due = env.t0 + offsets[i]
+        for _ in range(100):  # in practice one sleep, a second when the timer fired early
+            if (left := due - time.perf_counter()) <= 0:
+                break
+            await asyncio.sleep(left)
         start = time.perf_counter()
         try:
             if pool is not None:
@@ -303,7 +308,6 @@ async def _run_actors(
         ahead = 0.0
         if released is not None:  # a shared instant: every worker's clock starts there
             ahead = max(0.0, await released() - time.monotonic())
-        t0 = loop.time() + ahead
         env.t0 = time.perf_counter() + ahead
         tasks = [asyncio.create_task(one(i)) for i in mine]
         _, pending = await asyncio.wait(

@@ -249,6 +249,20 @@ def check_resources(connections: int, n: int) -> None:
 
 
 _ending = False  # a fault was named, or the run interrupted: echoes in logs are not news
+_held: list[tuple[asyncio.AbstractEventLoop, dict[str, Any]]] = []  # echoes, fate unknown
+_guarding = 0  # variants under guard_variant right now
+
+
+def _release_held(drop: bool) -> None:
+    """The held connection echoes: dropped after a fault or an interrupt, else printed."""
+    held = list(_held)
+    _held.clear()
+    if drop or _ending:
+        return
+    for lp, context in held:
+        report = getattr(lp, "_locklab_report", None)
+        if report is not None:
+            report(lp, context)
 
 
 def _quiet(loop: asyncio.AbstractEventLoop) -> None:
@@ -261,24 +275,44 @@ def _quiet(loop: asyncio.AbstractEventLoop) -> None:
         return
     previous = loop.get_exception_handler()
 
-    def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        exc = context.get("exception")
-        if _ending and isinstance(exc, BaseException) and _connection_error(exc):
-            return
+    def report(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if previous is not None:
             previous(lp, context)
         else:
             lp.default_exception_handler(context)
 
+    def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, BaseException) and _connection_error(exc):
+            if _ending:
+                return
+            if _guarding:
+                # A dying server's echo can be logged before the watch has named the fault:
+                # held until the variant's end says whether it was one (then dropped).
+                _held.append((lp, context))
+                return
+        report(lp, context)
+
     loop.set_exception_handler(handler)
+    loop._locklab_report = report  # type: ignore[attr-defined]
     loop._locklab_quiet = True  # type: ignore[attr-defined]
 
 
 async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
     """`run`'s result; a server fault seen by the watch, or behind an error `run` raised,
     becomes one ServerFault naming the server and `during` ("money-transfer / buggy")."""
-    global _ending
+    global _guarding
     _quiet(asyncio.get_running_loop())
+    _guarding += 1
+    try:
+        return await _guarded(run, servers, during)
+    finally:
+        _guarding -= 1
+        _release_held(drop=_ending)
+
+
+async def _guarded(run: Awaitable[T], servers: Any, during: str) -> T:
+    global _ending
     watch = Watch(servers)
     seen: list[str] = []
     token = _fault.set(seen)  # the task's context shares `seen`: teardown_s() reads it
