@@ -26,7 +26,7 @@ from typing import Any
 
 from lab.diff import servers_text
 from lab.report import REDIS_HARNESS, measured_text
-from lab.results import load_run, run_folder, write_text
+from lab.results import load_run, read_record, run_folder, write_text
 from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, status_of
 
 Record = Mapping[str, Any]
@@ -858,8 +858,80 @@ def _variant_order(r: Record) -> tuple[str, int, str]:
     return (str(r.get("scenario")), rank, v)
 
 
+def scale_chart(points: Sequence[Mapping[str, Any]]) -> str:
+    """`bench --scale`'s curve: lab / pgbench at each n (one column per n, in run order),
+    the target of each n dashed, 1.0 (the lab costs nothing) as the baseline."""
+    if not points:
+        return ""
+    w, h, left, right, top, bottom = 640.0, 240.0, 56.0, 16.0, 16.0, 44.0
+    ratios = [float(p["ratio"]) for p in points] + [float(p["target_ratio"]) for p in points]
+    lo = min(0.95, math.floor(min(ratios) * 20) / 20)
+    hi = max(1.15, math.ceil(max(ratios) * 20) / 20)
+    step = (w - left - right) / max(len(points), 1)
+
+    def y(v: float) -> float:
+        return top + (hi - v) / (hi - lo) * (h - top - bottom)
+
+    def x(i: int) -> float:
+        return left + step * (i + 0.5)
+
+    body = []
+    tick = lo
+    while tick <= hi + 1e-9:
+        body.append(line(left, y(tick), w - right, y(tick), "#eeeeee"))
+        body.append(text(left - 6, y(tick) + 4, f"{tick:.2f}", anchor="end", size=11))
+        tick = round(tick + 0.05, 2)
+    body.append(line(left, y(1.0), w - right, y(1.0), "#9e9e9e", 1, "2,3"))
+    for i, p in enumerate(points):
+        t = float(p["target_ratio"])
+        body.append(line(x(i) - step * 0.4, y(t), x(i) + step * 0.4, y(t), "#e57373", 1.5, "5,3"))
+        body.append(text(x(i), h - bottom + 18, f"n={p['n']}", anchor="middle", size=11))
+        body.append(text(x(i), h - bottom + 32, p.get("via", ""), anchor="middle", size=10,
+                         fill="#757575"))  # fmt: skip
+    path = " ".join(f"{x(i):.1f},{y(float(p['ratio'])):.1f}" for i, p in enumerate(points))
+    body.append(f'<polyline points="{path}" fill="none" stroke="#1565c0" stroke-width="2"/>')
+    for i, p in enumerate(points):
+        r = float(p["ratio"])
+        ok = r <= float(p["target_ratio"])
+        tip = (
+            f"n={p['n']}: lab {fmt_num(float(p['lab_median_ms']))} ms, pgbench "
+            f"{fmt_num(float(p['pgbench_median_ms']))} ms, ratio {r:.3f} "
+            f"({'within' if ok else 'ABOVE'} {float(p['target_ratio']):.2f})"
+        )
+        body.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(r):.1f}" r="4.5" '
+            f'fill="{"#1565c0" if ok else "#c62828"}"><title>{esc(tip)}</title></circle>'
+        )
+        body.append(text(x(i), y(r) - 9, f"{r:.3f}", anchor="middle", size=11))
+    return svg(w, h, "".join(body), "lab / pgbench at each n (dashed: the target)")
+
+
+def bench_section(bench: Mapping[str, Any]) -> str:
+    """The scale curve of a `bench --scale` record, with its table."""
+    points = list(bench.get("points") or [])
+    rows = "".join(
+        f"<tr><td>{esc(p['n'])}</td><td>{esc(p.get('via', ''))}</td>"
+        f"<td>{fmt_num(float(p['lab_median_ms']))}</td>"
+        f"<td>{fmt_num(float(p['pgbench_median_ms']))}</td><td>{float(p['ratio']):.3f}</td>"
+        f"<td>{float(p['target_ratio']):.2f}</td>"
+        f"<td>{'within' if float(p['ratio']) <= float(p['target_ratio']) else 'ABOVE'}</td></tr>"
+        for p in points
+    )
+    return (
+        "<section id='bench-scale'><h2>bench --scale: fixed checkout, lab / pgbench</h2>"
+        f"<p class='note'>medians of {esc(bench.get('rounds', '?'))} rounds per side; "
+        f"reference: {esc(bench.get('pgbench', 'pgbench'))}</p>"
+        + scale_chart(points)
+        + "<table><tr><th>n</th><th>via</th><th>lab ms</th><th>pgbench ms</th>"
+        "<th>ratio</th><th>target</th><th></th></tr>" + rows + "</table></section>"
+    )
+
+
 def render(
-    records: Sequence[Record], run_id: str, verdicts: Sequence[ScenarioVerdicts] | None = None
+    records: Sequence[Record],
+    run_id: str,
+    verdicts: Sequence[ScenarioVerdicts] | None = None,
+    bench: Mapping[str, Any] | None = None,
 ) -> str:
     """The whole page as one string (pure: records in, HTML out)."""
     by: dict[str, list[Record]] = {}
@@ -922,6 +994,8 @@ def render(
         + "</table>"
     )
     body = "".join(scenario_section(sc, recs, vmap.get(sc)) for sc, recs in by.items())
+    if bench is not None:
+        body += bench_section(bench)
     footer = (
         f"<p class='note'>Generated {generated} by <span class='mono'>locklab report</span>. "
         "Published numbers: Node 24 + node-postgres on PostgreSQL 17.11 "
@@ -934,6 +1008,8 @@ def write_report(ref: str, out: Path | None = None) -> Path:
     """Render a recorded run (its id or folder) to `out`, default `<run folder>/report.html`."""
 
     folder = run_folder(ref)
-    records = load_run(str(folder))
-    page = render(records, folder.name, load_verdicts(folder))
+    scale = folder / "bench" / "scale.json"
+    bench = read_record(scale) if scale.is_file() else None
+    records = load_run(str(folder)) if bench is None or any(folder.glob("*.json")) else []
+    page = render(records, folder.name, load_verdicts(folder), bench)
     return write_text(out or folder / "report.html", page)

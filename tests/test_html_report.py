@@ -7,6 +7,7 @@ Chromium: the page's own inline check must report no script error and no blocked
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -306,3 +307,49 @@ def test_measured_cells_carry_the_scenarios_headline_counters() -> None:
     rec["headline"] = {"GETs": 2749, "DB calls": 1}
     page = render([rec], "r")
     assert "{&quot;ok&quot;:500} GETs=2749 DB calls=1 in 545 ms" in page
+
+
+def _scale_record() -> dict[str, Any]:
+    """A `bench --scale` record in the shape lab/bench.py writes (figures of one run here)."""
+    rows = [(50, "direct", 1.067), (200, "direct", 1.044), (1000, "pgbouncer (transaction)", 1.131)]
+    return {
+        "rounds": 3,
+        "pgbench": "pgbench (PostgreSQL) 17.10",
+        "points": [
+            {
+                "n": n,
+                "via": via,
+                "lab_ms": [100.0 * ratio],
+                "pgbench_ms": [100.0],
+                "lab_median_ms": 100.0 * ratio,
+                "pgbench_median_ms": 100.0,
+                "ratio": ratio,
+                "target_ratio": 1.05 if n == 200 else 1.10,
+            }
+            for n, via, ratio in rows
+        ],
+    }
+
+
+def test_a_bench_scale_run_is_drawn_as_its_curve(tmp_path: Path) -> None:
+    """`locklab report` of a `bench --scale` run (no scenario records): one point per n, the
+    point above its target marked, the table beside it; the SVG parses."""
+    bench = tmp_path / "b1" / "bench"
+    bench.mkdir(parents=True)
+    (bench / "scale.json").write_text(json.dumps(_scale_record()))
+    env = {**os.environ, "LOCKLAB_RESULTS": str(tmp_path), "NO_COLOR": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab.cli", "report", "b1"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    page = (tmp_path / "b1" / "report.html").read_text()
+    [chart] = [c for c in svgs(page) if "lab / pgbench at each n" in c]
+    root = ET.fromstring(chart)
+    ns = "{http://www.w3.org/2000/svg}"
+    circles = root.findall(f"{ns}circle")
+    assert len(circles) == 3
+    assert [c.get("fill") for c in circles] == ["#1565c0", "#1565c0", "#c62828"]  # 1.131 > 1.10
+    assert "n=1000: lab 113 ms, pgbench 100 ms, ratio 1.131 (ABOVE 1.10)" in chart
+    assert "<td>1.044</td><td>1.05</td><td>within</td>" in page
+    assert "pgbouncer (transaction)" in page
