@@ -993,6 +993,12 @@ def render(
         + "".join(overview)
         + "</table>"
     )
+    if not records and bench is not None:  # a bench run: no scenario, no claims to count
+        header = (
+            f"<h1>locklab run {esc(run_id)}</h1><div class='meta'>a <span class='mono'>"
+            f"locklab bench --scale</span> record, lab commit {esc(bench.get('git_commit') or '?')}"
+            "</div>"
+        )
     body = "".join(scenario_section(sc, recs, vmap.get(sc)) for sc, recs in by.items())
     if bench is not None:
         body += bench_section(bench)

@@ -353,3 +353,4 @@ def test_a_bench_scale_run_is_drawn_as_its_curve(tmp_path: Path) -> None:
     assert "n=1000: lab 113 ms, pgbench 100 ms, ratio 1.131 (ABOVE 1.10)" in chart
     assert "<td>1.044</td><td>1.05</td><td>within</td>" in page
     assert "pgbouncer (transaction)" in page
+    assert "claims held" not in page  # a bench run has no claims to count
