@@ -1,7 +1,7 @@
 """The choreography redlock and lease-busy-loop share: a holder stalls past its lease, a
 second client takes the lock, both write through the storage's fence.
 
-A runs in its own process (the lease worker, `scenarios/_lease_worker.py`, one protocol
+A runs in its own process (the lease worker, `scenarios/lease_gc_pause/worker.py`, one protocol
 for every holder the lab stalls); B runs in the lab's event loop. Steps, each after the
 event it depends on, never after a guessed time:
 
@@ -25,8 +25,9 @@ from lab.aio import within
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import ScenarioFailure
 from lab.scenario import Env
-from scenarios._lease_worker import INVOICE_ID, Lease, QuorumLease, hold
 from scenarios.lease_gc_pause import FENCE_INVARIANT, Worker, WorkerProcess, _proc_state
+from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease, hold
+from scenarios.lease_gc_pause.worker import QuorumLease
 
 GONE_POLL_S = 0.001  # how often the lab looks for A's key on the nodes
 STEP_LIMIT_S = 20.0  # every step ends within this after the TTL, or the run fails naming it

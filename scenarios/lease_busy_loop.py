@@ -16,7 +16,7 @@ Published:  no run; the document lists it among the ways a lease expires mid-wor
             pause, await một call chậm, event loop block bởi JSON lớn; lease nào cũng có
             cửa sổ này" (deadlock-distributed-lock-cron.vi.txt, edge cases).
 See:        claims DL-25; scenarios/_paused_holder.py (the steps, shared with redlock);
-            scenarios/_lease_worker.py (A, a process whose stall is `stall: cpu`); the
+            scenarios/lease_gc_pause/worker.py (A, a process whose stall is `stall: cpu`); the
             lease-gc-pause scenario (the same window with SIGSTOP). The busy spell is
             BUSY_ROWS objects of JSON (~470 ms on an idle core here, more under load),
             against a TTL of TTL_MS; the record keeps both and A's process state ('R')
@@ -32,8 +32,8 @@ from lab.claims import Claim, Record
 from lab.errors import LabError
 from lab.scenario import Defaults, Env, Scenario
 from scenarios import lease_gc_pause
-from scenarios._lease_worker import INVOICE_ID, Lease
 from scenarios._paused_holder import Holder, event, fence_claims, overlap
+from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease
 
 TTL_MS = 150  # SET lock:invoice:42 <token> NX PX 150
 BUSY_ROWS = 200_000  # objects in the JSON A parses in its event loop (~13 MB)

@@ -33,7 +33,7 @@ import redis.asyncio as aioredis
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.redislock import COMPARE_AND_DELETE
 from lab.scenario import Check, Defaults, Env, Scenario
-from scenarios._lease_worker import WRITE_FENCED
+from scenarios.lease_gc_pause.lease_gc_pause import WRITE_FENCED
 
 LOCK = "lock:invoice:42"
 FENCE = "lock:invoice:42:fence"

@@ -28,7 +28,7 @@ Published:  no run in the document; its words (deadlock-distributed-lock-cron.vi
 See:        claims DL-24; lab/redislock.py (`Redlock`: SET NX PX on every node, majority,
             validity, compare-and-delete on every node); lab/redisnodes.py (the five
             servers, started and stopped by the run); scenarios/_paused_holder.py (the
-            steps); scenarios/_lease_worker.py (A, the process frozen by SIGSTOP).
+            steps); scenarios/lease_gc_pause/worker.py (A, the process frozen by SIGSTOP).
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from lab.errors import LabError
 from lab.redislock import Redlock
 from lab.scenario import Defaults, Env, Scenario
 from scenarios import lease_gc_pause
-from scenarios._lease_worker import INVOICE_ID, QuorumLease
 from scenarios._paused_holder import FENCE_SEQUENCE, Holder, event, fence_claims, overlap
+from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID
+from scenarios.lease_gc_pause.worker import QuorumLease
 
 NODES = 5  # independent masters; the quorum is NODES // 2 + 1 = 3
 TTL_MS = 500  # SET lock:invoice:42 <token> NX PX 500 on every node

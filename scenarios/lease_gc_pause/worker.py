@@ -24,7 +24,7 @@ import asyncpg
 from lab.redislock import Redlock
 from lab.workers import Child, run_child
 
-if __package__:  # imported by the lab (scenarios._lease_worker re-exports from here)
+if __package__:  # imported by the lab (redlock and lease-busy-loop import QuorumLease)
     from scenarios.lease_gc_pause.lease_gc_pause import (
         WRITE_FENCED,
         WRITE_PLAIN,
