@@ -11,7 +11,9 @@ the caller's own task under ``asyncio.timeout``, so an outside cancel always lan
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import inspect
+import time
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -30,3 +32,23 @@ async def within(aw: Awaitable[T], seconds: float | None) -> T:
         if fut is not None and not fut.done():
             fut.cancel()
         raise
+
+
+async def until(
+    check: Callable[[], Awaitable[T] | T], seconds: float, what: str, *, every: float = 0.005
+) -> T:
+    """Poll ``check()`` (sync or async) until it returns something truthy, and return it;
+    after ``seconds`` raise ScenarioFailure naming ``what`` and the last value seen. The
+    one bounded wait scenarios use instead of writing their own loop: it never gives up
+    silently and it never decides an order by sleeping (it waits for what it checks)."""
+    from lab.errors import ScenarioFailure
+
+    deadline = time.monotonic() + seconds
+    while True:
+        got = check()
+        value: T = await got if inspect.isawaitable(got) else got
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise ScenarioFailure(f"{what}: not within {seconds:g} s (last seen: {value!r})")
+        await asyncio.sleep(every)

@@ -36,7 +36,7 @@ from lab.claims import Claim, Record
 from lab.errors import LabError, ScenarioFailure
 from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
 from lab.runner import admin_connect, database_name, probe_pg, redis_client
-from lab.scenario import Check, Env, Scenario
+from lab.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
 from lab.sequencer import (
     RESOLVE_S,
     InvalidPermutation,
@@ -273,7 +273,9 @@ class PinnedLab(PinnedDatabase):
         res = PinnedResult(variant, tuple(schedule), isolation, name)
         conns: list[asyncpg.Connection] = []
         clean = False
+        observed: list[Observer] = []
         try:
+            observed = await start_observers(sc.observers, env)
             conns = list(await asyncio.gather(*(self.session(s) for s in pinned.sessions)))
             code = pinned.code[variant]
 
@@ -306,12 +308,16 @@ class PinnedLab(PinnedDatabase):
                     f"schedule {', '.join(schedule)}"
                 )
             env.outcomes = Counter(res.outcomes.values())
+            await stop_observers(observed, env)
             res.checks = await sc.invariant(env) if sc.invariant else []
             for c in res.checks:
                 seq.transcript.add("invariant", f"{c.name}: {c.detail}", _held(c.held))
             res.transcript = seq.transcript.text()
             return res
         finally:
+            if observed:  # the run failed or was invalid: stop what watches it
+                with contextlib.suppress(Exception):
+                    await stop_observers(observed, env)
             if clean:  # every session's code ran to its end: no transaction left, reuse them
                 self.keep(conns)
             else:

@@ -30,7 +30,7 @@ from lab.evidence import (
 from lab.outcome import TIMEOUT, notation, ordered
 from lab.profiles import claims_for_run
 from lab.results import SCHEMA_VERSION, git_commit, write_record
-from lab.scenario import Actor, Env, Scenario, Script
+from lab.scenario import Actor, Env, Observer, Scenario, Script, start_observers, stop_observers
 from lab.servers import Servers
 from lab.servers.base import with_database
 from lab.servers.faults import check_resources, fault_named, guard_variant, teardown_s
@@ -373,6 +373,7 @@ async def _run_variant(
     env: Env | None = None
     commands: Any = None
     load: dict[str, Any] = {}
+    observed: list[Observer] = []
     try:
         if uses_pg:
             admin = await admin_connect(servers)
@@ -442,6 +443,7 @@ async def _run_variant(
             await scenario.setup(env)
         if scenario.worker_setup is not None and procs == 1:
             await scenario.worker_setup(env)
+        observed = await start_observers(scenario.observers, env)
         log_offset = servers.pg.log_size() if (uses_pg and servers.pg) else 0
         stat_before = await pg_deadlocks(admin, database) if admin else 0
         redis_before = await rclient.info("commandstats") if rclient else {}
@@ -477,6 +479,7 @@ async def _run_variant(
                 f"in {notation(outcomes)}"
             )
 
+        await stop_observers(observed, env)
         checks = await scenario.invariant(env) if scenario.invariant else []
         evidence: dict[str, Any] = dict(env.extra_evidence)
         if uses_pg and admin is not None and servers.pg is not None:
@@ -523,6 +526,9 @@ async def _run_variant(
             **({"load": load} if load else {}),
         }
     finally:
+        if observed and env is not None:  # the variant failed: stop what watches it
+            with contextlib.suppress(Exception):
+                await stop_observers(observed, env)
         if commands is not None:
             with contextlib.suppress(Exception):
                 await commands.aclose()

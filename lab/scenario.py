@@ -43,6 +43,46 @@ Invariant = Callable[["Env"], Awaitable[list["Check"]]]
 
 
 @dataclass(frozen=True)
+class Observer:
+    """Something that watches a run from the side (a sampler, a MONITOR, a poller of
+    pg_locks), with a lifecycle the harness owns: `start` after setup, before the
+    variant runs; `stop` after the variant ended (always, also when it failed), before
+    the invariants are checked. What it saw goes on `env.state` or `env.extra_evidence`."""
+
+    name: str
+    start: Callable[[Env], Awaitable[None]]
+    stop: Callable[[Env], Awaitable[None]]
+
+
+async def start_observers(observers: tuple[Observer, ...], env: Env) -> list[Observer]:
+    """Start each observer in order; the ones started so far are returned even when a
+    later one fails (the caller stops those)."""
+    started: list[Observer] = []
+    try:
+        for ob in observers:
+            await ob.start(env)
+            started.append(ob)
+    except BaseException:
+        await stop_observers(started, env)
+        raise
+    return started
+
+
+async def stop_observers(started: list[Observer], env: Env) -> None:
+    """Stop the started observers, last first; every one is stopped even if one fails,
+    and the first failure is raised after."""
+    first: BaseException | None = None
+    for ob in reversed(started):
+        try:
+            await ob.stop(env)
+        except Exception as exc:  # the others still stop
+            first = first or exc
+    started.clear()
+    if first is not None:
+        raise first
+
+
+@dataclass(frozen=True)
 class Check:
     """One invariant, checked against the database or Redis after a run."""
 
@@ -107,6 +147,8 @@ class Scenario:
     # With --procs auto (the default): one worker process per this many actors, at most
     # one per core; 0 keeps every run in one process.
     actors_per_process: int = 0
+    # Watchers the harness starts after setup and stops after the variant (Observer).
+    observers: tuple[Observer, ...] = ()
 
     @property
     def title(self) -> str:
@@ -175,6 +217,9 @@ class Env:
         # The processes whose CPU is the lab's (the worker processes of a sharded run).
         self.lab_pids: list[int] = [os.getpid()]
         self.commands: Any = None  # --redis-client pipelined: a lab.autopipe.AutoPipeline
+        # The scenario's own per-run state (what its observers saw, handles it keeps
+        # between setup, the variant and the invariant): on the run, never in the module.
+        self.state: dict[str, Any] = {}
 
     @property
     def cmd(self) -> Any:

@@ -9,29 +9,38 @@ from pathlib import Path
 
 import pytest
 
-from lab.scenario import Scenario
-from scenarios import SCENARIOS
+import scenarios
+from scenarios import MODULES
 
-PINNED = [s for s in SCENARIOS if s.pinned is not None]
+ROOT = Path(str(scenarios.__file__)).parent
+# Every scenario in the folder shape: scenarios/<module>/<module>.py is its code under test.
+# Not there yet, said so (strict: the mark fails the day the module gets there):
+# lease-gc-pause's schedule runner (choreography.py) still polls its worker by itself.
+NOT_YET = {"lease_gc_pause": "choreography.py polls its worker; the harness should own it"}
+FOLDERS = [
+    pytest.param(m, marks=pytest.mark.xfail(reason=NOT_YET[m], strict=True)) if m in NOT_YET else m
+    for m in MODULES
+    if (ROOT / m / f"{m}.py").is_file()
+]
 MAX_LINES = 150
 # the harness owns processes, threads, per-run state and waits
 FORBIDDEN_IMPORTS = {"subprocess", "multiprocessing", "threading", "weakref", "signal"}
 
 
-def _files(sc: Scenario) -> list[Path]:
-    assert sc.pinned is not None
-    code = sys.modules[next(iter(sc.pinned.code.values())).__module__]
-    folder = Path(str(code.__file__)).parent
-    return sorted(folder.glob("*.py"))
+@pytest.mark.parametrize("module", FOLDERS)
+def test_code_under_test_fits_one_screen(module: str) -> None:
+    """scenarios/<module>/<module>.py, the code under test, is at most ~150 lines."""
+    lines = (ROOT / module / f"{module}.py").read_text().splitlines()
+    assert len(lines) <= MAX_LINES, f"{module}: {len(lines)} lines"
 
 
-@pytest.mark.parametrize("sc", PINNED, ids=[s.id for s in PINNED])
-def test_code_under_test_fits_one_screen(sc: Scenario) -> None:
-    """scenarios/<id>/<id>.py, the code under test, is at most ~150 lines."""
-    assert sc.pinned is not None
-    code = sys.modules[next(iter(sc.pinned.code.values())).__module__]
-    lines = Path(str(code.__file__)).read_text().splitlines()
-    assert len(lines) <= MAX_LINES, f"{sc.id}: {len(lines)} lines"
+def test_pinned_code_is_the_code_under_test() -> None:
+    """A scenario's pinned sessions run the code of scenarios/<module>/<module>.py."""
+    for module in MODULES:
+        sc = scenarios.get(module.replace("_", "-"))
+        if sc.pinned is not None:
+            code = sys.modules[next(iter(sc.pinned.code.values())).__module__]
+            assert Path(str(code.__file__)) == ROOT / module / f"{module}.py"
 
 
 def violations(source: str, name: str = "<file>") -> list[str]:
@@ -50,11 +59,11 @@ def violations(source: str, name: str = "<file>") -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("sc", PINNED, ids=[s.id for s in PINNED])
-def test_no_processes_run_state_or_wait_loops(sc: Scenario) -> None:
+@pytest.mark.parametrize("module", FOLDERS)
+def test_no_processes_run_state_or_wait_loops(module: str) -> None:
     """No converted scenario file spawns processes or threads, keeps module-level run
     state (weakref maps, globals) or writes its own wait loop (any `while`)."""
-    for path in _files(sc):
+    for path in sorted((ROOT / module).glob("*.py")):
         assert violations(path.read_text(), path.name) == []
 
 
