@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -34,9 +34,15 @@ async def within(aw: Awaitable[T], seconds: float | None) -> T:
         raise
 
 
+@overload
 async def until(
-    check: Callable[[], Awaitable[T] | T], seconds: float, what: str, *, every: float = 0.005
-) -> T:
+    check: Callable[[], Awaitable[T]], seconds: float, what: str, *, every: float = ...
+) -> T: ...
+@overload
+async def until(check: Callable[[], T], seconds: float, what: str, *, every: float = ...) -> T: ...
+async def until(
+    check: Callable[[], Any], seconds: float, what: str, *, every: float = 0.005
+) -> Any:
     """Poll ``check()`` (sync or async) until it returns something truthy, and return it;
     after ``seconds`` raise ScenarioFailure naming ``what`` and the last value seen. The
     one bounded wait scenarios use instead of writing their own loop: it never gives up
@@ -46,7 +52,7 @@ async def until(
     deadline = time.monotonic() + seconds
     while True:
         got = check()
-        value: T = await got if inspect.isawaitable(got) else got
+        value = await got if inspect.isawaitable(got) else got
         if value:
             return value
         if time.monotonic() >= deadline:
