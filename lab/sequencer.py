@@ -15,7 +15,15 @@ As in PostgreSQL's isolation tester:
 * a session that has ended (returned, or raised) has its remaining steps skipped, and a
   session that returned past a step (out of stock after its read) skips that step;
 * the transcript prints each step with its SQL and result, ``<waiting ...>`` when the
-  server reports the session blocked, ``<... completed>`` when it moves on.
+  server reports the session blocked, ``<... completed>`` when it moves on;
+* a step marked ``(*)`` in the schedule (``"s2 alter(*)"``) blocks and ends by itself (a
+  lock_timeout or statement_timeout fires): it prints ``<waiting ...>`` as soon as it is
+  granted and the schedule waits for its ``<... completed>`` before the next item, so
+  the text does not depend on whether the server was seen reporting it blocked first;
+* a waiter released inside a granted step (the step commits, or terminates the holder,
+  and the waiter's own statement commits and releases the next one) completes within
+  that step: the sequencer settles until every released session has ended its step or
+  blocks again, and prints the completions after the step's line, in session order.
 
 Transcripts are normalised (pids become session names, xids and OIDs letters) so the
 same schedule prints the same text on every run.
@@ -35,7 +43,7 @@ from lab.aio import within
 from lab.errors import ScenarioFailure
 from lab.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
 from lab.outcome import classify
-from lab.steps import Session, parse_step
+from lab.steps import Session, on_its_own, parse_step
 
 POLL_S = 0.002  # between two looks at pg_stat_activity while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
@@ -145,6 +153,7 @@ class Sequencer:
         self._done: list[tuple[int, Line]] = []  # completions seen while settling
         self._item = ""
         self._aborting = False
+        self._own = False  # the granted step is marked (*): it ends by itself
         self.waited: list[str] = []  # "s2 write": steps the server showed blocked
 
     # --- the Gate side: called from the sessions' step points ----------------------------
@@ -271,7 +280,9 @@ class Sequencer:
                         f"{self.label}: {who} asked for step {st.pending!r} where the schedule "
                         f"has {step!r}"
                     )
-                self._grant(st)
+                self._grant(st, own=on_its_own(schedule[k]))
+                if self._own:
+                    await self._until_ended(st, step)
             self._item = "the end of the schedule"
             while True:
                 await self._settle()
@@ -324,7 +335,8 @@ class Sequencer:
             for st in self.states.values():
                 st.session.conn.terminate()
 
-    def _grant(self, st: _State) -> None:
+    def _grant(self, st: _State, own: bool = False) -> None:
+        self._own = own
         st.running, st.pending = st.pending, None
         st.result, st.more, st.said_waiting = None, [], False
         self._granted = (st, st.running or "", st.shown)
@@ -371,6 +383,24 @@ class Sequencer:
             with contextlib.suppress(TimeoutError):
                 await within(self._changed.wait(), POLL_S)
 
+    async def _until_ended(self, st: _State, step: str) -> None:
+        """A step marked (*): settle, wait (at most `resolve_timeout`) until it has ended by
+        itself, then settle again, which prints its <... completed> line."""
+        await self._settle()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.resolve_timeout
+        while not st.ended and st.running == step:
+            if loop.time() > deadline:
+                raise InterleaveTimeout(
+                    f"{self.label}, at {self._item}(*): it did not end by itself in "
+                    f"{self.resolve_timeout} s"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await within(self._changed.wait(), 0.05)
+        self._own = False
+        await self._settle()
+
     async def _resolve(self) -> None:
         """Every live session is blocked: wait for the server to end one wait, then settle."""
         loop = asyncio.get_running_loop()
@@ -393,7 +423,12 @@ class Sequencer:
         if granted is not None:
             st, step, shown = granted
             who = f"{st.session.name} {step}"
-            if st.result is not None:
+            if self._own and st.result is not None:  # (*): it ended before it was seen blocked
+                self.transcript.add(who, shown, "<waiting ...>")
+                done = f"<... completed> {st.result.removeprefix('-> ')}"
+                self.transcript.add(who, "", done, st.more)
+                st.result = None
+            elif st.result is not None:
                 self.transcript.add(who, shown, st.result, st.more)
                 st.result = None
             elif st.running == step:

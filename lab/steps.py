@@ -197,10 +197,22 @@ class Pinned:
         return self.explore or tuple(self.code)
 
 
+ON_ITS_OWN = "(*)"  # a schedule item's mark: the step waits and ends by itself
+
+
 def parse_step(item: str) -> tuple[str, str]:
-    """``"s1 read"`` -> ``("s1", "read")``."""
+    """``"s1 read"`` -> ``("s1", "read")``; ``"s2 alter(*)"`` -> ``("s2", "alter")``."""
     who, _, step = item.strip().partition(" ")
-    return who, step.strip()
+    return who, step.strip().removesuffix(ON_ITS_OWN).rstrip()
+
+
+def on_its_own(item: str) -> bool:
+    """Whether a schedule item is marked ``(*)``, as in the isolation tester: the step
+    blocks and ends without another grant (a lock_timeout or statement_timeout fires).
+    It prints ``<waiting ...>`` as soon as it is granted, and the schedule goes on only
+    once it has ended, with its ``<... completed>`` line: the same text whether or not
+    the server was seen reporting it blocked before it ended."""
+    return item.strip().endswith(ON_ITS_OWN)
 
 
 # --- how a step is shown ----------------------------------------------------------------

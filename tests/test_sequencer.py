@@ -286,3 +286,101 @@ async def test_a_look_that_a_release_overtook_is_looked_at_again(
     assert await sq.run(("s2 poll", "s1 release", "s2 after")) == {"s1": "ok", "s2": "ok"}
     assert stale == [True]
     assert sq.waited == ["s2 poll"]
+
+
+def timed_out(lock_timeout: str) -> object:
+    """s1 updates row 1 and commits; s2 asks the same row with `lock_timeout`."""
+
+    async def code(s: Session) -> str:
+        if s.index == 0:
+            return await bump(s)
+        await s.execute("write", f"SET LOCAL lock_timeout = '{lock_timeout}'; {BUMP_1}")
+        return "ok"
+
+    return code
+
+
+BUMP_1 = "UPDATE t SET v = v + 1 WHERE id = 1"
+
+
+@pytest.mark.parametrize("lock_timeout", ["1ms", "300ms"])
+async def test_a_step_marked_star_ends_by_itself_before_the_next_item(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection], lock_timeout: str
+) -> None:
+    """`s2 write(*)`: its lock_timeout fires while s1 still holds the row; the schedule waits
+    for it without a grant and prints the same text whether the timeout fired before the
+    server was seen reporting s2 blocked (1ms) or after (300ms)."""
+    sq = seq(db, sessions, timed_out(lock_timeout))
+    outcomes = await sq.run(("s1 write", "s2 write(*)", "s1 commit"))
+    assert outcomes == {"s1": "ok", "s2": "55P03"}
+    ask = f"SET LOCAL lock_timeout = '{lock_timeout}'; {BUMP_1}"
+    lines = [x.split() for x in sq.transcript.text().replace(ask, "ASK").splitlines()]
+    assert lines[2] == ["s2", "write", "ASK", "<waiting", "...>"]
+    assert lines[3] == ["s2", "write", "<...", "completed>", "ERROR", "55P03", "canceling", "statement", "due", "to", "lock", "timeout"]  # fmt: skip
+    assert lines[1:2] + lines[4:] == [
+        ["s1", "write", *BUMP_1.split(), "->", "UPDATE", "1"],
+        ["s1", "commit", "COMMIT", "->", "COMMIT"],
+        ["s1", "ends", "ok"],
+        ["s2", "ends", "55P03"],
+    ]
+    assert set(sq.waited) <= {"s2 write"}  # only what the server was seen reporting
+    assert await db.fetchval("SELECT v FROM t WHERE id = 1") == 1
+
+
+async def test_a_marked_step_that_never_ends_fails_loudly(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """`s2 write(*)` without a timeout waits for s1 forever: past resolve_timeout the run
+    fails naming the step, and nothing is left waiting."""
+    sq = seq(db, sessions, bump, resolve_timeout=0.3)
+    with pytest.raises(InterleaveTimeout, match=r"s2 write\(\*\): it did not end by itself"):
+        await sq.run(("s1 write", "s2 write(*)", "s1 commit", "s2 commit"))
+    assert await db.fetchval("SELECT count(*) FROM pg_locks WHERE NOT granted") == 0
+
+
+async def test_waiters_released_inside_one_step_complete_in_it(
+    servers: Servers, database: str, db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """s2's UPDATE waits for s1's row; s3's ALTER TABLE queues behind both. s1's COMMIT
+    releases s2, whose own implicit COMMIT releases s3: both complete inside `s1 commit`,
+    printed after its line in session order."""
+    assert servers.pg is not None
+    third = await asyncpg.connect(servers.pg.dsn, database=database)
+
+    async def code(s: Session) -> str:
+        if s.index == 0:
+            return await bump(s)
+        if s.index == 1:
+            await s.execute("write", BUMP_1)  # its own implicit transaction
+            return "ok"
+        await s.execute("alter", "ALTER TABLE t ADD COLUMN note text")  # ACCESS EXCLUSIVE
+        return "ok"
+
+    try:
+        sq = Sequencer(
+            db,
+            {
+                name: (c, code)
+                for name, c in zip(("s1", "s2", "s3"), [*sessions, third], strict=True)
+            },
+            label="test",
+            header="schedule test",
+        )
+        outcomes = await sq.run(("s1 write", "s2 write", "s3 alter", "s1 commit"))
+    finally:
+        third.terminate()
+    assert outcomes == {"s1": "ok", "s2": "ok", "s3": "ok"}
+    assert sq.transcript.text() == (
+        "schedule test\n"
+        "s1 write   UPDATE t SET v = v + 1 WHERE id = 1  -> UPDATE 1\n"
+        "s2 write   UPDATE t SET v = v + 1 WHERE id = 1  <waiting ...>\n"
+        "s3 alter   ALTER TABLE t ADD COLUMN note text   <waiting ...>\n"
+        "s1 commit  COMMIT                               -> COMMIT\n"
+        "s2 write                                        <... completed> UPDATE 1\n"
+        "s3 alter                                        <... completed> ALTER TABLE\n"
+        "s1                                              ends ok\n"
+        "s2                                              ends ok\n"
+        "s3                                              ends ok\n"
+    )
+    assert sq.waited == ["s2 write", "s3 alter"]
+    assert await db.fetchval("SELECT v FROM t WHERE id = 1") == 2
