@@ -66,6 +66,7 @@ class PinnedResult:
     waited: list[str] = field(default_factory=list)  # steps the server showed blocked
     invalid: str = ""  # why the permutation was invalid ("" when it ran)
     invalid_at: int = -1
+    evidence: dict[str, Any] = field(default_factory=dict)  # env.extra_evidence of the run
 
     @property
     def kept(self) -> bool:
@@ -84,6 +85,7 @@ class PinnedResult:
             "kept": self.kept,
             "waited": self.waited,
             "transcript": self.transcript,
+            "evidence": self.evidence,
         }
 
 
@@ -310,6 +312,7 @@ class PinnedLab(PinnedDatabase):
             env.outcomes = Counter(res.outcomes.values())
             await stop_observers(observed, env)
             res.checks = await sc.invariant(env) if sc.invariant else []
+            res.evidence = dict(env.extra_evidence)
             for c in res.checks:
                 seq.transcript.add("invariant", f"{c.name}: {c.detail}", _held(c.held))
             res.transcript = seq.transcript.text()
@@ -455,6 +458,11 @@ async def explore(
             total = count_interleavings(steps)
             cells: dict[str, Any] = {}
             for iso in levels:
+                if pinned.canonical_only:
+                    cells[iso] = await _canonical_cell(lab, pinned, variant, iso)
+                    if on_progress is not None:
+                        on_progress(f"{scenario.id}: {variant} at {iso} done")
+                    continue
                 results: list[PinnedResult] = []
                 dead: list[tuple[str, ...]] = []  # prefixes known to be invalid
                 invalid = 0
@@ -492,6 +500,18 @@ async def explore(
     }  # fmt: skip
 
 
+async def _canonical_cell(lab: PinnedLab, pinned: Pinned, variant: str, iso: str) -> dict[str, Any]:
+    """A cell of a canonical-only explore: the canonical schedules are the runs counted."""
+    runs = {
+        name: await lab.run(variant, s, isolation=iso, name=name)
+        for name, s in pinned.schedules.get(variant, {}).items()
+    }
+    cell = _cell(list(runs.values()), len(runs), 0)
+    cell["canonical_only"] = True
+    cell["canonical"] = {name: r.to_json() for name, r in runs.items()}
+    return cell
+
+
 def explore_path(run_id: str, scenario: str, root: Path | None = None) -> Path:
     return (root or results_root()) / run_id / EXPLORE_DIR / f"{scenario}.json"
 
@@ -520,7 +540,10 @@ def print_explore(console: Console, record: Mapping[str, Any], transcripts: bool
                 text += f", [red]BROKE {c['broke']}[/red]"
             if c["sqlstates"]:
                 text += ", " + ", ".join(f"{k} in {n}" for k, n in c["sqlstates"].items())
-            text += f" [dim](invalid {c['invalid']} of {c['interleavings']})[/dim]"
+            if c.get("canonical_only"):
+                text += " [dim](canonical schedules only)[/dim]"
+            else:
+                text += f" [dim](invalid {c['invalid']} of {c['interleavings']})[/dim]"
             cells.append(text)
         table.add_row(escape(v), *cells)
     console.print(table)

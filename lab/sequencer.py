@@ -36,6 +36,7 @@ import contextlib
 import re
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -44,6 +45,10 @@ from lab.errors import ScenarioFailure
 from lab.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
 from lab.outcome import classify
 from lab.steps import Session, on_its_own, parse_step
+
+if TYPE_CHECKING:
+    from lab.scenario import Env
+    from lab.steps import Pinned, SessionCode
 
 POLL_S = 0.002  # between two looks at pg_stat_activity while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
@@ -438,6 +443,49 @@ class Sequencer:
         for _, line in sorted(self._done, key=lambda x: x[0]):
             self.transcript.lines.append(line)
         self._done.clear()
+
+
+# --- a canonical schedule as a run --------------------------------------------------------
+
+
+def scripted(pinned: Pinned, schedule: str) -> dict[str, Callable[[Env], Awaitable[None]]]:
+    """Each variant as a ``kind="script"`` variant that runs its canonical `schedule` under
+    a Sequencer on the run's database: for a scenario whose subject is one order of many
+    sessions (lock-queue), a `locklab run` is that order, timed, with the invariants.
+    Each session's outcome word is counted; the transcript and the steps the server showed
+    blocked go into the record's evidence."""
+
+    def variant(name: str, code: SessionCode) -> Callable[[Env], Awaitable[None]]:
+        async def run(env: Env) -> None:
+            conns = [
+                await env.connect(
+                    server_settings={"application_name": f"locklab/{env.scenario}/{s}"}
+                )
+                for s in pinned.sessions
+            ]
+
+            def bind(s: Session) -> Awaitable[str]:
+                return code(env, s)
+
+            seq = Sequencer(
+                env.db,
+                {s: (c, bind) for s, c in zip(pinned.sessions, conns, strict=True)},
+                label=f"{env.scenario} / {name} / {schedule}",
+                header=f"schedule {schedule}   ({env.scenario} / {name})",
+            )
+            try:
+                outcomes = await seq.run(pinned.schedules[name][schedule])
+            finally:
+                for c in conns:
+                    c.terminate()
+                env.extra_evidence["transcript"] = seq.transcript.text()
+                env.extra_evidence["waited"] = list(seq.waited)
+            for word in outcomes.values():
+                env.outcome(word)
+
+        return run
+
+    return {name: variant(name, code) for name, code in pinned.code.items()}
 
 
 # --- every interleaving -----------------------------------------------------------------

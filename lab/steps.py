@@ -188,6 +188,9 @@ class Pinned:
     # param overrides for pinned runs only (e.g. a lease long enough that no schedule
     # outlasts it, where a load keeps a short one to show the expiry)
     params: Mapping[str, Any] = field(default_factory=dict)
+    # explore runs the canonical schedules only: for sessions whose other orders are too
+    # many to run (nine sessions) or say nothing the canonical ones do not
+    canonical_only: bool = False
 
     def actors(self) -> dict[str, Actor]:
         """The variants as load actors (Scenario.variants)."""
