@@ -1,84 +1,133 @@
-"""lock-queue on real servers: SELECTs queue behind a waiting ALTER; lock_timeout prevents it."""
+"""lock-queue on real servers: SELECTs queue behind a waiting ALTER; lock_timeout prevents it.
+
+The order is the subject: the sequencer grants the canonical schedule `queue` and the
+server reports who waits. tests/test_pinned.py diffs the golden transcripts; here the
+evidence the dba session read, the claims judged on it, and the run that replays it.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lab.errors import LabError
-from scenarios.lock_queue import ALTER_SQL, READ_SQL, ROOT_SQL, SCENARIO, TIMEOUT_TEXT
-from tests.conftest import RunFn, assert_all_held
+from lab.pinned import PinnedResult, expected_dir, trace
+from lab.servers import Servers
+from scenarios.lock_queue import SCENARIO
+from scenarios.lock_queue.claims import PUBLISHED_TREE, READERS, SCHEDULE
+from scenarios.lock_queue.lock_queue import ALTER_SQL, READ_SQL, ROOT_SQL
+from tests.conftest import RunFn
 
-READERS = SCENARIO.params["readers"]
+RC = "read_committed"
 
 
-def sessions(rec: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {s["who"]: s for s in rec["evidence"]["sessions"]}
+@pytest.fixture(scope="module")
+def runs(servers: Servers) -> dict[str, PinnedResult]:
+    """Both variants' canonical schedule, traced once for the module."""
+    import asyncio
+
+    assert SCENARIO.pinned is not None
+    plan = [(v, SCHEDULE, SCENARIO.pinned.schedules[v][SCHEDULE]) for v in ("buggy", "fixed")]
+    results = asyncio.run(trace(SCENARIO, servers, plan, [RC], run_id="test", deadlock_ms=1000))
+    return {r.variant: r for r in results}
 
 
-def readers(rec: dict[str, Any]) -> list[dict[str, Any]]:
-    return [s for who, s in sessions(rec).items() if who.startswith("reader")]
+def judged(variant: str, run: PinnedResult) -> dict[str, tuple[bool, str]]:
+    """`variant`'s explore claims judged on `run`, as verify judges them on explore's."""
+    record = {variant: {"by_isolation": {RC: {"canonical": {SCHEDULE: run.to_json()}}}}}
+    out = {}
+    for c in SCENARIO.claims:
+        if c.explore and c.variants == (variant,):
+            verdict = c.check(record)
+            assert verdict is not None
+            out[c.text] = verdict
+    return out
+
+
+def tree(run: PinnedResult) -> dict[str, dict[str, Any]]:
+    return {r["who"]: r for r in run.evidence["tree"]}
 
 
 def test_registered_with_the_published_tree() -> None:
-    """The scenario is in the catalogue; its docstring carries the published blocking tree."""
+    """The scenario is in the catalogue; its claims carry the published blocking tree."""
     from scenarios import SCENARIOS
 
     assert SCENARIO in SCENARIOS
-    published = SCENARIO.section("Published")
-    assert "8123 | {}         | idle in transaction | 00:14:02" in published
-    assert "8400 | {8305}     | active" in published
+    assert "8123 | {}         | idle in transaction | 00:14:02" in PUBLISHED_TREE
+    assert "8400 | {8305}     | active" in PUBLISHED_TREE
+    assert "blocked_by rỗng" in SCENARIO.section("Published")
     assert {c.id for c in SCENARIO.claims} == {"LC-9", "LC-10"}
 
 
-async def test_buggy_tree_rooted_at_the_idle_transaction(run_scenario: RunFn) -> None:
-    """LC-10: root idle in transaction ← ALTER ← every SELECT; terminating the root frees all."""
-    rec = (await run_scenario(SCENARIO, ["buggy"]))["buggy"]
-    assert rec["outcomes"] == {"ok": 2, "queued": 2 + READERS, "terminated": 1}
-    ev = rec["evidence"]
-    pids = ev["pids"]
-    tree = {r["pid"]: r for r in ev["blocking_tree"]}
-    assert tree[pids["root"]]["blocked_by"] == []
-    assert tree[pids["root"]]["state"] == "idle in transaction"
-    assert tree[pids["root"]]["query"] == ROOT_SQL
-    assert pids["root"] in tree[pids["alter"]]["blocked_by"]
-    assert tree[pids["alter"]]["query"] == ALTER_SQL
-    for r in readers(rec):
-        assert tree[r["pid"]]["blocked_by"] == [pids["alter"]]
-        assert tree[r["pid"]]["query"] == READ_SQL
-        assert r["ended_ms"] > ev["terminated_at_ms"]
-    assert ev["roots"] == [{"pid": pids["root"], "state": "idle in transaction"}]
-    assert ev["blocking_tree_after"] == []
-    assert_all_held(rec["claims"])
+def test_buggy_tree_rooted_at_the_idle_transaction(runs: dict[str, PinnedResult]) -> None:
+    """LC-10: root idle in transaction <- ALTER <- every SELECT; terminating the root frees all."""
+    run = runs["buggy"]
+    t = tree(run)
+    assert t["root"]["blocked_by"] == [] and t["root"]["state"] == "idle in transaction"
+    assert t["root"]["query"] == ROOT_SQL
+    assert "root" in t["ddl"]["blocked_by"] and t["ddl"]["query"] == ALTER_SQL
+    for r in READERS:
+        assert t[r]["blocked_by"] == ["ddl"] and t[r]["query"] == READ_SQL
+        assert f"{r} read" in run.waited
+    assert run.evidence["terminate"] == [{"who": "root", "terminated": True}]
+    assert run.evidence["after"] == []
+    assert run.outcomes == {**dict.fromkeys(SCENARIO.pinned.sessions, "ok"), "root": "idle"}  # type: ignore[union-attr]
+    verdicts = judged("buggy", run)
+    assert len(verdicts) == 4 and all(held for held, _ in verdicts.values()), verdicts
 
 
-async def test_fixed_alter_gives_up_and_selects_never_queue(run_scenario: RunFn) -> None:
+def test_fixed_alter_gives_up_and_selects_never_queue(runs: dict[str, PinnedResult]) -> None:
     """With lock_timeout the ALTER fails with 55P03; the SELECTs finish while the root is open."""
-    rec = (await run_scenario(SCENARIO, ["fixed"]))["fixed"]
-    assert rec["outcomes"] == {"ok": 2 + READERS, "queued": 1, "55P03": 1, "terminated": 1}
-    ev = rec["evidence"]
-    alter = sessions(rec)["alter"]
-    assert alter["error"] == TIMEOUT_TEXT
-    assert alter["ended_ms"] - alter["started_ms"] >= SCENARIO.params["ddl_lock_timeout_ms"]
-    for r in readers(rec):
-        assert r["blocked_by"] is None
-        assert r["ended_ms"] < ev["terminated_at_ms"]
-    assert [r["pid"] for r in ev["blocking_tree"]] == [ev["pids"]["root"], ev["pids"]["updater"]]
-    assert_all_held(rec["claims"])
+    run = runs["fixed"]
+    assert run.outcomes["ddl"] == "55P03"
+    assert not {f"{r} read" for r in READERS} & set(run.waited)
+    assert list(tree(run)) == ["root", "upd"]
+    assert run.kept, run.checks
+    verdicts = judged("fixed", run)
+    assert len(verdicts) == 4 and all(held for held, _ in verdicts.values()), verdicts
 
 
-async def test_dml_beside_dml_on_one_table(run_scenario: RunFn) -> None:
+def test_dml_beside_dml_on_one_table(runs: dict[str, PinnedResult]) -> None:
     """LC-9: two UPDATEs of orders hold ROW EXCLUSIVE at once, beside the root's ROW SHARE."""
-    rec = (await run_scenario(SCENARIO, ["buggy"], params={"readers": 1}))["buggy"]
-    ev = rec["evidence"]
-    granted = sorted(r["mode"] for r in ev["dml_locks"] if r["granted"])
-    assert granted == ["RowExclusiveLock", "RowExclusiveLock", "RowShareLock"]
-    assert all(d["blocked_by"] is None and d["outcome"] == "ok" for d in ev["dml"])
+    for run in runs.values():
+        granted = sorted((r["who"], r["mode"]) for r in run.evidence["locks"] if r["granted"])
+        assert granted == [("dml1", "RowExclusiveLock"), ("dml2", "RowExclusiveLock"), ("root", "RowShareLock")]  # fmt: skip
+        assert not {"dml1 update", "dml2 update"} & set(run.waited)
 
 
-async def test_readers_too_early_for_the_timeout_refused(run_scenario: RunFn) -> None:
-    """readers_after_ms shorter than the DDL's lock_timeout plus slack is refused: one clear line."""
-    params = {"ddl_lock_timeout_ms": 500, "readers_after_ms": 300}
-    with pytest.raises(LabError, match=r"readers_after_ms=300: must be at least"):
-        await run_scenario(SCENARIO, ["fixed"], params=params)
+def test_each_variants_claims_fail_on_the_other_run(runs: dict[str, PinnedResult]) -> None:
+    """The claims can fail: the buggy queue is not seen in the fixed run, nor the fixed
+    ALTER's 55P03 in the buggy one."""
+    swapped = {v: judged(v, runs["fixed" if v == "buggy" else "buggy"]) for v in ("buggy", "fixed")}
+    assert not swapped["buggy"]["buggy: every new SELECT queues behind the ALTER, which waits for the idle transaction"][0]  # fmt: skip
+    assert not swapped["fixed"]["fixed: with lock_timeout the ALTER fails with 55P03 and the SELECTs never queue"][0]  # fmt: skip
+
+
+async def test_a_run_replays_the_canonical_schedule(run_scenario: RunFn) -> None:
+    """`locklab run` is the same schedule: its transcript has the golden file's step lines,
+    the outcomes are counted and the invariants hold (aligned without the invariant lines)."""
+    records = await run_scenario(SCENARIO)
+    for v, rec in records.items():
+        golden = (expected_dir(SCENARIO) / f"{v}.{SCHEDULE}.out").read_text().splitlines()
+        lines = [" ".join(x.split()) for x in rec["evidence"]["transcript"].splitlines()]
+        steps = [" ".join(x.split()) for x in golden if not x.startswith("invariant")]
+        assert lines[1:] == steps[1:], v  # the same lines; only the header and widths differ
+        assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
+    assert records["buggy"]["outcomes"] == {"ok": 8, "idle": 1}
+    assert records["fixed"]["outcomes"] == {"ok": 7, "55P03": 1, "idle": 1}
+
+
+async def test_no_lock_timeout_is_refused(run_scenario: RunFn) -> None:
+    """ddl_lock_timeout_ms=0 (PostgreSQL's "wait forever") is refused: one clear line."""
+    with pytest.raises(LabError, match=r"ddl_lock_timeout_ms=0: at least 1 ms"):
+        await run_scenario(SCENARIO, ["fixed"], params={"ddl_lock_timeout_ms": 0})
+
+
+def test_golden_files_exist() -> None:
+    """Each variant's canonical schedule has its expected transcript beside the code."""
+    assert {p.name for p in Path(expected_dir(SCENARIO)).glob("*.out")} == {
+        "buggy.queue.out",
+        "fixed.queue.out",
+    }

@@ -1,0 +1,190 @@
+"""lock-queue: what the documents claim, how each claim is judged, and the assembly.
+
+The claims are about one order of nine sessions (the root locks, the ALTER waits, the
+readers come), so they are judged on each variant's canonical schedule `queue`, run by
+`locklab explore lock-queue` (canonical schedules only: the other orders of nine sessions
+are millions, and say nothing the document does): the blocking tree and the locks the
+dba session read, the steps the server showed blocked, and where each session's answer
+came in the transcript (before or after pg_terminate_backend). `locklab run` runs the
+same schedule, timed, and judges the invariants.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lab.claims import Claim, invariants_hold
+from lab.errors import LabError
+from lab.pinned import on_canonical
+from lab.scenario import Defaults, Scenario
+from lab.sequencer import scripted
+from scenarios.lock_queue import lock_queue as code
+
+SCHEDULE = "queue"
+TIMEOUT_TEXT = "canceling statement due to lock timeout"
+READERS = tuple(s for s in code.SESSIONS if code.STEPS[s] == ("read",))
+PUBLISHED_TREE = (
+    "8123 | {}         | idle in transaction | 00:14:02 | SELECT * FROM orders WHERE id=42 FOR UPDATE; "
+    "8200 | {8123}     | active              | 00:03:10 | UPDATE orders SET status='paid' WHERE id=42; "
+    "8305 | {8123}     | active              | 00:00:41 | ALTER TABLE orders ADD COLUMN note text; "
+    "8400 | {8305}     | active              | 00:00:39 | SELECT * FROM orders WHERE id = 77"
+)
+Run = dict[str, Any]  # a canonical run's JSON: outcomes, waited, kept, transcript, evidence
+
+
+def _at(run: Run, who: str) -> int:
+    """Index of the transcript line of `who`'s last step (its <... completed> if it waited)."""
+    step = code.STEPS[who][-1]
+    lines = run["transcript"].splitlines()
+    return max(i for i, x in enumerate(lines) if x.startswith(f"{who} {step} "))
+
+
+def _kill(run: Run) -> int:
+    """Index of the line of the dba's pg_terminate_backend."""
+    return next(
+        i for i, x in enumerate(run["transcript"].splitlines()) if x.startswith("dba terminate ")
+    )
+
+
+def _tree(run: Run) -> dict[str, dict[str, Any]]:
+    return {r["who"]: r for r in run["evidence"].get("tree", [])}
+
+
+def _claim(variant: str, text: str, check: Callable[[Run], tuple[bool, str]], published: str) -> Claim:  # fmt: skip
+    """LC-10 judged by `check` on `variant`'s canonical schedule."""
+    return on_canonical("LC-10", variant, SCHEDULE, text, check, published=published)
+
+
+def _readers_queue(run: Run) -> tuple[bool, str]:
+    tree, kill = _tree(run), _kill(run)
+    ddl = tree.get("ddl", {}).get("blocked_by", [])
+    held = all(
+        tree.get(r, {}).get("blocked_by") == ["ddl"] and f"{r} read" in run["waited"] and _at(run, r) > kill
+        for r in READERS
+    ) and "root" in ddl  # fmt: skip
+    return held, (
+        f"{len(READERS)} SELECTs blocked by "
+        f"{sorted({','.join(tree.get(r, {}).get('blocked_by', [])) for r in READERS})} (the "
+        f"ALTER), which was blocked by {ddl}; they completed only after pg_terminate_backend(root)"
+    )
+
+
+def _root_found(run: Run) -> tuple[bool, str]:
+    tree = _tree(run)
+    roots = [r for r in tree.values() if not r["blocked_by"]]
+    held = [r["who"] for r in roots] == ["root"] and roots[0]["state"] == "idle in transaction"
+    rows = "; ".join(f"{r['who']} {{{','.join(r['blocked_by'])}}} {r['state']} {r['query']}" for r in tree.values())  # fmt: skip
+    return held, rows
+
+
+def _terminate_frees(run: Run) -> tuple[bool, str]:
+    ev, kill = run["evidence"], _kill(run)
+    freed = [s for s in code.SESSIONS if s not in ("dba", "root") and _at(run, s) > kill]
+    killed = ev.get("terminate") == [{"who": "root", "terminated": True}]
+    held = killed and ev.get("after") == [] and bool(freed) and len(run["outcomes"]) == len(code.SESSIONS)  # fmt: skip
+    return held, f"pg_terminate_backend(root) freed {', '.join(freed)}; the tree after: {ev.get('after')}"  # fmt: skip
+
+
+def _ddl_gives_up(run: Run) -> tuple[bool, str]:
+    kill, lines = _kill(run), run["transcript"].splitlines()
+    answer = lines[_at(run, "ddl")]
+    early = all(_at(run, r) < kill and f"{r} read" not in run["waited"] for r in READERS)
+    held = run["outcomes"]["ddl"] == "55P03" and TIMEOUT_TEXT in answer and run["kept"] and early and not set(READERS) & set(_tree(run))  # fmt: skip
+    got = answer.split("ERROR", 1)[-1].strip()
+    return held, (
+        f"ALTER {run['outcomes']['ddl']} ({got}), no sooner than lock_timeout (invariants "
+        f"{'held' if run['kept'] else 'BROKEN'}); {len(READERS)} SELECTs never waited, done "
+        "before pg_terminate_backend(root)"
+    )
+
+
+def _dml_beside_dml(variant: str) -> Claim:
+    def check(run: Run) -> tuple[bool, str]:
+        granted = {(r["who"], r["mode"]) for r in run["evidence"].get("locks", []) if r["granted"]}
+        want = {
+            ("dml1", "RowExclusiveLock"),
+            ("dml2", "RowExclusiveLock"),
+            ("root", "RowShareLock"),
+        }
+        held = want <= granted and not {"dml1 update", "dml2 update"} & set(run["waited"])
+        modes = ", ".join(f"{w} {m}" for w, m in sorted(granted))
+        return held, f"granted on orders at once: {modes}; neither UPDATE waited"
+
+    return on_canonical(
+        "LC-9",
+        variant,
+        SCHEDULE,
+        f"{variant}: two UPDATEs of the same table (and the root's FOR UPDATE) hold their "
+        "table locks at once",
+        check,
+        published="DML thường (ROW EXCLUSIVE) không xung đột với nhau",
+    )
+
+
+VARIANTS = ("buggy", "fixed")
+CLAIMS = (
+    _claim(
+        "buggy",
+        "buggy: every new SELECT queues behind the ALTER, which waits for the idle transaction",
+        _readers_queue,
+        PUBLISHED_TREE,
+    ),
+    *(
+        _claim(
+            v,
+            f"{v}: the only session with an empty blocked_by is the idle-in-transaction root",
+            _root_found,
+            "gốc là 8123 với blocked_by rỗng",
+        )
+        for v in VARIANTS
+    ),
+    *(
+        _claim(
+            v,
+            f"{v}: terminating the root frees the whole tree",
+            _terminate_frees,
+            "SELECT pg_terminate_backend(8123) gỡ cả cây.",
+        )
+        for v in VARIANTS
+    ),
+    _claim(
+        "fixed",
+        "fixed: with lock_timeout the ALTER fails with 55P03 and the SELECTs never queue",
+        _ddl_gives_up,
+        "lock_timeout ... Áp dụng cho mọi loại lock, kể cả table lock của DDL.",
+    ),
+    *(_dml_beside_dml(v) for v in VARIANTS),
+    *(
+        invariants_hold("LC-10", v, f"{v}: the updater's write landed, nothing left waiting")
+        for v in VARIANTS
+    ),
+)
+PUBLISHED: Mapping[str, str] = {
+    "buggy": PUBLISHED_TREE,
+    "fixed": "SET lock_timeout: Áp dụng cho mọi loại lock, kể cả table lock của DDL.",
+}
+
+
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["ddl_lock_timeout_ms"] < 1:  # 0 is PostgreSQL's "wait forever": no fix at all
+        raise LabError(f"-p ddl_lock_timeout_ms={p['ddl_lock_timeout_ms']}: at least 1 ms")
+
+
+SCENARIO = Scenario(
+    id="lock-queue",
+    validate=validate,
+    doc=code.__doc__ or "",
+    kind="script",  # the run is the canonical schedule: the subject is one order
+    variants=scripted(code.PINNED, SCHEDULE),
+    pinned=code.PINNED,
+    outcomes=("ok", "55P03", "idle"),
+    claims=CLAIMS,
+    published=dict(PUBLISHED),
+    setup=code.setup,
+    invariant=code.invariant,
+    defaults=Defaults(n=1, run_timeout_s=60),
+    params={"ddl_lock_timeout_ms": 100},
+    param_help={"ddl_lock_timeout_ms": "fixed: SET LOCAL lock_timeout before the ALTER"},
+    sources=("LC",),
+)
