@@ -389,38 +389,37 @@ class Sequencer:
                 await within(self._changed.wait(), POLL_S)
 
     async def _until_ended(self, st: _State, step: str) -> None:
-        """A step marked (*): settle, wait (at most `resolve_timeout`) until it has ended by
-        itself, then settle again, which prints its <... completed> line."""
+        """A step marked (*): settle, wait until it has ended by itself, then settle again,
+        which prints its <... completed> line."""
         await self._settle()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.resolve_timeout
-        while not st.ended and st.running == step:
-            if loop.time() > deadline:
-                raise InterleaveTimeout(
-                    f"{self.label}, at {self._item}(*): it did not end by itself in "
-                    f"{self.resolve_timeout} s"
-                )
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await within(self._changed.wait(), 0.05)
+        await self._server_moves(
+            lambda: st.ended or st.running != step, "(*): it did not end by itself"
+        )
         self._own = False
         await self._settle()
 
     async def _resolve(self) -> None:
         """Every live session is blocked: wait for the server to end one wait, then settle."""
+        before = {n: (st.running, st.ended) for n, st in self.states.items()}
+        await self._server_moves(
+            lambda: {n: (st.running, st.ended) for n, st in self.states.items()} != before,
+            ": every session blocked and the server broke no wait",
+        )
+        await self._settle()
+
+    async def _server_moves(self, moved: Callable[[], bool], failure: str) -> None:
+        """Until `moved()`, which only the server can bring about (a deadlock detector, a
+        timeout); past `resolve_timeout` InterleaveTimeout, naming the item and `failure`."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.resolve_timeout
-        before = {n: (st.running, st.ended) for n, st in self.states.items()}
-        while {n: (st.running, st.ended) for n, st in self.states.items()} == before:
+        while not moved():
             if loop.time() > deadline:
                 raise InterleaveTimeout(
-                    f"{self.label}, at {self._item}: every session blocked and the server "
-                    f"broke no wait in {self.resolve_timeout} s"
+                    f"{self.label}, at {self._item}{failure} in {self.resolve_timeout} s"
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await within(self._changed.wait(), 0.05)
-        await self._settle()
 
     def _flush(self) -> None:
         """Print the granted step's line, then completions in session order."""
