@@ -524,7 +524,10 @@ def print_explore(console: Console, record: Mapping[str, Any], transcripts: bool
     """The matrix (variant x isolation: kept / broke / invalid), then the first failing
     schedule's transcript of each variant."""
     levels = record["isolation"]
-    table = Table(title=f"{record['scenario']}: every interleaving", title_justify="left")
+    cells = [c for e in record["variants"].values() for c in e["by_isolation"].values()]
+    only = bool(cells) and all(c.get("canonical_only") for c in cells)
+    what = "canonical schedules" if only else "every interleaving"
+    table = Table(title=f"{record['scenario']}: {what}", title_justify="left")
     table.add_column("variant", no_wrap=True)
     for iso in levels:
         table.add_column(iso.replace("_", " "), overflow="fold")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lab.errors import LabError
-from lab.pinned import PinnedResult, expected_dir, trace
+from lab.pinned import PinnedResult, expected_dir, explore, trace
 from lab.servers import Servers
 from scenarios.lock_queue import SCENARIO
 from scenarios.lock_queue.claims import PUBLISHED_TREE, READERS, SCHEDULE
@@ -117,6 +117,20 @@ async def test_a_run_replays_the_canonical_schedule(run_scenario: RunFn) -> None
         assert all(i["held"] for i in rec["invariants"]), rec["invariants"]
     assert records["buggy"]["outcomes"] == {"ok": 8, "idle": 1}
     assert records["fixed"]["outcomes"] == {"ok": 7, "55P03": 1, "idle": 1}
+
+
+async def test_explore_runs_the_canonical_schedules_only(servers: Servers) -> None:
+    """Explore of nine sessions runs each variant's canonical schedule and nothing else (its
+    record says so), and every explore claim holds on that record."""
+    plan = {v: [RC] for v in ("buggy", "fixed")}
+    record = await explore(SCENARIO, servers, plan, run_id="test", deadlock_ms=1000)
+    for v in plan:
+        cell = record["variants"][v]["by_isolation"][RC]
+        assert cell["canonical_only"] and cell["ran"] == cell["interleavings"] == 1
+        assert list(cell["canonical"]) == [SCHEDULE]
+    explored = [c for c in SCENARIO.claims if c.explore]
+    verdicts = {c.text: c.check(record["variants"]) for c in explored}
+    assert len(verdicts) == 8 and all(v and v[0] for v in verdicts.values()), verdicts
 
 
 async def test_no_lock_timeout_is_refused(run_scenario: RunFn) -> None:
