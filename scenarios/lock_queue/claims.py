@@ -37,14 +37,14 @@ def _at(run: Run, who: str) -> int:
     """Index of the transcript line of `who`'s last step (its <... completed> if it waited)."""
     step = code.STEPS[who][-1]
     lines = run["transcript"].splitlines()
-    return max(i for i, x in enumerate(lines) if x.startswith(f"{who} {step} "))
+    return max((i for i, x in enumerate(lines) if x.startswith(f"{who} {step} ")), default=-1)
 
 
 def _kill(run: Run) -> int:
-    """Index of the line of the dba's pg_terminate_backend."""
-    return next(
-        i for i, x in enumerate(run["transcript"].splitlines()) if x.startswith("dba terminate ")
-    )
+    """Index of the line of the dba's pg_terminate_backend (a large one when it is missing:
+    nothing then counts as having come after it)."""
+    lines = run["transcript"].splitlines()
+    return next((i for i, x in enumerate(lines) if x.startswith("dba terminate ")), len(lines))
 
 
 def _tree(run: Run) -> dict[str, dict[str, Any]]:
@@ -89,7 +89,7 @@ def _terminate_frees(run: Run) -> tuple[bool, str]:
 def _ddl_gives_up(run: Run) -> tuple[bool, str]:
     kill, lines = _kill(run), run["transcript"].splitlines()
     answer = lines[_at(run, "ddl")]
-    early = all(_at(run, r) < kill and f"{r} read" not in run["waited"] for r in READERS)
+    early = all(0 <= _at(run, r) < kill and f"{r} read" not in run["waited"] for r in READERS)
     held = run["outcomes"]["ddl"] == "55P03" and TIMEOUT_TEXT in answer and run["kept"] and early and not set(READERS) & set(_tree(run))  # fmt: skip
     got = answer.split("ERROR", 1)[-1].strip()
     return held, (
