@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-Record = Mapping[str, Any]
+from lab.records import Record as Record
+
 # (held, measured), or None when the run does not exercise the claim (e.g. a failure
 # mode the run left off): the claim is then not judged, as when a variant is missing.
 Check = Callable[[Mapping[str, Record]], tuple[bool, str] | None]

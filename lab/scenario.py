@@ -28,6 +28,7 @@ import asyncpg
 
 from lab.claims import Claim
 from lab.errors import ScenarioFailure
+from lab.records import InvariantJson
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -90,7 +91,7 @@ class Check:
     held: bool
     detail: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InvariantJson:
         return {"name": self.name, "held": self.held, "detail": self.detail}
 
 

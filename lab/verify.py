@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -410,7 +410,7 @@ async def verify_scenario(
                 }
                 if write:
                     write_record(rec)
-            done.append(Trial(trial_knobs.seed, {r["variant"]: r for r in records}))
+            done.append(Trial(trial_knobs.seed, {r["variant"]: cast(Record, r) for r in records}))
             if k == 1:
                 result.records = done[0].records
     except LabError:
