@@ -40,6 +40,7 @@ class Record(TypedDict, total=False):
     evidence: dict[str, Any]
     trace: list[dict[str, Any]]
     published: str
+    published_measured: list[dict[str, Any]]  # lab.published.Measured.to_json, per run
     claims: list[dict[str, Any]]
     load: dict[str, Any]
     verify: dict[str, Any]  # verify's trial, case and profile

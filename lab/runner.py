@@ -523,6 +523,7 @@ async def _run_variant(
             "evidence": evidence,
             "trace": env.events[:MAX_TRACE],
             "published": scenario.published.get(variant, ""),
+            "published_measured": [m.to_json() for m in scenario.measured.get(variant, ())],
             "claims": [],
         }
         if load:

@@ -28,6 +28,7 @@ import asyncpg
 
 from lab.claims import Claim
 from lab.errors import ScenarioFailure
+from lab.published import Measured
 from lab.records import InvariantJson
 
 if TYPE_CHECKING:
@@ -116,6 +117,9 @@ class Scenario:
     outcomes: tuple[str, ...]  # every key a variant may end with (words and SQLSTATEs)
     claims: tuple[Claim, ...] = ()
     published: Mapping[str, str] = field(default_factory=dict)  # variant -> the line printed
+    # variant -> the runs the documents published, as numbers (lab.published); the
+    # record keeps them, claims and the report read them
+    measured: Mapping[str, tuple[Measured, ...]] = field(default_factory=dict)
     setup: Setup | None = None
     invariant: Invariant | None = None
     defaults: Defaults = Defaults()
