@@ -179,6 +179,16 @@ def check_steps(scenario: Scenario, variant: str, steps: Sequence[str]) -> None:
 # --- one database for a command ----------------------------------------------------------
 
 
+async def _read_only(conn: asyncpg.Connection) -> None:
+    """The watch pool's reset: its queries change no session state, so nothing to undo."""
+
+
+async def watch_pool(dsn: str) -> asyncpg.Pool:
+    """A small pool for the sequencer's looks at the server (read-only queries)."""
+    pool: asyncpg.Pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2, reset=_read_only)
+    return pool
+
+
 class PinnedDatabase:
     """One database for pinned runs: reset before every run (the public schema dropped, the
     run's Redis keys deleted, then the caller's setup), and the sessions' connections, kept
@@ -189,6 +199,9 @@ class PinnedDatabase:
         self.app = app  # the sessions' application_name, before "/<session>"
         self.dsn = dsn
         self.pool = pool
+        # the sequencer's look at pg_stat_activity / pg_locks, many times a step: read-only,
+        # so its pool skips asyncpg's reset query (a round trip) on every release
+        self.watch: asyncpg.Pool | None = None
         self.redis: Any = None
         self.prefix = ""  # the run's Redis keys (with a client in `redis`)
         self._idle: list[asyncpg.Connection] = []  # session connections free for a run
@@ -283,7 +296,7 @@ class PinnedLab(PinnedDatabase):
                 return lambda s: c(env, s)
 
             seq = Sequencer(
-                self.pool,
+                self.watch or self.pool,
                 {s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)},
                 label=f"{sc.id} / {variant} / {name or 'interleaving'}",
                 header=self.header(variant, name or "interleaving", isolation),
@@ -352,13 +365,15 @@ async def pinned_lab(
         assert servers.pg is not None
         lab.dsn = with_database(servers.pg.dsn, lab.database)
         lab.pool = await asyncpg.create_pool(lab.dsn, min_size=1, max_size=3)
+        lab.watch = await watch_pool(lab.dsn)
         if "redis" in scenario.uses:
             lab.redis = await redis_client(servers, 16)
         yield lab
     finally:
         lab.terminate_all()
-        if lab.pool is not None:
-            lab.pool.terminate()
+        for pool in (lab.pool, lab.watch):
+            if pool is not None:
+                pool.terminate()
         if lab.redis is not None:
             with contextlib.suppress(Exception):
                 await lab.redis.aclose()
