@@ -259,14 +259,17 @@ class PinnedDatabase:
 class PinnedLab(PinnedDatabase):
     """A database for pinned runs of one scenario, reset before every run."""
 
-    def __init__(self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int):
+    def __init__(
+        self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
+    ):
         super().__init__(f"locklab/{scenario.id}/pinned")
         self.scenario = scenario
         self.servers = servers
         self.run_id = run_id
         self.deadlock_ms = deadlock_ms
-        self.database = database_name(run_id, scenario.id, "pinned")
-        self.prefix = f"locklab:{run_id}:pinned:"
+        # `lane`: explores of one scenario side by side each have a database of their own
+        self.database = database_name(run_id, scenario.id, f"pinned{lane}")
+        self.prefix = f"locklab:{run_id}:pinned{lane}:"
 
     async def run(
         self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
@@ -349,10 +352,10 @@ def _held(held: bool) -> str:
 
 @asynccontextmanager
 async def pinned_lab(
-    scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int
+    scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
 ) -> AsyncIterator[PinnedLab]:
     """A fresh database (and Redis prefix) for one trace or explore, dropped afterwards."""
-    lab = PinnedLab(scenario, servers, run_id, deadlock_ms)
+    lab = PinnedLab(scenario, servers, run_id, deadlock_ms, lane)
     admin = await admin_connect(servers)
     created = False
     try:
@@ -457,14 +460,16 @@ async def explore(
     run_id: str,
     deadlock_ms: int,
     on_progress: Callable[[str], None] | None = None,
+    lane: str = "",
 ) -> dict[str, Any]:
     """Every interleaving of each variant's declared steps at each of its isolation levels
     (`plan`: variant -> levels), and its canonical schedules; the explore record (see the
-    module doc)."""
+    module doc). `lane` names this explore's database apart from others of the same
+    scenario running at the same time (see merge_explores)."""
     pinned = pinned_of(scenario)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     by_variant: dict[str, dict[str, Any]] = {}
-    async with pinned_lab(scenario, servers, run_id, deadlock_ms) as lab:
+    async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane) as lab:
         for variant, levels in plan.items():
             steps = pinned.steps[variant]
             total = count_interleavings(steps)
@@ -505,6 +510,16 @@ async def explore(
         "lab": {"version": __version__, "git_commit": git_commit(), "python": platform.python_version()},
         "variants": by_variant,
     }  # fmt: skip
+
+
+def merge_explores(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One explore record from explores of the same scenario, each of some of its
+    variants (run side by side): the variants in the parts' order, every level any ran."""
+    merged = dict(parts[0])
+    merged["variants"] = {v: cell for p in parts for v, cell in p["variants"].items()}
+    merged["isolation"] = [x for x in ISOLATION_LEVELS if any(x in p["isolation"] for p in parts)]
+    merged["started_at"] = min(str(p["started_at"]) for p in parts)
+    return merged
 
 
 def explore_path(run_id: str, scenario: str, root: Path | None = None) -> Path:
