@@ -47,3 +47,29 @@ class Record(TypedDict, total=False):
     # --- an explore record's entry for one variant ---------------------------------------
     steps: dict[str, Any]
     by_isolation: dict[str, dict[str, Any]]
+
+
+class TrialVerdict(TypedDict):
+    seed: int | None
+    held: bool
+    measured: str
+
+
+class Verdict(TypedDict, total=False):
+    """One claim judged on one run (or over trials): what verify prints and saves."""
+
+    id: str
+    text: str
+    variants: list[str]
+    published: str
+    profiles: list[str]
+    held: bool
+    measured: str
+    not_judged: bool  # the check said the run could not judge it (NotJudged)
+    trials: list[TrialVerdict]
+    trials_held: int
+    trials_needed: int
+    trials_asked: int
+    judged: bool
+    status: str  # held | not held | not judged | not exercised
+    note: str

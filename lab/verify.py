@@ -26,7 +26,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lab.catalogue import document_counts
-from lab.claims import Claim, Record, judge_trials
+from lab.claims import Claim, Record, Verdict, judge_trials
 from lab.errors import LabError
 from lab.profiles import check_profile, claims_for, profile_settings
 from lab.results import read_record, results_root, run_folder, write_json, write_record
@@ -60,7 +60,7 @@ class ScenarioVerdicts:
     knobs: dict[str, Any]
     params: dict[str, Any]
     trials: int
-    verdicts: list[dict[str, Any]]
+    verdicts: list[Verdict]
     skipped: list[dict[str, Any]] = field(default_factory=list)  # claims of other profiles
     error: str | None = None
     wall_s: float = 0.0
@@ -193,7 +193,7 @@ def variants_for_trial(
     return [v for v in scenario.variants if v in need]
 
 
-def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str, Any]]:
+def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[Verdict]:
     """Every claim's verdict over the trials it asks for (pure: records in, verdicts out).
 
     Each verdict has a `status`: "held", "not held", "not judged" (a variant's record is
@@ -201,10 +201,10 @@ def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str,
     this run's settings do not exercise it, e.g. a failure mode left off). Nothing is
     silently dropped.
     """
-    out: list[dict[str, Any]] = []
+    out: list[Verdict] = []
     for c in claims:
         runs = [t for t in trials[: c.trials] if all(v in t.records for v in c.variants)]
-        verdict = judge_trials(c, [t.records for t in runs], [t.seed for t in runs])
+        verdict: Verdict | None = judge_trials(c, [t.records for t in runs], [t.seed for t in runs])
         exercised = len(verdict["trials"]) if verdict is not None else 0
         if not runs:
             missing = sorted({v for t in trials for v in c.variants if v not in t.records})
@@ -236,7 +236,7 @@ def is_gap(v: Mapping[str, Any]) -> bool:
     return str(v.get("text", "")).startswith(NOT_REPRODUCED)
 
 
-def _bare(c: Claim) -> dict[str, Any]:
+def _bare(c: Claim) -> Verdict:
     return {
         "id": c.id,
         "text": c.text,
@@ -696,7 +696,9 @@ def merge_cases(results: Sequence[ScenarioVerdicts]) -> list[ScenarioVerdicts]:
     case named in the claim text (for views keyed by scenario, such as the report)."""
     merged: dict[str, ScenarioVerdicts] = {}
     for r in results:
-        tagged = [{**v, "text": f"[{r.case}] {v['text']}"} if r.case else v for v in r.verdicts]
+        tagged: list[Verdict] = [
+            {**v, "text": f"[{r.case}] {v['text']}"} if r.case else v for v in r.verdicts
+        ]
         if r.scenario not in merged:
             merged[r.scenario] = replace(r, case="", verdicts=list(tagged))
         else:
