@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scenarios.deadlock_detector import SCENARIO, SHORT_DT_MS
+from scenarios.deadlock_detector import SCENARIO
+from scenarios.deadlock_detector.deadlock_detector import SHORT_DT_MS
 from tests.conftest import RunFn, assert_all_held
 
 

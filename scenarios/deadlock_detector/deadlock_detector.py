@@ -15,7 +15,7 @@ Published:  "-- Set lock timeout to prevent permanent deadlock / SET lock_timeou
             deadlock_timeout (mặc định 1s) mới chạy bộ dò ... Docs nói rõ bên nào bị chọn là
             khó đoán và không nên dựa vào. Thường đó là bên chạy bộ dò"
             — locking-concurrency-control.vi.txt ("Deadlock")
-See:        claims DP-8, LC-35. Two sessions, forced order: s1 locks its first row, s2 its
+See:        claims DP-8, LC-35 in claims.py. Two sessions, forced order: s1 locks its first row, s2 its
             first, s1 asks for its second (the lab waits until the server shows s1 blocked),
             then s2 asks for its second and the cycle closes. Times are from each session's
             own second statement. DP-8 runs the pair at lock_timeout 5 s and 500 ms with
@@ -34,9 +34,8 @@ from typing import Any
 
 import asyncpg
 
-from lab.claims import Claim, Record
 from lab.interleave import done_or_blocked, task_or_blocked
-from lab.scenario import Defaults, Env, Scenario
+from lab.scenario import Env
 
 ROWS = ("A", "B")
 DEADLOCK_TIMEOUT_MS = 1000  # the documents' setting
@@ -124,91 +123,3 @@ async def buggy(env: Env) -> None:
 
 async def fixed(env: Env) -> None:
     await _run(env)  # pair() locks both sessions' rows in one order
-
-
-# --- claims -------------------------------------------------------------------------------
-
-
-def _dp8(lock_timeout_ms: int, code: str, after_ms: int) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        p = next((x for x in records["buggy"]["evidence"]["dp8"]
-                  if x["lock_timeout_ms"] == lock_timeout_ms), None)  # fmt: skip
-        if p is None:
-            return None
-        t = p["after_ms"][0]  # s1 waited first: its timer (deadlock or lock) fires first
-        # Which timer fired is the error code (55P03 means lock_timeout came before the
-        # detector, 40P01 the reverse); time is judged from below only: a timer never fires
-        # early, but a loaded machine may report it late by any amount.
-        held = p["ends"][0] == code and t is not None and t >= after_ms
-        held = held and (code != "40P01" or p["ends"][1] == "ok")  # the detector frees s2
-        return held, f"buggy, lock_timeout {lock_timeout_ms} ms: ends {p['ends']}, s1 after {t} ms"
-
-    return Claim(
-        "DP-8",
-        f"lock_timeout {lock_timeout_ms} ms, deadlock_timeout {DEADLOCK_TIMEOUT_MS} ms: the "
-        f"first waiter gets {code}, not before {after_ms} ms"
-        + (", the other commits" if code == "40P01" else ""),
-        ("buggy",),
-        check,
-        published="SET lock_timeout = '5s' -- to prevent permanent deadlock"
-        if lock_timeout_ms == 5000 else "",
-    )  # fmt: skip
-
-
-def _victim(records: Mapping[str, Record]) -> tuple[bool, str]:
-    ev = records["buggy"]["evidence"]
-    trials = ev["victims"]
-    won = [p["ends"] == ["ok", "40P01"] for p in trials]
-    times = [p["after_ms"][1] for p in trials]
-    held = bool(trials) and all(won) and ev["superuser"]
-    return held, (
-        f"buggy: the later waiter (deadlock_timeout {SHORT_DT_MS} ms) was the victim in "
-        f"{sum(won)}/{len(trials)} trials, after {min(times, default=0)}..{max(times, default=0)}"
-        f" ms of its wait; the first waiter ({DEADLOCK_TIMEOUT_MS} ms) committed; superuser="
-        f"{ev['superuser']}"
-    )
-
-
-def _no_errors(records: Mapping[str, Record]) -> tuple[bool, str]:
-    out = records["fixed"]["outcomes"]
-    return set(out) == {"ok"}, f"fixed: every session of every pair: {out}"
-
-
-CLAIMS = (
-    _dp8(5000, "40P01", DEADLOCK_TIMEOUT_MS),
-    _dp8(500, "55P03", 500),
-    Claim(
-        "LC-35",
-        "The victim is the session whose wait ran the detector: the later waiter, given the "
-        "shorter deadlock_timeout, is the victim in every trial",
-        ("buggy",),
-        _victim,
-        published="bên nào bị chọn là khó đoán ... Thường đó là bên chạy bộ dò",
-    ),
-    Claim(
-        "DP-8",
-        "fixed (one lock order): no 40P01 and no 55P03 at any setting",
-        ("fixed",),
-        _no_errors,
-    ),
-)
-
-SCENARIO = Scenario(
-    id="deadlock-detector",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed},
-    outcomes=("ok", "40P01", "55P03"),
-    claims=CLAIMS,
-    published={
-        "buggy": "SET lock_timeout = '5s' to prevent permanent deadlock",
-        "fixed": "one lock order: no cycle",
-    },
-    setup=setup,
-    defaults=Defaults(n=2, run_timeout_s=120),
-    params={"victim_trials": 10},
-    param_help={"victim_trials": "LC-35 pairs, the later waiter given the shorter timeout"},
-    sources=("DP", "LC"),
-    quick={"victim_trials": 4},
-    script_connections=lambda n: 2,
-)
