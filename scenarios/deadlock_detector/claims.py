@@ -1,8 +1,10 @@
 """deadlock-detector: what the documents claim, how each claim is judged, and the assembly.
 
-Every claim is judged on one run per variant (the code in deadlock_detector.py): the ends
-and times of the forced pair at two lock_timeouts (DP-8), and of the pairs whose later
-waiter has the shorter deadlock_timeout (LC-35).
+Every claim is judged on one run per variant (`run` in deadlock_detector.py): the ends and
+times of the variant's sessions pinned to the schedule `cross`, at two lock_timeouts
+(DP-8), and with the later waiter given the shorter deadlock_timeout (LC-35). The same
+sessions are what `locklab trace` / `explore deadlock-detector` run (at lock_timeout 5 s,
+the lab's deadlock_timeout).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ SCENARIO = Scenario(
     id="deadlock-detector",
     doc=code.__doc__ or "",
     kind="script",
-    variants={"buggy": code.buggy, "fixed": code.fixed},
+    variants={"buggy": code.run, "fixed": code.run},  # each runs its own pinned pair
+    pinned=code.PINNED,
     outcomes=("ok", "40P01", "55P03"),
     claims=CLAIMS,
     published={
@@ -91,6 +94,7 @@ SCENARIO = Scenario(
         "fixed": "one lock order: no cycle",
     },
     setup=code.setup,
+    invariant=code.invariant,
     defaults=Defaults(n=2, run_timeout_s=120),
     params={"victim_trials": 10},
     param_help={"victim_trials": "LC-35 pairs, the later waiter given the shorter timeout"},
