@@ -3,7 +3,8 @@
 The claims are judged on loads of the code in lock_timeouts.py: the `slow-holder` case
 (12 carts, each holding its rows past the global timeout) for the mechanism, the
 document's load (200 carts, published profile, over trials) for what holds on any
-machine, with the 55P03 count shown.
+machine, with the 55P03 count shown. The same carts run pinned (`locklab trace
+lock-timeouts`, expected/): s2 queued behind s1, who holds its rows HOLD_MS each.
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ SCENARIO = Scenario(
     validate=code.validate,
     doc=code.__doc__ or "",
     kind="actors",
-    variants={"buggy": code.buggy, "fixed": code.fixed},
+    variants=code.PINNED.actors(),
+    pinned=code.PINNED,
     outcomes=("ok", "55P03", "40P01"),
     claims=CLAIMS,
     published={

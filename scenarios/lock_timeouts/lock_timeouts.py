@@ -16,8 +16,10 @@ Published:  "lock_timeout quá ngắn cho DML thường: đặt 100 ms toàn c�
             giây) cho request"; withTx runs `SET LOCAL lock_timeout = '3s'`
             — locking-concurrency-control.vi.txt ("Gotchas", the withTx helper). The
             document's checkout load: 200 carts, both SKUs, 5 ms between updates.
-See:        claim LC-27 in claims.py. Both variants run on a database whose lock_timeout is 100 ms
-            (`ALTER DATABASE ... SET lock_timeout`, what a postgresql.conf line does for one
+See:        claim LC-27 in claims.py; expected/ has the pinned schedule's transcripts (s1
+            holds each row HOLD_MS; s2, queued behind it, gets 55P03 under the global
+            setting and waits under SET LOCAL). Both variants run on a database whose
+            lock_timeout is 100 ms (`ALTER DATABASE ... SET lock_timeout`, what a postgresql.conf line does for one
             database); the fix overrides it inside each transaction. The checkout here is
             this scenario's own, sorted in both variants: only the timeout differs.
             What PostgreSQL 17 does differs from "fails whenever there is contention". The
@@ -43,10 +45,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-import asyncpg
-
 from lab.errors import LabError
 from lab.scenario import Env
+from lab.steps import Pinned, Session, show_sql
 
 # checkout-deadlock's table, SKUs and stock; its invariant holds here too: each committed
 # checkout took one unit of each SKU, a timed-out one took none
@@ -57,6 +58,7 @@ TX_TIMEOUT = "3s"  # the withTx helper's SET LOCAL
 SLOW = "slow-holder"  # the case where one holder keeps the row past GLOBAL_TIMEOUT
 SLOW_PAUSE_MS = 60.0  # x2 updates: each holder keeps the row past GLOBAL_TIMEOUT
 LOAD_TRIALS = 5  # at the document's load, whether a holder stalls past 100 ms is chance
+HOLD_MS = 300.0  # pinned: each hold, 3x GLOBAL_TIMEOUT (the waiter's 55P03 comes within it)
 
 
 def validate(n: int, p: Mapping[str, object]) -> None:
@@ -71,25 +73,42 @@ async def setup(env: Env) -> None:
     await env.db.execute(f"ALTER DATABASE \"{env.database}\" SET lock_timeout = '{GLOBAL_TIMEOUT}'")
 
 
-async def _checkout(env: Env, conn: asyncpg.Connection, per_tx: bool) -> str:
-    pause = env.params["step_pause_ms"] / 1000
-    async with conn.transaction():
-        if per_tx:  # step set-local: the fix, the helper's first statement
-            await conn.execute(f"SET LOCAL lock_timeout = '{TX_TIMEOUT}'")
-        # step show: the timeout this transaction waits under (counted per value)
-        env.add(f"lock_timeout={await conn.fetchval('SHOW lock_timeout')}")
-        # step update-<sku>: every cart holds both SKUs, locked in one global (sorted) order
-        for sku in sorted(checkout.SKUS):
-            await conn.execute("UPDATE inventory SET qty = qty - 1 WHERE sku = $1", sku)
-            await asyncio.sleep(pause)  # the "other logic" while the row is held
+async def _checkout(env: Env, s: Session, per_tx: bool) -> str:
+    pause_ms = env.params["step_pause_ms"]
+
+    async def take(sku: str) -> str:  # lock the row, then the "other logic" while it is held
+        status = str(await s.conn.execute(checkout.TAKE, sku))
+        await asyncio.sleep(pause_ms / 1000)  # time is the subject: how long the row is held
+        return status
+
+    async with s.transaction():
+        if per_tx:  # the fix, the helper's first statement
+            await s.execute("set-local", f"SET LOCAL lock_timeout = '{TX_TIMEOUT}'")
+        # observed, not a step: the timeout this transaction waits under (counted per value)
+        env.add(f"lock_timeout={await s.conn.fetchval('SHOW lock_timeout')}")
+        for sku in sorted(checkout.SKUS):  # every cart holds both SKUs, in one global order
+            shown = f"{show_sql(checkout.TAKE, (sku,))}; {pause_ms:g} ms other logic"
+            await s.step(checkout.STEP[sku], take, sku, shown=shown)
     return "ok"
 
 
-async def buggy(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
-    assert conn is not None
-    return await _checkout(env, conn, per_tx=False)
+async def buggy(env: Env, s: Session) -> str:
+    return await _checkout(env, s, per_tx=False)
 
 
-async def fixed(env: Env, conn: asyncpg.Connection | None, actor: int) -> str:
-    assert conn is not None
-    return await _checkout(env, conn, per_tx=True)  # the whole fix
+async def fixed(env: Env, s: Session) -> str:
+    return await _checkout(env, s, per_tx=True)  # the whole fix
+
+
+# --- pinned: two sorted carts, each holding each row HOLD_MS, past the global timeout ---
+
+CART = ("lock-a", "lock-b", "commit")
+PINNED = Pinned(
+    code={"buggy": buggy, "fixed": fixed},
+    steps={"buggy": {"s1": CART, "s2": CART}, "fixed": {"s1": ("set-local", *CART), "s2": ("set-local", *CART)}},
+    schedules={  # s2 queues behind s1, who holds A-1 while it takes B-2
+        "buggy": {SLOW: ("s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")},
+        "fixed": {SLOW: ("s1 set-local", "s2 set-local", "s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")},
+    },
+    params={"step_pause_ms": HOLD_MS},
+)  # fmt: skip
