@@ -1,4 +1,5 @@
-"""deadlock-detector: the code under test in deadlock_detector.py, its claims in claims.py."""
+"""deadlock-detector: the code under test in deadlock_detector.py, its claims in claims.py, its
+transcripts in expected/."""
 
 from __future__ import annotations
 

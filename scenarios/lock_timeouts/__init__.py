@@ -1,4 +1,5 @@
-"""lock-timeouts: the code under test in lock_timeouts.py, its claims in claims.py."""
+"""lock-timeouts: the code under test in lock_timeouts.py, its claims in claims.py, its
+transcripts in expected/."""
 
 from __future__ import annotations
 
