@@ -145,6 +145,6 @@ PINNED = Pinned(
         "fixed-coarse": {"both-first": ("s1 lock-transfer-system", "s2 lock-transfer-system")},
     },
     # pinned, the schedule decides who times out, not a race of two timers: a lock timeout
-    # of 0 (one try), a frozen wait stopped after 500 ms, one retry
+    # of 0 (one try); a frozen wait stopped after 500 ms (within the sequencer's 1 s abort)
     params={"lock_timeout_ms": 0.0, "watch_ms": 500.0, "max_tries": 2},
 )  # fmt: skip
