@@ -91,15 +91,21 @@ def test_limit_names_the_side_that_kept_the_rate_down(
 
 
 async def test_preconnect_opens_the_pool_before_the_clock(url: str) -> None:
-    """preconnect leaves `count` connections open in the client's pool (at most its size)."""
-    client = aioredis.Redis(
-        connection_pool=aioredis.BlockingConnectionPool.from_url(url, max_connections=30)
-    )
+    """preconnect leaves `count` connections open in the client's pool (at most its size),
+    as Redis lists them."""
+    name = f"preconnect-test-{uuid.uuid4().hex[:8]}"
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=30, client_name=name)
+    client = aioredis.Redis(connection_pool=pool)
+    observer = aioredis.Redis.from_url(url)
+
+    async def open_ones() -> int:
+        return sum(c.get("name") == name for c in await observer.client_list())
+
     try:
-        before = (await client.info("clients"))["connected_clients"]
         await preconnect(client, 25)
-        assert (await client.info("clients"))["connected_clients"] >= before + 24
+        assert await open_ones() == 25
         await preconnect(client, 100)  # capped at the pool's 30
-        assert (await client.info("clients"))["connected_clients"] >= before + 29
+        assert await open_ones() == 30
     finally:
         await client.aclose()
+        await observer.aclose()

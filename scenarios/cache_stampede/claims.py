@@ -19,7 +19,7 @@ Failures:   (DL-21) -p rebuild_fails=true -p lock_ttl_s=2: the first rebuild thr
 Counting:   counters redis_get/set/del/eval are the client's commands. INFO commandstats
             (evidence.redis_commandstats) shows the same, plus the GET and DEL that run
             inside the compare-and-delete EVAL, plus the lab's own: info and pttl (the wait
-            window's sampler, every 20 ms). Lock SETs use PX: the document's `EX 10` is
+            window's sampler, every 50 ms). Lock SETs use PX: the document's `EX 10` is
             `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
             lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
             run of 4 at n=500, where the client's event loop is saturated).
