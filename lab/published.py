@@ -35,7 +35,8 @@ class Measured:
         parts = [f"{self.label}:"] if self.label else []
         if self.outcomes is not None:
             parts.append(json.dumps(dict(self.outcomes), separators=(",", ":")))
-        parts += [f"{k}={_num(v)}" for k, v in self.figures.items()]
+        if self.figures:
+            parts.append(", ".join(f"{k}={_num(v)}" for k, v in self.figures.items()))
         if self.wall_ms is not None:
             parts.append(f"in {_num(self.wall_ms)} ms")
         if self.n is not None:

@@ -1,7 +1,7 @@
 """`redis-benchmark -t get` against the run's Redis: what this Redis serves, counted by Redis.
 
 The reference for client-bound claims (DL-20) and for `locklab bench redis`. GET/s is
-Redis's own count (INFO commandstats, sampled every 50 ms) over the time redis-benchmark
+Redis's own count (INFO commandstats, sampled every 50 ms by lab.redisstats) over the time redis-benchmark
 was sending, as the lab's wait window has its connections open before it starts; the
 count over its whole wall time (connecting 5,000 clients included) and redis-benchmark's
 own figure are kept beside it. CPU seconds of redis-benchmark (rusage of the reaped
@@ -23,6 +23,7 @@ import urllib.parse
 from typing import Any
 
 from lab.errors import LabError
+from lab.redisstats import Sampler
 
 REQUESTS_PER_CLIENT = 20  # -n: enough that connecting the clients is not all it measures
 MIN_REQUESTS = 20_000
@@ -31,18 +32,6 @@ SAMPLE_S = 0.05  # INFO commandstats this often while it runs: the rate while it
 
 def find_redis_benchmark() -> str | None:
     return shutil.which("redis-benchmark")
-
-
-def _redis_cpu(info: dict[str, Any]) -> float:
-    return float(info.get("used_cpu_user", 0)) + float(info.get("used_cpu_sys", 0))
-
-
-async def _sample(observer: Any, samples: list[tuple[float, int]]) -> None:
-    """Redis's GET count every SAMPLE_S while the benchmark runs."""
-    while True:
-        await asyncio.sleep(SAMPLE_S)
-        info = await observer.info("commandstats")
-        samples.append((time.perf_counter(), _get_calls(info)))
 
 
 def _sending(samples: list[tuple[float, int]]) -> tuple[float, int]:
@@ -55,16 +44,9 @@ def _sending(samples: list[tuple[float, int]]) -> tuple[float, int]:
     return last[0] - first[0], last[1] - first[1]
 
 
-def _get_calls(info: dict[str, Any]) -> int:
-    stat = info.get("cmdstat_get")
-    return int(stat.get("calls", 0)) if isinstance(stat, dict) else 0
-
-
-async def redis_benchmark(
-    observer: Any, url: str, clients: int, requests: int | None = None
-) -> dict[str, Any]:
-    """Run `redis-benchmark -t get -c clients -n requests`; `observer` is a redis-py client
-    of the same server (INFO before and after). Raises LabError when it cannot run."""
+async def redis_benchmark(url: str, clients: int, requests: int | None = None) -> dict[str, Any]:
+    """Run `redis-benchmark -t get -c clients -n requests` against the Redis at `url`,
+    sampled meanwhile (lab.redisstats.Sampler). Raises LabError when it cannot run."""
     requests = requests or max(MIN_REQUESTS, REQUESTS_PER_CLIENT * clients)
     binary = find_redis_benchmark()
     if binary is None:
@@ -77,25 +59,25 @@ async def redis_benchmark(
             cmd += ["--user", urllib.parse.unquote(parts.username)]
     db = (parts.path or "/0").lstrip("/") or "0"
     cmd += ["--dbnum", db, "-t", "get", "-c", str(clients), "-n", str(requests), "--csv"]
-    before = await observer.info("cpu", "commandstats")
+    sampler = Sampler(url, every_s=SAMPLE_S)
+    await sampler.start()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    samples: list[tuple[float, int]] = [(time.perf_counter(), _get_calls(before))]
-    sampler = asyncio.create_task(_sample(observer, samples))
     try:
-        out, err = await proc.communicate()
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        try:
+            out, err = await proc.communicate()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
     finally:
-        sampler.cancel()
-        await asyncio.gather(sampler, return_exceptions=True)
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        samples = await sampler.stop()
     seconds = time.perf_counter() - started
     after_children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    after = await observer.info("cpu", "commandstats")
+    before, after = samples[0], samples[-1]
     rows = [r for r in csv.reader(io.StringIO(out.decode())) if r and r[0] == "GET"]
     if proc.returncode != 0 or not rows:
         last = (err.decode().strip() or out.decode().strip()).splitlines()[-1:]
@@ -103,9 +85,8 @@ async def redis_benchmark(
     cpu = (after_children.ru_utime - children.ru_utime) + (
         after_children.ru_stime - children.ru_stime
     )
-    gets = _get_calls(after) - _get_calls(before)
-    samples.append((time.perf_counter(), _get_calls(after)))
-    sending_s, sent = _sending(samples)
+    gets = after.calls.get("get", 0) - before.calls.get("get", 0)
+    sending_s, sent = _sending([(x.t, x.calls.get("get", 0)) for x in samples])
     return {
         "command": f"redis-benchmark -t get -c {clients} -n {requests}",
         "clients": clients,
@@ -117,5 +98,5 @@ async def redis_benchmark(
         "sending_s": round(sending_s, 3),
         "get_per_s_wall": round(gets / seconds),
         "client_cpu_per_s": round(cpu / seconds, 3),
-        "redis_cpu_per_s": round((_redis_cpu(after) - _redis_cpu(before)) / seconds, 3),
+        "redis_cpu_per_s": round((after.redis_cpu_s - before.redis_cpu_s) / seconds, 3),
     }

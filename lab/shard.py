@@ -183,6 +183,9 @@ async def run_sharded(
         go = time.monotonic() + START_AHEAD_S
         for w in workers:
             w.send({"go": go, "pids": pids})
+        # the lab's clock starts where the workers' do: what its observers stamp with
+        # env.now_ms() lines up with the trace events the workers send back
+        env.t0 = time.perf_counter() + (go - time.monotonic())
         limit = knobs.run_timeout_s + READY_TIMEOUT_S
         done = [asyncio.ensure_future(within(w.read("it sent its result"), limit)) for w in workers]
         results = [m["result"] for m in await _all_or_first_error(done)]
@@ -242,10 +245,14 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _find_scenario(module: str, scenario_id: str) -> Scenario:
-    mod = importlib.import_module(module)
-    for value in vars(mod).values():
-        if isinstance(value, Scenario) and value.id == scenario_id:
-            return value
+    """The scenario whose variants are in `module`: there, or in a package above it (a
+    folder-shaped scenario's code file has no SCENARIO; its package re-exports it)."""
+    parts = module.split(".")
+    for depth in range(len(parts), 0, -1):
+        mod = importlib.import_module(".".join(parts[:depth]))
+        for value in vars(mod).values():
+            if isinstance(value, Scenario) and value.id == scenario_id:
+                return value
     raise LabError(f"module {module} has no scenario {scenario_id!r}")
 
 

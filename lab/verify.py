@@ -460,13 +460,13 @@ def _explore_verdicts(
     )
 
 
-PART_INTERLEAVINGS = 200  # an explore part this big is worth a database of its own
+PART_INTERLEAVINGS = 60  # an explore part this big is worth a database of its own
 
 
 def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list[list[str]]:
     """The scenario's variants to explore, packed in order into parts of at least
     PART_INTERLEAVINGS interleavings (counted per isolation level): each part gets its own
-    database (a CREATE DATABASE costs about as much as 10 interleavings), and parts run
+    database (a CREATE DATABASE costs about as much as 3-10 interleavings), and parts run
     side by side when lanes are free, so one big scenario does not hold up the end."""
     from lab.pinned import pinned_of
     from lab.sequencer import count_interleavings

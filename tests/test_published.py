@@ -36,7 +36,7 @@ def test_the_report_reads_declared_numbers_and_old_records_still_draw() -> None:
 
 def test_scenarios_print_what_they_declare() -> None:
     """The published line of every variant with declared runs is made from them."""
-    for sid in ("checkout-deadlock", "money-transfer"):
+    for sid in ("checkout-deadlock", "money-transfer", "cache-stampede"):
         sc = get(sid)
         assert sc.measured, sid
         for variant, runs in sc.measured.items():

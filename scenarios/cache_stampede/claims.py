@@ -1,0 +1,376 @@
+"""cache-stampede: what the documents claim, how each claim is judged, and the assembly.
+
+Profiles:   defaults are the published run (500 misses, 400 ms rebuild); quick is -n 200.
+            DL-20 at the documents' scale: `locklab run cache-stampede --case scale`
+            (5,000 waiters, 1 s rebuild; quick: --case rate, 1,000) judges the GET rate
+            Redis counted in the wait window against the demand (wait_window.py), with
+            redis-benchmark -t get on the same Redis beside it (-p reference=true). The
+            cases run the client the documents had: node-redis's auto-pipelining
+            (--redis-client pipelined, lab/autopipe.py) over --procs auto worker processes
+            (one per 2,000 waiters, at most one per core). With redis-py's pooled client
+            one Python loop makes ~2-3k GET/s here; DL-20 is then "not judged:
+            client-bound", never held. There the fix's wait bound (<= 1 s) is shorter than
+            the rebuild: every request falls back unless -p stale=true or a larger
+            -p max_polls.
+Failures:   (DL-21) -p rebuild_fails=true -p lock_ttl_s=2: the first rebuild throws;
+            -p rebuild_ms=700 -p lock_ttl_s=0.5 -p max_polls=20: the rebuild outlives the
+            lock; -p stale=true: the fix keeps a stale copy; -p pods=2: two processes, one
+            singleflight each, the second waits on the Redis lock (fixed only).
+Counting:   counters redis_get/set/del/eval are the client's commands. INFO commandstats
+            (evidence.redis_commandstats) shows the same, plus the GET and DEL that run
+            inside the compare-and-delete EVAL, plus the lab's own: info and pttl (the wait
+            window's sampler, every 50 ms). Lock SETs use PX: the document's `EX 10` is
+            `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
+            lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
+            run of 4 at n=500, where the client's event loop is saturated).
+Python:     each recursion level stays on the stack when the poll resumes; past ~1000
+            levels (50 s of polling) it raises RecursionError and the run fails loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from lab.aio import within
+from lab.claims import Claim, NotJudged, Record
+from lab.errors import LabError
+from lab.outcome import notation
+from lab.published import Measured, published_lines
+from lab.redisstats import preconnect
+from lab.scenario import Defaults, Env, Scenario
+from scenarios.cache_stampede import cache_stampede as code
+from scenarios.cache_stampede.wait_window import OBSERVER
+
+RATE_SHARE = 0.2  # DL-20 holds when Redis's GET rate is within 20 % of the demand
+FLIGHTS_END_S = 5.0  # beyond the rebuild, for the fix's flights to end after the requests
+LAB_CONNECTIONS = 4  # the lab's own Redis connections in a process that runs requests
+
+
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["pods"] < 1 or p["poll_ms"] <= 0 or p["max_polls"] < 0:
+        raise LabError("-p pods must be >= 1, poll_ms > 0, max_polls >= 0")
+    if p["rebuild_ms"] < 0 or p["lock_ttl_s"] <= 0:
+        raise LabError("-p rebuild_ms must be >= 0 and lock_ttl_s > 0")
+
+
+async def worker_setup(env: Env) -> None:
+    """In every process that runs requests, before the clock: one connection per request
+    with the pooled client (the pipelined one has its own), and the lab's."""
+    await preconnect(env.redis, LAB_CONNECTIONS + (env.n if env.commands is None else 0))
+
+
+async def worker_done(env: Env) -> None:
+    """In every process that ran requests: the fix's flights outlive the requests that
+    gave up on them; let them end (bounded)."""
+    flights = list(env.state.get("flights", {}).values())
+    try:
+        await within(
+            asyncio.gather(*flights, return_exceptions=True),
+            FLIGHTS_END_S + env.params["rebuild_ms"] / 1000,
+        )
+    except TimeoutError:
+        await asyncio.gather(*flights, return_exceptions=True)  # cancelled by within: ended
+
+
+def _c(rec: Record, name: str) -> int:
+    return int(rec.get("counters", {}).get(name, 0))
+
+
+def _failure_mode(rec: Record) -> bool:
+    p = rec["params"]
+    return bool(p["rebuild_fails"]) or p["rebuild_ms"] >= p["lock_ttl_s"] * 1000
+
+
+def _one_rebuild(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Until the cache is filled the lock admits one rebuild. The document's code re-checks
+    nothing after SET NX, so a waiter whose GET missed just before the write and whose SET NX
+    came after the DEL rebuilds once more: counted apart as rebuilds_after_fill."""
+    if any(_failure_mode(r) for r in records.values()):
+        return None
+    parts, ok = [], True
+    for v, rec in records.items():
+        calls, late = _c(rec, "db_calls"), _c(rec, "rebuilds_after_fill")
+        ok = ok and calls - late == 1 and (v != "fixed" or calls == 1)
+        raced = f" ({late} after the cache was filled: GET missed before the write, SET NX after the DEL)"
+        parts.append(f"{v}: DB calls={calls}" + (raced if late else ""))
+    return ok, "; ".join(parts)
+
+
+def _poll_multiplies_gets(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Every buggy waiter makes the miss and at least one poll, at most one poll per poll
+    interval of the rebuild plus the final hit; fixed makes one GET per request."""
+    if any(_failure_mode(r) for r in records.values()):
+        return None
+    b, f = records["buggy"], records["fixed"]
+    n, p = b["knobs"]["n"], b["params"]
+    gb, gf = _c(b, "redis_get"), _c(f, "redis_get")
+    floor, ceiling = 2 * n - 1, round(n * (2 + p["rebuild_ms"] / p["poll_ms"]))
+    one_process = (f.get("load") or {}).get("procs", 1) == 1  # else a singleflight each
+    plain = f["params"]["pods"] == 1 and not f["params"]["stale"] and one_process
+    seen = (
+        f"buggy: GETs={gb}, DB calls={_c(b, 'db_calls')}, {b['wall_ms']:.0f} ms; fixed: GETs={gf}, "
+        f"DB calls={_c(f, 'db_calls')}, {f['wall_ms']:.0f} ms; {gb / max(gf, 1):.1f}x "
+        f"(buggy bounds {floor}..{ceiling})"
+    )
+    return floor <= gb <= ceiling and (gf == f["knobs"]["n"] or not plain), seen
+
+
+def _server_counts_agree(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """commandstats also counts the GET and DEL run inside the compare-and-delete EVAL."""
+    parts, ok = [], True
+    for v, rec in records.items():
+        stats = rec["evidence"].get("redis_commandstats", {})
+        evals, released = _c(rec, "redis_eval"), _c(rec, "lock_released")
+        want = {
+            "get": _c(rec, "redis_get") + evals,
+            "set": _c(rec, "redis_set"),
+            "del": _c(rec, "redis_del") + released,
+            "eval": evals,
+        }
+        got = {k: int(stats.get(k, 0)) for k in want}
+        ok = ok and got == want
+        lab = {k: n for k, n in stats.items() if k not in want}
+        inner = f" (incl. {evals} GET, {released} DEL inside EVAL)" if evals else ""
+        counts = ", ".join(f"{k} {want[k]}/{got[k]}" for k in want if want[k] or got[k])
+        parts.append(f"{v}: client/server {counts}{inner}; lab's own {lab}")
+    return ok, "; ".join(parts)
+
+
+def _get_rate(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """DL-20 as a rate: Redis's own GET count over the wait window against the demand
+    (waiters x 1000/poll_ms). Held within RATE_SHARE of the demand; below it because the
+    lab (or Redis) ran out of CPU, not judged: the lab did not produce the document's load."""
+    rec = records["buggy"]
+    w = rec["evidence"].get("wait_window") or {}
+    if not w or _failure_mode(rec):
+        return None
+    load = rec.get("load") or {}
+    how = f"{load.get('procs', 1)} process(es), {load.get('redis_client', 'pooled')} client"
+    ref = w.get("redis_benchmark") or {}
+    against = (
+        f"; redis-benchmark -c {ref['clients']} in this run: {ref['get_per_s']} GET/s "
+        f"(lab/benchmark {w['get_per_s'] / max(ref['get_per_s'], 1):.2f})"
+        if "get_per_s" in ref
+        else (f"; {ref['error']}" if "error" in ref else "")
+    )
+    seen = (
+        f"buggy n={rec['knobs']['n']}, rebuild {rec['params']['rebuild_ms']:.0f} ms: Redis counted "
+        f"{w['get_per_s']} GET/s of {w['demand_get_per_s']} demanded over {w['ms']} ms "
+        f"(a poll every {w['poll_cycle_ms']} ms per waiter, asked {rec['params']['poll_ms']:.0f}); "
+        f"{how}; client CPU {w['client_cpu_per_s']:.2f} s/s, Redis CPU "
+        f"{w['redis_cpu_per_s']:.2f} s/s; limit: {w['limit']}{against}"
+    )
+    share = w["get_per_s"] / max(w["demand_get_per_s"], 1)
+    if 1 - RATE_SHARE <= share <= 1 + RATE_SHARE:
+        return True, seen
+    if share < 1 - RATE_SHARE and w["limit"].startswith("client"):
+        raise NotJudged(
+            f"client-bound at {w['get_per_s']} GET/s of {w['demand_get_per_s']}: {seen}"
+        )
+    if share < 1 - RATE_SHARE and w["limit"] == "Redis CPU":
+        raise NotJudged(f"Redis-bound at {w['get_per_s']} GET/s of {w['demand_get_per_s']}: {seen}")
+    return False, seen
+
+
+def _no_finally(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    b, f = records["buggy"], records["fixed"]
+    if not b["params"]["rebuild_fails"]:
+        return None
+    ttl_ms = b["params"]["lock_ttl_s"] * 1000
+    held_b = b["evidence"].get("lock_pttl_after_failure_ms", -2)
+    held_f = f["evidence"].get("lock_pttl_after_failure_ms", -2)
+    p50_b = b["latency_ms"].get("p50", 0)
+    max_f = f["latency_ms"].get("max", 0)
+    seen = (
+        f"buggy: lock PTTL {held_b} ms after the failure, p50 {p50_b:.0f} ms, "
+        f"{notation(b['outcomes'])}; fixed: PTTL {held_f} (no lock), max {max_f:.0f} ms, "
+        f"{notation(f['outcomes'])}"
+    )
+    return held_b > 0 and p50_b >= ttl_ms and held_f < 0 and max_f < ttl_ms, seen
+
+
+def _no_token(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    b, f = records["buggy"], records["fixed"]
+    p = b["params"]
+    if p["rebuild_fails"] or p["rebuild_ms"] < p["lock_ttl_s"] * 1000:
+        return None
+    seen = (
+        f"buggy: DB calls={_c(b, 'db_calls')}, DELs of another's lock="
+        f"{_c(b, 'lock_deleted_foreign')}, concurrent rebuilds={_c(b, 'max_concurrent_rebuilds')}; "
+        f"fixed: DB calls={_c(f, 'db_calls')}, compare-and-delete found the lock expired "
+        f"{_c(f, 'lock_expired_before_release')}x and deleted nothing"
+    )
+    return (
+        _c(b, "db_calls") >= 2
+        and _c(b, "lock_deleted_foreign") >= 1
+        and _c(f, "db_calls") == 1
+        and _c(f, "lock_released") == 0
+    ), seen
+
+
+def _stale_answers_at_once(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Stale answers end before the rebuild could have (they did not wait for it); buggy
+    requests, all started with the rebuild, end after it."""
+    b, f = records["buggy"], records["fixed"]
+    if not f["params"]["stale"] or _failure_mode(f):
+        return None
+    rebuild = f["params"]["rebuild_ms"]
+    p50_s = f["latency_ms_by_outcome"].get("stale", {}).get("p50", rebuild)
+    p50_b = b["latency_ms"].get("p50", 0)
+    seen = (
+        f"fixed: {notation(f['outcomes'])}, stale answers p50 {p50_s:.0f} ms; "
+        f"buggy: {notation(b['outcomes'])}, p50 {p50_b:.0f} ms; rebuild {rebuild:.0f} ms"
+    )
+    stale = f["outcomes"].get("stale", 0)
+    return stale == f["knobs"]["n"] - 1 and p50_s < rebuild <= p50_b, seen
+
+
+BOTH = ("buggy", "fixed")
+# The document's runs: 500 concurrent misses, rebuild 400 ms (Node 24 + node-redis).
+MEASURED = {
+    "buggy": (
+        Measured(n=500, wall_ms=597, figures={"redis GETs": 2739, "DB calls": 1},
+                 label="recursive 50ms poll (Notion)"),
+    ),
+    "fixed": (
+        Measured(n=500, wall_ms=531, figures={"redis GETs": 500, "DB calls": 1},
+                 label="singleflight + bounded wait"),
+    ),
+}  # fmt: skip
+PUBLISHED = published_lines(MEASURED)
+CLAIMS = (
+    Claim(
+        "DL-19",
+        "Until the cache is filled the lock admits one rebuild; fixed makes exactly one DB call",
+        BOTH,
+        _one_rebuild,
+        published="DB calls=1 (both)",
+    ),
+    Claim(
+        "DL-19",
+        "Polling multiplies GETs (a miss, then a GET per poll until the rebuild ends); "
+        "singleflight makes one GET per request",
+        BOTH,
+        _poll_multiplies_gets,
+        published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; 500 waiter poll mỗi 50 ms tạo 5.5x số GET",
+    ),
+    Claim(
+        "DL-19",
+        "INFO commandstats counts the client's GET/SET/DEL/EVAL, plus the GET and DEL inside EVAL",
+        BOTH,
+        _server_counts_agree,
+    ),
+    Claim(
+        "DL-20",
+        "At 5,000 waiters and a 1 s rebuild the poll puts waiters x 1000/poll_ms GET/s into "
+        "Redis (~100k): Redis's own count over the wait window is within 20 % of that demand",
+        ("buggy",),
+        _get_rate,
+        published="ở 5,000 waiter và rebuild 1s là ~100k GET/s vào Redis",
+        profiles=("published",),
+        cases=("scale",),
+    ),
+    Claim(
+        "DL-20",
+        "The poll's rate, at 1,000 waiters and a 1 s rebuild: Redis's own GET count over the "
+        "wait window is within 20 % of waiters x 1000/poll_ms (~20k)",
+        ("buggy",),
+        _get_rate,
+        published="ở 5,000 waiter và rebuild 1s là ~100k GET/s vào Redis",
+        profiles=("quick",),
+        cases=("rate",),
+    ),
+    Claim(
+        "DL-21",
+        "No finally: a throwing rebuild leaves the lock for its TTL and the waiters wait it out; "
+        "the fix releases it in finally and nobody waits a TTL",
+        BOTH,
+        _no_finally,
+        published="không finally (queryDB throw → mọi người chờ 10s)",
+        cases=("rebuild-fails",),
+    ),
+    Claim(
+        "DL-21",
+        "No token: a rebuild slower than the lock TTL lets a second rebuild start and the first "
+        "one's DEL removes the second's lock; the fix keeps one rebuild and deletes nothing",
+        BOTH,
+        _no_token,
+        published="không token (DEL xoá lock của người khác khi queryDB > 10s)",
+        cases=("slow-rebuild",),
+    ),
+    Claim(
+        "DL-21",
+        "No stale fallback: with a stale copy the fix answers every waiter at once",
+        BOTH,
+        _stale_answers_at_once,
+        published="giữ bản stale (key phụ TTL dài hoặc stale-while-revalidate) để waiter trả ngay",
+        cases=("stale",),
+    ),
+)
+
+SCENARIO = Scenario(
+    id="cache-stampede",
+    validate=validate,
+    doc=code.__doc__ or "",
+    kind="actors",
+    variants={"buggy": code.buggy, "fixed": code.fixed},
+    outcomes=("ok", "stale", "fallback", "error"),
+    claims=CLAIMS,
+    published=PUBLISHED,
+    measured=MEASURED,
+    setup=code.setup,
+    worker_setup=worker_setup,
+    worker_done=worker_done,
+    observers=(OBSERVER,),
+    actors_per_process=2000,  # --procs auto: 5,000 waiters over the cores (client-bound)
+    invariant=code.invariant,
+    defaults=Defaults(n=500, arrival="burst", actor_timeout_s=120, run_timeout_s=300),
+    params={
+        "rebuild_ms": 400.0,
+        "poll_ms": 50.0,
+        "lock_ttl_s": 10.0,
+        "max_polls": 10,
+        "rebuild_fails": False,
+        "stale": False,
+        "pods": 1,
+        "reference": False,
+    },
+    param_help={
+        "rebuild_ms": "the fake DB query's duration (published 400; scale profile 1000)",
+        "poll_ms": "buggy: poll interval; fixed: the bounded wait's step (x1..2 jitter)",
+        "lock_ttl_s": "the rebuild lock's TTL (the document's EX 10); smaller = fast DL-21 runs",
+        "max_polls": "fixed: the wait is bounded at max_polls x poll_ms x U(1,2)",
+        "rebuild_fails": "the first rebuild throws (DL-21: no finally)",
+        "stale": "fixed keeps a stale copy and answers from it; one is left from before",
+        "pods": "fixed: processes sharing Redis, each with its own singleflight",
+        "reference": "after the buggy run, redis-benchmark -t get on the same Redis (DL-20)",
+    },
+    uses=frozenset({"redis"}),
+    sources=("DL",),
+    quick={"n": 200},
+    cases={  # the failure modes of DL-21, each run by verify with its claim
+        "rebuild-fails": {"rebuild_fails": True, "lock_ttl_s": 2},
+        "slow-rebuild": {"rebuild_ms": 700, "lock_ttl_s": 0.5, "max_polls": 20},
+        "stale": {"stale": True},
+        # DL-20 at the document's scale, with a client that can make the load: node-redis's
+        # auto-pipelining over --procs auto worker processes, and the reference beside it
+        "scale": {
+            "n": 5000,
+            "rebuild_ms": 1000.0,
+            "redis_client": "pipelined",
+            "reference": True,
+        },
+        "rate": {  # the same at a size the quick profile affords; 1,000 waiters are one
+            # process by --procs auto, which measured 13,434 of 19,980 GET/s (client-bound)
+            # on an idle 2-core machine: two processes, as at 5,000
+            "n": 1000,
+            "rebuild_ms": 1000.0,
+            "redis_client": "pipelined",
+            "procs": 2,
+            "reference": True,
+        },
+    },
+    headline={"redis_get": "GETs", "db_calls": "DB calls"},
+)
