@@ -46,7 +46,7 @@ import signal
 import sys
 import time
 import traceback
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,17 +217,9 @@ class Worker:
     ) -> Event:
         async def look() -> Event:
             while True:
-                for i in range(self._cursor, len(self.events)):
-                    ev = self.events[i]
-                    if match(ev):
-                        self._cursor = i + 1
-                        return ev
-                    if ev.name in ("error", "garbled"):
-                        self._cursor = i + 1
-                        raise WorkerError(
-                            f"worker {self.name} failed before {what}: "
-                            f"{ev.fields.get('error') or ev.fields.get('line')}"
-                        )
+                if (hit := self._peek(match, what)) is not None:
+                    self._cursor = hit[0] + 1
+                    return hit[1]
                 if self.ended:
                     with contextlib.suppress(TimeoutError):
                         await within(self.proc.wait(), STOP_S)
@@ -241,6 +233,21 @@ class Worker:
             raise WorkerError(
                 f"worker {self.name}: no {what} within {seconds:g} s ({self.status()})"
             ) from None
+
+    def _peek(self, match: Callable[[Event], bool], what: str) -> tuple[int, Event] | None:
+        """(index, event) of the first event from the cursor on that `match`es, without
+        taking it; WorkerError (the cursor past it) at an error or garbled line first."""
+        for i in range(self._cursor, len(self.events)):
+            ev = self.events[i]
+            if match(ev):
+                return i, ev
+            if ev.name in ("error", "garbled"):
+                self._cursor = i + 1
+                raise WorkerError(
+                    f"worker {self.name} failed before {what}: "
+                    f"{ev.fields.get('error') or ev.fields.get('line')}"
+                )
+        return None
 
     # --- faults: pause, resume, kill ------------------------------------------------------
 
@@ -303,6 +310,49 @@ class Worker:
         if self.folder is not None:
             lifecycle.remove_folder(self.folder)
             self.folder = None
+
+
+async def next_of(
+    workers: Sequence[Worker], seconds: float | None = WAIT_S, *, skip: Collection[str] = ()
+) -> tuple[Worker, Event]:
+    """The next event of any of `workers` not yet returned by a wait, passing over those
+    named in `skip`, and whose it is: of the events that have arrived, the one written
+    first (the children's clock is the lab's). A child's ``error`` is returned like any
+    event (as ``next`` does) unless skipped; then it is a WorkerError, named. A worker's
+    ``exit`` comes after its other events; one that has ended is passed over after that.
+    WorkerError when all have ended, or `seconds` pass (None: the caller bounds the wait).
+    One loop over several workers' events, so a choreography writes none of its own."""
+
+    def wanted(ev: Event) -> bool:
+        return ev.name not in skip
+
+    async def look() -> tuple[Worker, Event]:
+        while True:
+            hits = [(hit[1].t, n, w, hit) for n, w in enumerate(workers)
+                    if (hit := w._peek(wanted, "an event")) is not None]  # fmt: skip
+            if hits:
+                _, _, w, (i, ev) = min(hits, key=lambda h: (h[0], h[1]))
+                w._cursor = i + 1
+                return w, ev
+            if all(w.ended for w in workers):
+                raise WorkerError(
+                    f"workers {', '.join(w.name for w in workers)} all ended before an event "
+                    f"({'; '.join(f'{w.name}: {w.status()}' for w in workers)})"
+                )
+            for w in workers:
+                w._changed.clear()
+            waits = [asyncio.ensure_future(w._changed.wait()) for w in workers if not w.ended]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in waits:
+                    t.cancel()
+
+    try:
+        return await within(look(), seconds)
+    except TimeoutError:
+        names = ", ".join(w.name for w in workers)
+        raise WorkerError(f"workers {names}: no event within {seconds:g} s") from None
 
 
 def _prepare(script: str | Path) -> tuple[str, Path]:

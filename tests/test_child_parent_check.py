@@ -18,7 +18,7 @@ SCENARIOS = Path(__file__).parent.parent / "scenarios"
         "../lab/provider.py",
         "service_lock_order/worker.py",
         "lease_gc_pause/worker.py",
-        "_billing_worker.py",
+        "cron_rerun/pod.py",
     ],
 )
 def test_a_child_of_a_gone_parent_exits_before_reading_its_stdin(script: str) -> None:

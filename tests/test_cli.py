@@ -282,7 +282,7 @@ def test_ctrl_c_stops_a_scenario_with_worker_processes(tmp_path: Path) -> None:
     """SIGINT during cron-rerun (pods are processes): exit 130, no pod, server or record left."""
     args = ["run", "cron-rerun", "-v", "buggy", "-p", "trials=100000"]
     with interruptible(tmp_path, *args) as (proc, errfile):
-        pods = _wait_for_children(proc, "_billing_worker", errfile)  # trials are under way
+        pods = _wait_for_children(proc, "cron_rerun/pod.py", errfile)  # trials are under way
     assert errfile.read_text().strip().splitlines()[-1].startswith("locklab: interrupted")
     assert_gone(pods)
     assert not list(tmp_path.rglob("*.json"))

@@ -177,26 +177,3 @@ async def test_a_slow_scram_login_makes_both_pods_bill(run_scenario: RunFn) -> N
     assert verdicts and verdicts[0]["held"], verdicts
     fast = [c for c in seen["fast-login"]["claims"] if "fast login" in c["text"]]
     assert fast and not fast[0].get("not_judged"), fast
-
-
-async def test_the_lab_made_scram_verifier_is_the_servers_own(servers: Servers) -> None:
-    """The verifier the lab computes (any server version takes it) is stored with its
-    iteration count, lets the password in and keeps a wrong one out."""
-    from scenarios.cron_rerun import _scram_verifier
-
-    assert servers.pg is not None
-    admin = await asyncpg.connect(servers.pg.dsn)
-    role = f"locklab_scram_test_{os.getpid()}"  # the run leaves no locklab_scram* role
-    try:
-        await admin.execute(f"DROP ROLE IF EXISTS {role}")
-        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{_scram_verifier('pw-1', 5000)}'")
-        stored = await admin.fetchval("SELECT rolpassword FROM pg_authid WHERE rolname = $1", role)
-        assert stored.startswith("SCRAM-SHA-256$5000:")
-        conn = await asyncpg.connect(servers.pg.dsn, user=role, password="pw-1")
-        assert await conn.fetchval("SELECT current_user") == role
-        await conn.close()
-        with pytest.raises(asyncpg.InvalidPasswordError):
-            await asyncpg.connect(servers.pg.dsn, user=role, password="pw-2")
-    finally:
-        await admin.execute(f"DROP ROLE IF EXISTS {role}")
-        await admin.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.servers import lifecycle
-from lab.workers import Event, Worker, WorkerError, proc_state
+from lab.workers import Event, Worker, WorkerError, next_of, proc_state
 
 DATA = Path(__file__).parent / "data" / "workers"
 ECHO = DATA / "echo_worker.py"
@@ -126,6 +126,59 @@ async def test_a_wait_is_bounded(echo: Worker) -> None:
     await echo.wait_for("step")
     with pytest.raises(WorkerError, match=r"worker A: no 'went' within 0.2 s \(pid \d+, running"):
         await echo.wait_for("went", 0.2)
+
+
+async def test_next_of_merges_workers_in_the_order_they_wrote() -> None:
+    """next_of returns each event of several workers once, whose it is, the one written
+    first among those that arrived; an ended worker's exit, then it is passed over; with
+    every worker ended, or nothing coming, it fails naming them."""
+    a = await Worker.spawn(ECHO, {"who": "A"}, name="A")
+    b = await Worker.spawn(ECHO, {"who": "B"}, name="B")
+    try:
+        both, skip = [a, b], ("step", "returned")
+        (w1, e1), (w2, e2) = await next_of(both, skip=skip), await next_of(both, skip=skip)
+        assert {(w1.name, e1.name), (w2.name, e2.name)} == {("A", "hello"), ("B", "hello")}
+        assert e1.t <= e2.t
+        b.grant("go")
+        got = await next_of(both, skip=skip)
+        assert (got[0], got[1].name) == (b, "went")
+        a.grant("go")
+        got = await next_of(both, skip=skip)
+        assert (got[0], got[1].name) == (a, "went")
+        await b.kill()
+        got = await next_of(both, skip=skip)
+        assert (got[0], got[1].name) == (b, "exit")
+        with pytest.raises(WorkerError, match=r"workers A, B: no event within 0.2 s"):
+            await next_of(both, 0.2, skip=skip)  # A waits at its step; B is gone
+        a.grant("end")
+        assert (await next_of(both, skip=skip))[1].name == "exit"
+        with pytest.raises(WorkerError, match="workers A, B all ended before an event"):
+            await next_of(both, skip=skip)
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_next_of_passes_a_childs_error_on() -> None:
+    """A child's error is an event like any other (as next() returns it), named by whose it
+    is; told to skip it, next_of fails naming the worker and its message."""
+    workers = [await Worker.spawn(ECHO, {"who": w, "fail": w != "A"}, name=w) for w in "AFG"]
+    a, f, g = workers
+    try:
+        for w in (f, g):
+            await w.wait_for("step")
+            w.grant("go")
+        w, ev = await next_of([a, f], skip=("step", "hello"))
+        assert (w, ev.name, ev.fields["error"]) == (
+            f,
+            "error",
+            "ValueError: asked to fail (at main)",
+        )
+        with pytest.raises(WorkerError, match="worker G failed before an event: ValueError"):
+            await next_of([a, g], skip=("step", "hello", "error"))
+    finally:
+        for w in workers:
+            await w.close()
 
 
 async def test_a_worker_that_cannot_start_leaves_nothing(tmp_path: Path) -> None:

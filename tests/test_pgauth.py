@@ -1,0 +1,69 @@
+"""lab.pgauth on the real server: a lab-made SCRAM verifier, and the login method read
+from the server's first reply."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+
+import asyncpg
+import pytest
+
+from lab.pgauth import auth_method, scram_verifier
+from lab.servers import Servers
+
+
+async def test_the_lab_made_scram_verifier_is_the_servers_own(servers: Servers) -> None:
+    """The verifier the lab computes (any server version takes it) is stored with its
+    iteration count, lets the password in and keeps a wrong one out."""
+    assert servers.pg is not None
+    admin = await asyncpg.connect(servers.pg.dsn)
+    role = f"locklab_scram_test_{os.getpid()}"  # the run leaves no locklab_scram* role
+    try:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{scram_verifier('pw-1', 5000)}'")
+        stored = await admin.fetchval("SELECT rolpassword FROM pg_authid WHERE rolname = $1", role)
+        assert stored.startswith("SCRAM-SHA-256$5000:")
+        conn = await asyncpg.connect(servers.pg.dsn, user=role, password="pw-1")
+        assert await conn.fetchval("SELECT current_user") == role
+        await conn.close()
+        with pytest.raises(asyncpg.InvalidPasswordError):
+            await asyncpg.connect(servers.pg.dsn, user=role, password="pw-2")
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.close()
+
+
+async def test_auth_method_is_what_the_server_says_it_used(servers: Servers) -> None:
+    """Over TCP and over the server's socket (where the embedded server trusts), for the
+    lab's user and for a role with a password, the method the probe reads is the one the
+    server names in SYSTEM_USER once logged in (NULL: trust), on 16 and later."""
+    assert servers.pg is not None
+    dsn = servers.pg.dsn
+    url = urllib.parse.urlsplit(dsn)
+    database = url.path.lstrip("/") or "postgres"
+    admin = await asyncpg.connect(dsn)
+    role = f"locklab_scram_test_m{os.getpid()}"
+    try:
+        if admin.get_server_version().major < 16:
+            pytest.skip("SYSTEM_USER needs PostgreSQL 16")
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{scram_verifier('pw-1', 4096)}'")
+        socket_dir = str(await admin.fetchval("SHOW unix_socket_directories")).split(",")[0]
+        port = await admin.fetchval("SHOW port")
+        ways = [(dsn, {})]  # (the probe's DSN, connect kwargs of the same login)
+        if socket_dir.strip().startswith("/"):
+            at = {"host": socket_dir.strip(), "port": port}
+            ways.append((f"{dsn.split('@')[0]}@/{database}?{urllib.parse.urlencode(at)}", at))
+        seen = []
+        for probe, where in ways:
+            for user, login in (("", {}), (role, {"user": role, "password": "pw-1"})):
+                conn = await asyncpg.connect(dsn, **where, **login)
+                used = await conn.fetchval("SELECT system_user")
+                await conn.close()
+                seen.append(await auth_method(probe, database, user))
+                assert seen[-1] == (used or "trust:").split(":")[0], (probe, user)
+        assert "scram-sha-256" in seen
+    finally:
+        await admin.execute(f"DROP ROLE IF EXISTS {role}")
+        await admin.close()
