@@ -70,7 +70,7 @@ async def test_explore_claims_hold(servers: Servers) -> None:
     SERIALIZABLE, and the locks keep someone on call in every interleaving."""
     result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
-    assert len(result.verdicts) == 12
+    assert len(result.verdicts) == sum(c.explore for c in SCENARIO.claims) == 12
     assert_all_held(result.verdicts)
 
 
