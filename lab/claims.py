@@ -215,3 +215,14 @@ def invariant_broken(cid: str, variant: str, name: str, text: str, published: st
         return not inv["held"], f"{variant}: {name}: {inv['detail']}"
 
     return Claim(cid, text, (variant,), check, published)
+
+
+def at_isolation(claim: Claim, level: str) -> Claim:
+    """`claim`, judged only on runs whose `isolation` param is `level`: a load claim made
+    for one level is not judged (rather than not held) on a run at another."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+        ok = all(records[v]["params"].get("isolation") == level for v in claim.variants)
+        return claim.check(records) if ok else None
+
+    return replace(claim, check=check)

@@ -15,13 +15,14 @@ event it depends on, never after a guessed time:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from lab.aio import within
+from lab.aio import until, within
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.errors import ScenarioFailure
 from lab.scenario import Env
@@ -54,15 +55,19 @@ async def _bounded(aw: Awaitable[Any], what: str, env: Env) -> Any:
 
 
 async def gone(env: Env, nodes: Sequence[aioredis.Redis], key: str, token: str) -> float:
-    """When no node held `token` as the value of `key` any more (ms on the run's clock)."""
-    polls = 0
-    while True:
+    """When no node held `token` as the value of `key` any more (ms on the run's clock);
+    a ScenarioFailure naming the wait if that takes longer than the TTL and STEP_LIMIT_S."""
+    polls = itertools.count(1)
+
+    async def released() -> bool:
         values = await asyncio.gather(*(n.get(key) for n in nodes))
-        polls += 1
-        if all(v not in (token, token.encode()) for v in values):
-            env.extra_evidence["gone_polls"] = polls
-            return env.now_ms()
-        await asyncio.sleep(GONE_POLL_S)
+        env.extra_evidence["gone_polls"] = next(polls)
+        return all(v not in (token, token.encode()) for v in values)
+
+    limit = env.params["ttl_ms"] / 1000 + STEP_LIMIT_S
+    what = f"{env.scenario} / {env.variant}: A's key to expire on every node"
+    await until(released, limit, what, every=GONE_POLL_S)
+    return env.now_ms()
 
 
 async def overlap(
@@ -83,7 +88,7 @@ async def overlap(
         await _bounded(a.stalled.wait(), "A to take the lock and stall", env)
         if "got lock" not in a.seen:
             raise ScenarioFailure(f"{env.scenario}: A did not get the lock: {sorted(a.seen)}")
-        at = await _bounded(gone(env, nodes, cfg["key"], cfg["token"]), "A's key to expire", env)
+        at = await gone(env, nodes, cfg["key"], cfg["token"])
         env.trace("redis", f"A's key gone on all {len(nodes)} node(s)", at_ms=at)
 
         async def b_work() -> None:  # B still works when A writes: both believe they hold it

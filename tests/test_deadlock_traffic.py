@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scenarios.deadlock_traffic import CASES, CLAIMS, POINTS, SCENARIO, SIZES
+from scenarios.deadlock_traffic import SCENARIO
+from scenarios.deadlock_traffic.claims import CLAIMS
+from scenarios.deadlock_traffic.deadlock_traffic import CASES, POINTS, SIZES
 from tests.conftest import RunFn
 
 

@@ -15,7 +15,7 @@ Fix:        the same as for a pause: the storage's fence. Each lease INCRs a fen
 Published:  no run; the document lists it among the ways a lease expires mid-work: "GC
             pause, await một call chậm, event loop block bởi JSON lớn; lease nào cũng có
             cửa sổ này" (deadlock-distributed-lock-cron.vi.txt, edge cases).
-See:        claims DL-25; scenarios/_paused_holder.py (the steps, shared with redlock);
+See:        claims DL-25 in claims.py; scenarios/_paused_holder.py (the steps, shared with redlock);
             scenarios/lease_gc_pause/worker.py (A, a process whose stall is `stall: cpu`); the
             lease-gc-pause scenario (the same window with SIGSTOP). The busy spell is
             BUSY_ROWS objects of JSON (~470 ms on an idle core here, more under load),
@@ -28,11 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record
 from lab.errors import LabError
-from lab.scenario import Defaults, Env, Scenario
-from scenarios import lease_gc_pause
-from scenarios._paused_holder import Holder, event, fence_claims, overlap
+from lab.scenario import Env
+from scenarios._paused_holder import Holder, overlap
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease
 
 TTL_MS = 150  # SET lock:invoice:42 <token> NX PX 150
@@ -44,7 +42,7 @@ async def buggy(env: Env) -> None:
 
 
 async def fixed(env: Env) -> None:
-    await _run(env, fenced=True)
+    await _run(env, fenced=True)  # the whole fix: the write carries the lease's fence
 
 
 async def _run(env: Env, *, fenced: bool) -> None:
@@ -70,62 +68,3 @@ async def _run(env: Env, *, fenced: bool) -> None:
 def validate(n: int, p: Mapping[str, Any]) -> None:
     if p["ttl_ms"] < 1 or p["busy_rows"] < 1:
         raise LabError(f"-p ttl_ms={p['ttl_ms']} busy_rows={p['busy_rows']}: both must be >= 1")
-
-
-# --- claims ----------------------------------------------------------------------------------
-
-
-def _overlap(variant: str) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        rec = records[variant]
-        busy, idle = event(rec, "A", "busy"), event(rec, "A", "idle")
-        got_b, b = event(rec, "B", "got lock"), rec["evidence"].get("beliefs", {})
-        state = rec["evidence"].get("a_state_after_b_write")
-        held = (bool(busy and idle and got_b) and not event(rec, "A", "stall")
-                and busy["t_ms"] < got_b["t_ms"] < idle["t_ms"]
-                and idle["busy_ms"] > rec["params"]["ttl_ms"]
-                and state == "R" and b.get("both_ms", 0) > 0)  # fmt: skip
-        return held, (
-            f"{variant}: A's loop busy {idle.get('busy_ms')} ms in json.loads of "
-            f"{busy.get('chars', 0) / 1e6:.1f} MB (TTL {rec['params']['ttl_ms']} ms, no "
-            f"SIGSTOP, process state {state!r} while B held it); B got the lock at "
-            f"{got_b.get('t_ms')} ms; both believed they held it for {b.get('both_ms')} ms"
-        )
-
-    return Claim(
-        "DL-25", f"{variant}: the lease expires under a holder busy in its own event loop, "
-        "and a second client takes it while the first still believes", (variant,), check,
-        PUBLISHED,
-    )  # fmt: skip
-
-
-PUBLISHED = "event loop block bởi JSON lớn; lease nào cũng có cửa sổ này"
-CLAIMS = (
-    _overlap("buggy"),
-    _overlap("fixed"),
-    *fence_claims(
-        "DL-25", "busy", "fixed: the storage's fence stops the busy holder's write (0 rows)",
-        "fencing token ở storage để chặn write cũ",
-    ),
-)  # fmt: skip
-
-SCENARIO = Scenario(
-    id="lease-busy-loop",
-    validate=validate,
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed},
-    outcomes=("wrote", "write_rejected"),
-    claims=CLAIMS,
-    published={"fixed": PUBLISHED},
-    setup=lease_gc_pause.setup,
-    invariant=lease_gc_pause.invariant,
-    defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
-    params={"ttl_ms": TTL_MS, "busy_rows": BUSY_ROWS},
-    param_help={
-        "ttl_ms": "the lease: SET ... NX PX ttl_ms",
-        "busy_rows": "objects in the JSON A parses in its own event loop (its busy spell)",
-    },
-    uses=frozenset({"pg", "redis"}),
-    sources=("DL",),
-)

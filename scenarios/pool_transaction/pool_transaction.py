@@ -10,7 +10,7 @@ Fix:        one connection for the whole transaction, the document's `withTx` he
 Published:  withTx "dùng một client cho cả transaction (dùng pool.query cho từng câu sẽ chạy
             mỗi câu trên connection khác nhau)" — locking-concurrency-control.vi.txt (the
             transaction helper)
-See:        claim LC-26. The application's pool is asyncpg's, two connections. asyncpg rolls
+See:        claim LC-26 in claims.py. The application's pool is asyncpg's, two connections. asyncpg rolls
             back a connection released inside a transaction (it reports "Resetting connection
             with an active transaction" to the event loop; recorded), so each statement is its
             own transaction even when the pool hands back the same connection; node-postgres
@@ -23,13 +23,11 @@ See:        claim LC-26. The application's pool is asyncpg's, two connections. a
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Env, Scenario
+from lab.scenario import Env
 
 BALANCE = 1000
 UPDATE = "UPDATE accounts SET balance = balance - 100 WHERE id = 1"
@@ -101,51 +99,3 @@ async def buggy(env: Env) -> None:
 
 async def fixed(env: Env) -> None:
     await _run(env, with_tx)
-
-
-# --- claims -------------------------------------------------------------------------------
-
-
-def _claim(variant: str, want: Mapping[str, int], text: str, published: str = "") -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        rec = records[variant]
-        ev = rec["evidence"]
-        return dict(rec["outcomes"]) == dict(want), (
-            f"{variant}: balance after ROLLBACK {ev['balance_after_rollback']} (was {BALANCE}); "
-            f"row locked for another request: {ev['row_locked']}; asyncpg: "
-            f"{sorted(set(ev['asyncpg']))}"
-        )
-
-    return Claim("LC-26", text, (variant,), check, published)
-
-
-CLAIMS = (
-    _claim(
-        "buggy",
-        {NOT_UNDONE: 1, LOCK_NOT_HELD: 1},
-        "buggy: BEGIN, UPDATE, ROLLBACK each through the pool: the ROLLBACK undoes nothing, and "
-        "a row read FOR UPDATE is not locked for the next statement (NOWAIT gets it)",
-        published="dùng pool.query cho từng câu sẽ chạy mỗi câu trên connection khác nhau",
-    ),
-    _claim(
-        "fixed",
-        {UNDONE: 1, LOCK_HELD: 1},
-        "fixed (withTx, one client): the ROLLBACK undoes the UPDATE; the FOR UPDATE lock is held "
-        "(NOWAIT gets 55P03)",
-        published="dùng một client cho cả transaction",
-    ),
-)
-
-SCENARIO = Scenario(
-    id="pool-transaction",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed},
-    outcomes=(UNDONE, NOT_UNDONE, LOCK_HELD, LOCK_NOT_HELD),
-    claims=CLAIMS,
-    published={"buggy": "pool.query cho từng câu", "fixed": "withTx: một client"},
-    setup=setup,
-    defaults=Defaults(n=1, run_timeout_s=60),
-    sources=("LC",),
-    script_connections=lambda n: 3,  # the pool's two and another request
-)

@@ -1,0 +1,86 @@
+"""Redlock: five Redis masters, a quorum lock, and a holder frozen past its validity.
+
+Symptom:    the invoice was written by two workers although both took the "safe" Redlock:
+            each had won 3 or more of 5 independent Redis masters, within the validity.
+Root cause: Redlock gives its holder a belief with a deadline (validity = TTL - drift -
+            time spent acquiring), measured on the holder's clock at acquisition. A
+            holder that stops running after that check (GC pause, SIGSTOP, VM suspend)
+            cannot see the deadline pass: the keys expire on every node, another client
+            wins the quorum, and the first one resumes and writes as if it still held it.
+            No client-side check can close this window; the nodes have no shared counter.
+Fix:        fencing at the storage: each holder gets a number from the storage (a
+            PostgreSQL sequence, once it holds the quorum) and the write is
+            `UPDATE invoices ... WHERE id = 42 AND fence < $1`: the resumed holder's write
+            changes 0 rows (fixed). buggy writes without the fence.
+Published:  no run in the document; its words (deadlock-distributed-lock-cron.vi.txt, the
+            Redlock rebuttal): Redlock rests on timing assumptions; Kleppmann shows it is
+            unsafe without a fencing token; the practical conclusion: fencing at the
+            storage, or consensus with revisions. Where this run sits: claims.py.
+See:        claims DL-24 in claims.py; lab/redislock.py (`Redlock`: SET NX PX on every
+            node, majority, validity, compare-and-delete on every node); lab/redisnodes.py
+            (the five servers, started and stopped by the run); scenarios/_paused_holder.py
+            (the steps); scenarios/lease_gc_pause/worker.py (A, the process frozen by
+            SIGSTOP; `QuorumLease`, the write with or without the fence).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from lab.errors import LabError
+from lab.redislock import Redlock
+from lab.scenario import Env
+from scenarios import lease_gc_pause
+from scenarios._paused_holder import FENCE_SEQUENCE, Holder, overlap
+from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID
+from scenarios.lease_gc_pause.worker import QuorumLease
+
+NODES = 5  # independent masters; the quorum is NODES // 2 + 1 = 3
+TTL_MS = 500  # SET lock:invoice:42 <token> NX PX 500 on every node
+
+
+async def buggy(env: Env) -> None:
+    await _run(env, fenced=False)
+
+
+async def fixed(env: Env) -> None:
+    await _run(env, fenced=True)  # the whole fix: the write carries the storage's fence
+
+
+async def setup(env: Env) -> None:
+    await lease_gc_pause.setup(env)
+    await env.db.execute(FENCE_SEQUENCE)
+
+
+async def _run(env: Env, *, fenced: bool) -> None:
+    p = env.params
+    servers = await env.redis_nodes(p["nodes"])
+    env.extra_evidence["nodes"] = servers.info()
+    env.extra_evidence["node_pids"] = servers.pids()
+    key = env.key(f"lock:invoice:{INVOICE_ID}")  # a fresh server's keys: no prefix needed
+    rng = env.rng()
+    tokens = {who: f"{who}-{rng.getrandbits(64):016x}" for who in "AB"}
+    clients = [aioredis.Redis.from_url(u, retry=Retry(NoBackoff(), 0)) for u in servers.urls()]
+    conn = await env.connect()
+    cfg = {"who": "A", "redis_urls": servers.urls(), "dsn": env.dsn, "key": key,
+           "ttl_ms": p["ttl_ms"], "token": tokens["A"], "fenced": fenced,
+           "pause_at": "work"}  # fmt: skip
+
+    def b_lease(b: Holder) -> QuorumLease:
+        return QuorumLease(Redlock(clients, key, p["ttl_ms"], tokens["B"]), conn, fenced, b.report)
+
+    try:
+        await overlap(env, cfg, clients, b_lease, frozen=True)
+    finally:
+        for c in clients:
+            await c.aclose()
+
+
+def validate(n: int, p: Mapping[str, Any]) -> None:
+    if p["nodes"] < 1 or p["ttl_ms"] < 50:
+        raise LabError(f"-p nodes={p['nodes']} ttl_ms={p['ttl_ms']}: need nodes >= 1, ttl >= 50")
