@@ -78,3 +78,15 @@ def test_the_static_check_can_fail() -> None:
         "imports from subprocess",
         "while",
     ]
+
+
+def test_every_scenario_is_a_folder() -> None:
+    """Each scenario of the catalogue has its code under test in scenarios/<m>/<m>.py."""
+    assert [m for m in MODULES if not (ROOT / m / f"{m}.py").is_file()] == []
+
+
+@pytest.mark.parametrize("path", sorted(ROOT.glob("_*.py")), ids=lambda p: p.name)
+def test_shared_scenario_modules_keep_the_shape(path: Path) -> None:
+    """Code several scenarios share (scenarios/_*.py) is scenario code too: no processes,
+    run state or wait loops of its own."""
+    assert violations(path.read_text(), path.name) == []
