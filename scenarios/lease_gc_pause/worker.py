@@ -24,7 +24,6 @@ from dataclasses import dataclass
 import asyncpg
 
 from lab.redislock import Redlock
-from lab.stage import ChildGate
 from lab.steps import Session
 from lab.workers import Child, run_child
 
@@ -118,8 +117,11 @@ async def main(child: Child) -> str:
         for node in nodes:
             await node.ping()
         lease: Lease | QuorumLease
-        pinned = bool(cfg.get("pinned"))
-        steps = Session(cfg["who"], conn, 0, gate=ChildGate(child)) if pinned else None
+        steps: Session | None = None
+        if pinned := bool(cfg.get("pinned")):  # a load's worker does without the stage's imports
+            from lab.stage import ChildGate
+
+            steps = Session(cfg["who"], conn, 0, gate=ChildGate(child))
         if "redis_urls" in cfg:
             lock = Redlock(nodes, cfg["key"], cfg["ttl_ms"], cfg["token"])
             lease = QuorumLease(lock, conn, cfg["fenced"], child.emit)
