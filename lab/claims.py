@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
-Record = Mapping[str, Any]
+from lab.records import Record as Record
+from lab.records import Verdict as Verdict
+
 # (held, measured), or None when the run does not exercise the claim (e.g. a failure
 # mode the run left off): the claim is then not judged, as when a variant is missing.
 Check = Callable[[Mapping[str, Record]], tuple[bool, str] | None]
@@ -56,7 +57,7 @@ class Claim:
         """How many of `trials` trials must hold for the claim to hold."""
         return max(1, math.ceil(self.required * trials - 1e-9))
 
-    def _bare(self) -> dict[str, Any]:
+    def _bare(self) -> Verdict:
         return {
             "id": self.id,
             "text": self.text,
@@ -65,7 +66,7 @@ class Claim:
             "profiles": list(self.profiles),
         }
 
-    def judge(self, records: Mapping[str, Record]) -> dict[str, Any] | None:
+    def judge(self, records: Mapping[str, Record]) -> Verdict | None:
         """The verdict, or None when the run lacks a variant or does not exercise the claim."""
         if any(v not in records for v in self.variants):
             return None
@@ -96,14 +97,15 @@ def repeated(claim: Claim, trials: int, required: float = 1.0) -> Claim:
 
 def judge_trials(
     claim: Claim, trials: Sequence[Mapping[str, Record]], seeds: Sequence[int] = ()
-) -> dict[str, Any] | None:
+) -> Verdict | None:
     """The verdict over repeated runs: "held in 4/5 trials", each trial's measured value kept.
 
     `trials` are the records of each run (variant -> record); runs lacking a variant the
     claim needs are not counted. None when no run has what the claim needs.
     """
-    per: list[tuple[int | None, dict[str, Any]]] = []
+    per: list[tuple[int | None, Verdict]] = []
     for i, records in enumerate(trials):
+        v: Verdict | None
         try:
             v = claim.judge(records)
         except Exception as exc:  # a record without what the check reads: not held, say why
@@ -123,22 +125,20 @@ def judge_trials(
     count = len(per)
     held = sum(1 for _, v in per if v["held"])
     need = claim.needed(count)
-    verdict = dict(per[0][1])
+    verdict: Verdict = {**per[0][1]}
     if count > 1:
         shown = next((v for _, v in per if not v["held"]), per[0][1])
         verdict["measured"] = f"held in {held}/{count} trials; e.g. {shown['measured']}"
     if any(v.get("not_judged") for _, v in per):  # a trial that could not judge it
         verdict["not_judged"] = True
-    verdict.update(
-        held=held >= need and not verdict.get("not_judged"),
-        trials=[{"seed": s, "held": v["held"], "measured": v["measured"]} for s, v in per],
-        trials_held=held,
-        trials_needed=need,
-    )
+    verdict["held"] = held >= need and not verdict.get("not_judged")
+    verdict["trials"] = [{"seed": s, "held": v["held"], "measured": v["measured"]} for s, v in per]
+    verdict["trials_held"] = held
+    verdict["trials_needed"] = need
     return verdict
 
 
-def judge_all(claims: tuple[Claim, ...], records: Mapping[str, Record]) -> list[dict[str, Any]]:
+def judge_all(claims: tuple[Claim, ...], records: Mapping[str, Record]) -> list[Verdict]:
     return [v for c in claims if (v := c.judge(records)) is not None]
 
 

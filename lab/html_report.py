@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.diff import servers_text
+from lab.published import Measured, at_size
 from lab.report import REDIS_HARNESS, measured_text
 from lab.results import load_run, read_record, run_folder, write_text
 from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, status_of
@@ -150,6 +151,24 @@ def parse_published(text: str, n: int | None = None) -> Published | None:
     m = re.search(r"\(n=(\d+)\)", chosen)
     size = int(m[1]) if m else (sum(outcomes.values()) if outcomes else None)
     return Published(chosen, outcomes, wall, attempts, size, figures)
+
+
+def published_of(rec: Record, n: int | None) -> Published | None:
+    """The document's run for this record's variant at size `n`: from the numbers the
+    scenario declared (lab.published, in the record), else, for records made before
+    those existed, parsed from the published line."""
+    declared = [Measured.from_json(m) for m in rec.get("published_measured") or []]
+    m = at_size(declared, n)
+    if m is None:
+        return parse_published(str(rec.get("published") or ""), n)
+    return Published(
+        m.text(),
+        None if m.outcomes is None else dict(m.outcomes),
+        m.wall_ms,
+        m.attempts,
+        m.n if m.n is not None else (sum(m.outcomes.values()) if m.outcomes else None),
+        dict(m.figures),
+    )
 
 
 # --- SVG building blocks -------------------------------------------------------------
@@ -701,7 +720,7 @@ def scenario_section(sc_id: str, recs: Sequence[Record], verdicts: ScenarioVerdi
     variants = [str(r["variant"]) for r in recs]
     knobs = first.get("knobs") or {}
     n = knobs.get("n")
-    pubs = {str(r["variant"]): parse_published(str(r.get("published") or ""), n) for r in recs}
+    pubs = {str(r["variant"]): published_of(r, n) for r in recs}
     parts = [f'<section class="scenario" id="{esc(sc_id)}">']
     parts.append(f"<h2>{esc(sc_id)}</h2><div class='meta'>{esc(first.get('title', ''))}</div>")
     knob_line = " ".join(f"{k}={v}" for k, v in knobs.items())

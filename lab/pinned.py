@@ -179,6 +179,16 @@ def check_steps(scenario: Scenario, variant: str, steps: Sequence[str]) -> None:
 # --- one database for a command ----------------------------------------------------------
 
 
+async def _read_only(conn: asyncpg.Connection) -> None:
+    """The watch pool's reset: its queries change no session state, so nothing to undo."""
+
+
+async def watch_pool(dsn: str) -> asyncpg.Pool:
+    """A small pool for the sequencer's looks at the server (read-only queries)."""
+    pool: asyncpg.Pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2, reset=_read_only)
+    return pool
+
+
 class PinnedDatabase:
     """One database for pinned runs: reset before every run (the public schema dropped, the
     run's Redis keys deleted, then the caller's setup), and the sessions' connections, kept
@@ -189,6 +199,9 @@ class PinnedDatabase:
         self.app = app  # the sessions' application_name, before "/<session>"
         self.dsn = dsn
         self.pool = pool
+        # the sequencer's look at pg_stat_activity / pg_locks, many times a step: read-only,
+        # so its pool skips asyncpg's reset query (a round trip) on every release
+        self.watch: asyncpg.Pool | None = None
         self.redis: Any = None
         self.prefix = ""  # the run's Redis keys (with a client in `redis`)
         self._idle: list[asyncpg.Connection] = []  # session connections free for a run
@@ -246,14 +259,17 @@ class PinnedDatabase:
 class PinnedLab(PinnedDatabase):
     """A database for pinned runs of one scenario, reset before every run."""
 
-    def __init__(self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int):
+    def __init__(
+        self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
+    ):
         super().__init__(f"locklab/{scenario.id}/pinned")
         self.scenario = scenario
         self.servers = servers
         self.run_id = run_id
         self.deadlock_ms = deadlock_ms
-        self.database = database_name(run_id, scenario.id, "pinned")
-        self.prefix = f"locklab:{run_id}:pinned:"
+        # `lane`: explores of one scenario side by side each have a database of their own
+        self.database = database_name(run_id, scenario.id, f"pinned{lane}")
+        self.prefix = f"locklab:{run_id}:pinned{lane}:"
 
     async def run(
         self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
@@ -294,7 +310,7 @@ class PinnedLab(PinnedDatabase):
             # a cast with worker processes and faults (lab/stage.py) has a runner of its own
             stage = getattr(pinned, "stage", None)
             seq: Any = (
-                Sequencer(self.pool, sessions, **kw)
+                Sequencer(self.watch or self.pool, sessions, **kw)
                 if stage is None
                 else stage(env, variant, sessions, explored=not name, **kw)
             )
@@ -345,10 +361,10 @@ def _held(held: bool) -> str:
 
 @asynccontextmanager
 async def pinned_lab(
-    scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int
+    scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
 ) -> AsyncIterator[PinnedLab]:
     """A fresh database (and Redis prefix) for one trace or explore, dropped afterwards."""
-    lab = PinnedLab(scenario, servers, run_id, deadlock_ms)
+    lab = PinnedLab(scenario, servers, run_id, deadlock_ms, lane)
     admin = await admin_connect(servers)
     created = False
     try:
@@ -361,13 +377,15 @@ async def pinned_lab(
         assert servers.pg is not None
         lab.dsn = with_database(servers.pg.dsn, lab.database)
         lab.pool = await asyncpg.create_pool(lab.dsn, min_size=1, max_size=3)
+        lab.watch = await watch_pool(lab.dsn)
         if "redis" in scenario.uses:
             lab.redis = await redis_client(servers, 16)
         yield lab
     finally:
         lab.terminate_all()
-        if lab.pool is not None:
-            lab.pool.terminate()
+        for pool in (lab.pool, lab.watch):
+            if pool is not None:
+                pool.terminate()
         if lab.redis is not None:
             with contextlib.suppress(Exception):
                 await lab.redis.aclose()
@@ -451,14 +469,16 @@ async def explore(
     run_id: str,
     deadlock_ms: int,
     on_progress: Callable[[str], None] | None = None,
+    lane: str = "",
 ) -> dict[str, Any]:
     """Every interleaving of each variant's declared steps at each of its isolation levels
     (`plan`: variant -> levels), and its canonical schedules; the explore record (see the
-    module doc)."""
+    module doc). `lane` names this explore's database apart from others of the same
+    scenario running at the same time (see merge_explores)."""
     pinned = pinned_of(scenario)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     by_variant: dict[str, dict[str, Any]] = {}
-    async with pinned_lab(scenario, servers, run_id, deadlock_ms) as lab:
+    async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane) as lab:
         for variant, levels in plan.items():
             # a cast may interleave fewer steps than its schedules name (lab/stage.py)
             steps = getattr(pinned, "explore_steps", {}).get(variant) or pinned.steps[variant]
@@ -500,6 +520,16 @@ async def explore(
         "lab": {"version": __version__, "git_commit": git_commit(), "python": platform.python_version()},
         "variants": by_variant,
     }  # fmt: skip
+
+
+def merge_explores(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One explore record from explores of the same scenario, each of some of its
+    variants (run side by side): the variants in the parts' order, every level any ran."""
+    merged = dict(parts[0])
+    merged["variants"] = {v: cell for p in parts for v, cell in p["variants"].items()}
+    merged["isolation"] = [x for x in ISOLATION_LEVELS if any(x in p["isolation"] for p in parts)]
+    merged["started_at"] = min(str(p["started_at"]) for p in parts)
+    return merged
 
 
 def explore_path(run_id: str, scenario: str, root: Path | None = None) -> Path:

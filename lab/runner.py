@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 
@@ -29,6 +29,7 @@ from lab.evidence import (
 )
 from lab.outcome import TIMEOUT, notation, ordered
 from lab.profiles import claims_for_run
+from lab.records import Record
 from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Observer, Scenario, Script, start_observers, stop_observers
 from lab.servers import Servers
@@ -210,7 +211,7 @@ async def _plan_variant(
 def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
     """The verdicts of the claims these settings are made for; the others, with why not."""
     claims, not_judged = claims_for_run(plan.scenario, plan.knobs, plan.params, plan.case)
-    verdicts = judge_all(tuple(claims), records)
+    verdicts = judge_all(tuple(claims), cast("dict[str, Record]", records))
     judged = {(v["id"], v["text"]) for v in verdicts}
     for v in [v for v in verdicts if v.get("not_judged")]:  # the check said why not
         verdicts.remove(v)
@@ -496,7 +497,7 @@ async def _run_variant(
             evidence["redis_commandstats"] = commandstats_delta(
                 redis_before, await rclient.info("commandstats")
             )
-        return {
+        record: Record = {  # typed: mypy checks every key claims will read
             "schema": SCHEMA_VERSION,
             "run_id": plan.run_id,
             "scenario": scenario.id,
@@ -522,9 +523,12 @@ async def _run_variant(
             "evidence": evidence,
             "trace": env.events[:MAX_TRACE],
             "published": scenario.published.get(variant, ""),
+            "published_measured": [m.to_json() for m in scenario.measured.get(variant, ())],
             "claims": [],
-            **({"load": load} if load else {}),
         }
+        if load:
+            record["load"] = load
+        return cast("dict[str, Any]", record)
     finally:
         if observed and env is not None:  # the variant failed: stop what watches it
             with contextlib.suppress(Exception):

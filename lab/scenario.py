@@ -28,6 +28,8 @@ import asyncpg
 
 from lab.claims import Claim
 from lab.errors import ScenarioFailure
+from lab.published import Measured
+from lab.records import InvariantJson
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -90,7 +92,7 @@ class Check:
     held: bool
     detail: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> InvariantJson:
         return {"name": self.name, "held": self.held, "detail": self.detail}
 
 
@@ -115,6 +117,9 @@ class Scenario:
     outcomes: tuple[str, ...]  # every key a variant may end with (words and SQLSTATEs)
     claims: tuple[Claim, ...] = ()
     published: Mapping[str, str] = field(default_factory=dict)  # variant -> the line printed
+    # variant -> the runs the documents published, as numbers (lab.published); the
+    # record keeps them, claims and the report read them
+    measured: Mapping[str, tuple[Measured, ...]] = field(default_factory=dict)
     setup: Setup | None = None
     invariant: Invariant | None = None
     defaults: Defaults = Defaults()

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from lab.pinned import PinnedDatabase
+from lab.pinned import PinnedDatabase, watch_pool
 from lab.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
 from lab.sequencer import prefixed as _prefixed
 from lab.steps import Session
@@ -135,7 +135,7 @@ class _Runner(PinnedDatabase):
             for name in sessions:
                 conns.append(await self.session(name))
             seq = Sequencer(
-                db,
+                self.watch or db,
                 {n: (c, code) for (n, code), c in zip(sessions.items(), conns, strict=True)},
                 label=header,
                 header=f"schedule {header}",
@@ -174,11 +174,15 @@ async def _judge(
 @asynccontextmanager
 async def _runner(dsn: str, setup: Setup | None) -> AsyncIterator[_Runner]:
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=3)
+    runner = _Runner(dsn, pool, setup)
     try:
-        yield _Runner(dsn, pool, setup)
+        runner.watch = await watch_pool(dsn)
+        yield runner
     finally:
-        with contextlib.suppress(Exception):
-            await pool.close()
+        for p in (runner.watch, pool):
+            if p is not None:
+                with contextlib.suppress(Exception):
+                    await p.close()
 
 
 async def run_schedule(

@@ -19,14 +19,14 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from lab.catalogue import document_counts
-from lab.claims import Claim, Record, judge_trials
+from lab.claims import Claim, Record, Verdict, judge_trials
 from lab.errors import LabError
 from lab.profiles import check_profile, claims_for, profile_settings
 from lab.results import read_record, results_root, run_folder, write_json, write_record
@@ -60,7 +60,7 @@ class ScenarioVerdicts:
     knobs: dict[str, Any]
     params: dict[str, Any]
     trials: int
-    verdicts: list[dict[str, Any]]
+    verdicts: list[Verdict]
     skipped: list[dict[str, Any]] = field(default_factory=list)  # claims of other profiles
     error: str | None = None
     wall_s: float = 0.0
@@ -193,7 +193,7 @@ def variants_for_trial(
     return [v for v in scenario.variants if v in need]
 
 
-def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str, Any]]:
+def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[Verdict]:
     """Every claim's verdict over the trials it asks for (pure: records in, verdicts out).
 
     Each verdict has a `status`: "held", "not held", "not judged" (a variant's record is
@@ -201,10 +201,10 @@ def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[dict[str,
     this run's settings do not exercise it, e.g. a failure mode left off). Nothing is
     silently dropped.
     """
-    out: list[dict[str, Any]] = []
+    out: list[Verdict] = []
     for c in claims:
         runs = [t for t in trials[: c.trials] if all(v in t.records for v in c.variants)]
-        verdict = judge_trials(c, [t.records for t in runs], [t.seed for t in runs])
+        verdict: Verdict | None = judge_trials(c, [t.records for t in runs], [t.seed for t in runs])
         exercised = len(verdict["trials"]) if verdict is not None else 0
         if not runs:
             missing = sorted({v for t in trials for v in c.variants if v not in t.records})
@@ -236,7 +236,7 @@ def is_gap(v: Mapping[str, Any]) -> bool:
     return str(v.get("text", "")).startswith(NOT_REPRODUCED)
 
 
-def _bare(c: Claim) -> dict[str, Any]:
+def _bare(c: Claim) -> Verdict:
     return {
         "id": c.id,
         "text": c.text,
@@ -410,7 +410,7 @@ async def verify_scenario(
                 }
                 if write:
                     write_record(rec)
-            done.append(Trial(trial_knobs.seed, {r["variant"]: r for r in records}))
+            done.append(Trial(trial_knobs.seed, {r["variant"]: cast(Record, r) for r in records}))
             if k == 1:
                 result.records = done[0].records
     except LabError:
@@ -460,6 +460,29 @@ def _explore_verdicts(
     )
 
 
+PART_INTERLEAVINGS = 200  # an explore part this big is worth a database of its own
+
+
+def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list[list[str]]:
+    """The scenario's variants to explore, packed in order into parts of at least
+    PART_INTERLEAVINGS interleavings (counted per isolation level): each part gets its own
+    database (a CREATE DATABASE costs about as much as 10 interleavings), and parts run
+    side by side when lanes are free, so one big scenario does not hold up the end."""
+    from lab.pinned import pinned_of
+    from lab.sequencer import count_interleavings
+
+    steps = pinned_of(scenario).steps
+    parts: list[list[str]] = [[]]
+    size = 0
+    for v, levels in plan.items():
+        if size >= PART_INTERLEAVINGS:
+            parts.append([])
+            size = 0
+        parts[-1].append(v)
+        size += count_interleavings(steps[v]) * max(1, len(levels))
+    return parts
+
+
 async def verify_explore(
     scenario: Scenario,
     profile: str,
@@ -468,10 +491,14 @@ async def verify_explore(
     run_id: str,
     write: bool = True,
     on_step: Callable[[str], None] | None = None,
+    gate: asyncio.Semaphore | None = None,
 ) -> ScenarioVerdicts | None:
     """Run explore for the variants the scenario's explore claims name (at its isolation
-    axis and the profile's deadlock_timeout), then judge those claims on the record."""
-    from lab.pinned import explore, pinned_of, write_explore
+    axis and the profile's deadlock_timeout), then judge those claims on the record.
+
+    Each variant is explored on a database of its own, holding `gate` (lanes shared with
+    other scenarios' explores) while it runs; the parts merge into one explore record."""
+    from lab.pinned import explore, merge_explores, pinned_of, write_explore
     from lab.steps import ISOLATION_LEVELS
 
     claims = explore_claims(scenario, profile)
@@ -485,22 +512,34 @@ async def verify_explore(
         if any(v in c.variants for c in claims)
     }
     knobs, _ = profile_settings(scenario, profile)
+    lanes = gate or asyncio.Semaphore(1)
+
+    async def part(i: int, variants: Sequence[str]) -> dict[str, Any]:
+        async with lanes:
+            return await explore(
+                scenario, servers, {v: plan[v] for v in variants}, run_id=run_id,
+                deadlock_ms=knobs.deadlock_timeout_ms, lane=f"_{i}",
+            )  # fmt: skip
+
     try:
-        record = await explore(
-            scenario, servers, plan, run_id=run_id, deadlock_ms=knobs.deadlock_timeout_ms
-        )
-    except LabError:
-        raise
-    except Exception as exc:
-        error = f"{type(exc).__name__}: {exc}"
-        failed = _explore_verdicts(scenario, profile, [], {})
-        failed.error = error
-        failed.verdicts = [
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(part(i, p)) for i, p in enumerate(explore_parts(scenario, plan))
+            ]
+        record = merge_explores([t.result() for t in tasks])
+    except BaseExceptionGroup as failed:
+        first = failed.exceptions[0]
+        if isinstance(first, LabError):
+            raise first from None
+        error = f"{type(first).__name__}: {first}"
+        result = _explore_verdicts(scenario, profile, [], {})
+        result.error = error
+        result.verdicts = [
             {**_bare(c), "held": False, "judged": True, "status": "not held",
              "trials_asked": 1, "measured": f"explore failed: {error}"}
             for c in claims
         ]  # fmt: skip
-        return failed
+        return result
     if write:
         write_explore(record)
     result = _explore_verdicts(scenario, profile, claims, record)
@@ -520,8 +559,8 @@ async def verify_explores(
     on_step: Callable[[str], None] | None = None,
     at_once: int = EXPLORES_AT_ONCE,
 ) -> list[ScenarioVerdicts]:
-    """verify_explore for each scenario, `at_once` of them side by side; the results in
-    the scenarios' order (those with no explore claim give none).
+    """verify_explore for each scenario, `at_once` variant explores side by side (of any
+    scenarios); the results in the scenarios' order (those with no explore claim give none).
 
     Only explores overlap, and only each other: each has its own database and Redis
     prefix, and its verdicts count interleavings whose order the sequencer forces by what
@@ -529,15 +568,16 @@ async def verify_explores(
     whose claims are about time, never overlap anything."""
     gate = asyncio.Semaphore(max(1, at_once))
 
-    async def one(sc: Scenario) -> ScenarioVerdicts | None:
-        async with gate:
-            return await verify_explore(
-                sc, profile, servers, run_id=run_id, write=write, on_step=on_step
-            )
-
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(sc)) for sc in scenarios]
+            tasks = [
+                group.create_task(
+                    verify_explore(
+                        sc, profile, servers, run_id=run_id, write=write, on_step=on_step, gate=gate
+                    )
+                )
+                for sc in scenarios
+            ]
     except BaseExceptionGroup as failed:  # the first failure, as a sequential loop raised it
         raise failed.exceptions[0] from None
     return [r for t in tasks if (r := t.result()) is not None]
@@ -656,7 +696,9 @@ def merge_cases(results: Sequence[ScenarioVerdicts]) -> list[ScenarioVerdicts]:
     case named in the claim text (for views keyed by scenario, such as the report)."""
     merged: dict[str, ScenarioVerdicts] = {}
     for r in results:
-        tagged = [{**v, "text": f"[{r.case}] {v['text']}"} if r.case else v for v in r.verdicts]
+        tagged: list[Verdict] = [
+            {**v, "text": f"[{r.case}] {v['text']}"} if r.case else v for v in r.verdicts
+        ]
         if r.scenario not in merged:
             merged[r.scenario] = replace(r, case="", verdicts=list(tagged))
         else:

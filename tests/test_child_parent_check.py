@@ -13,7 +13,13 @@ SCENARIOS = Path(__file__).parent.parent / "scenarios"
 
 
 @pytest.mark.parametrize(
-    "script", ["_provider.py", "_order_worker.py", "lease_gc_pause/worker.py", "_billing_worker.py"]
+    "script",
+    [
+        "../lab/provider.py",
+        "service_lock_order/worker.py",
+        "lease_gc_pause/worker.py",
+        "_billing_worker.py",
+    ],
 )
 def test_a_child_of_a_gone_parent_exits_before_reading_its_stdin(script: str) -> None:
     """Given PID 1 as its parent (it is not): exit 0, nothing written, though stdin stays

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scenarios.deadlock_detector import SCENARIO, SHORT_DT_MS
+from scenarios.deadlock_detector import SCENARIO
+from scenarios.deadlock_detector.deadlock_detector import SHORT_DT_MS
 from tests.conftest import RunFn, assert_all_held
 
 
@@ -23,6 +24,10 @@ async def test_detector_beats_a_longer_lock_timeout_and_picks_the_shorter_timer(
     assert by_timeout[500]["after_ms"][0] >= 500
     assert [p["ends"] for p in ev["victims"]] == [["ok", "40P01"]] * 2
     assert all(p["after_ms"][1] >= SHORT_DT_MS for p in ev["victims"])
+    # each pair ran pinned to `cross`: its transcript shows s2's wait end in the deadlock
+    for p in ev["victims"]:
+        ended = [line for line in p["transcript"].splitlines() if line.startswith("s2 second")]
+        assert "ERROR 40P01 deadlock detected" in ended[-1], p["transcript"]
     assert recs["fixed"]["outcomes"] == {"ok": 8}
     for rec in recs.values():
         assert_all_held(rec["claims"])

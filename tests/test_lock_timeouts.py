@@ -10,7 +10,8 @@ import asyncpg
 
 from lab.interleave import task_or_blocked
 from lab.servers import Servers
-from scenarios.lock_timeouts import SCENARIO, SLOW, SLOW_PAUSE_MS
+from scenarios.lock_timeouts import SCENARIO
+from scenarios.lock_timeouts.lock_timeouts import SLOW, SLOW_PAUSE_MS
 from tests.conftest import RunFn
 
 

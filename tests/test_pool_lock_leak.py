@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scenarios.pool_lock_leak import LATER_RUNS, SCENARIO
+from scenarios.pool_lock_leak import SCENARIO
+from scenarios.pool_lock_leak.pool_lock_leak import LATER_RUNS
 from tests.conftest import RunFn, assert_all_held
 
 

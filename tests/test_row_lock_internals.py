@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from lab.servers import Servers
-from scenarios.row_lock_internals import HOT_INSERTS, MIN_WAL_PER_ROW, ROWS, SCENARIO
+from scenarios.row_lock_internals import SCENARIO
+from scenarios.row_lock_internals.row_lock_internals import HOT_INSERTS, MIN_WAL_PER_ROW, ROWS
 from tests.conftest import RunFn, claims_of
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from scenarios.row_lock_modes import CONFLICTS, SCENARIO
+from scenarios.row_lock_modes import SCENARIO
+from scenarios.row_lock_modes.row_lock_modes import CONFLICTS
 from tests.conftest import RunFn, claims_of
 
 

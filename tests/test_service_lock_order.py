@@ -28,8 +28,8 @@ def test_ctrl_c_leaves_no_service(tmp_path: Path) -> None:
     """SIGINT while the two services are frozen: exit 130, neither process is left."""
     args = ["run", "service-lock-order", "-v", "buggy", "-p", "freeze_window_ms=60000"]
     with interruptible(tmp_path, *args) as (proc, errfile):
-        pids = _wait_for_children(proc, "_order_worker", errfile)
+        pids = _wait_for_children(proc, "service_lock_order/worker.py", errfile)
         while len(pids) < 2:
-            pids = _wait_for_children(proc, "_order_worker", errfile)
+            pids = _wait_for_children(proc, "service_lock_order/worker.py", errfile)
         assert all(pid_alive(p) for p in pids)
     assert_gone(pids)

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.provider import PROVIDER
 from lab.servers.embedded import pid_alive
-from scenarios._provider import PROVIDER
 from scenarios.side_effects import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import _wait_for_children, assert_gone, interruptible
@@ -36,7 +36,7 @@ def test_ctrl_c_leaves_no_provider(tmp_path: Path) -> None:
     args = ["run", "side-effects", "-v", "buggy", "-p", "client_timeout_s=60",
             "-p", "late_reply_s=120"]  # fmt: skip
     with interruptible(tmp_path, *args) as (proc, errfile):
-        pids = _wait_for_children(proc, "_provider.py", errfile)
+        pids = _wait_for_children(proc, "provider.py", errfile)
         assert all(pid_alive(p) for p in pids)
     assert errfile.read_text().strip().splitlines()[-1].startswith("locklab: interrupted")
     assert_gone(pids)

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.pinned import canonical, error_in
+from lab.published import Measured, published_lines
 from lab.scenario import Defaults, Scenario
 from lab.steps import ISOLATION_LEVELS
-from scenarios._node_seconds import CHECKOUT_CASES, CHECKOUT_SECONDS
+from scenarios._node_seconds import CHECKOUT_CASES, checkout_seconds
 from scenarios.checkout_deadlock import checkout_deadlock as code
 
 
@@ -54,6 +55,18 @@ FIXES = ("fixed", "fixed-lock-first")
 SHORT, LONG = "timeout-250", "timeout-1000"
 MIN_SLOWDOWN = 1.5
 DL2 = "Deadlock row-lock không liên quan isolation level"
+# The documents' runs: Node 24 + node-postgres, PostgreSQL 17.11, deadlock_timeout 1 s.
+MEASURED = {
+    "buggy": (
+        Measured(n=200, outcomes={"ok": 4, "40P01": 196}, wall_ms=99403),
+        Measured(n=40, outcomes={"ok": 9, "40P01": 31}, wall_ms=20700),
+    ),
+    "fixed": (
+        Measured(n=200, outcomes={"ok": 200}, wall_ms=10955),
+        Measured(n=40, outcomes={"ok": 40}, wall_ms=6100),
+    ),
+}
+
 CLAIMS = (
     Claim(
         "DL-5",
@@ -117,14 +130,14 @@ CLAIMS = (
             "buggy",
             "40P01",
             "Cart order: most checkouts fail with 40P01",
-            published='{"ok":4,"40P01":196} in 99403 ms',
+            published=MEASURED["buggy"][0].text(),
         ),
         trials=3,
         required=2 / 3,
     ),
     deadlocks("DL-3", "buggy", "Cart order: the server reports deadlocks", expect=True),
     *(
-        all_ok("DL-3", v, f"{v}: every checkout succeeds", published='{"ok":200} in 10955 ms')
+        all_ok("DL-3", v, f"{v}: every checkout succeeds", published=MEASURED["fixed"][0].text())
         for v in FIXES
     ),
     *(deadlocks("DL-3", v, f"{v}: zero deadlocks", expect=False) for v in FIXES),
@@ -141,7 +154,7 @@ CLAIMS = (
         trials=3,
         required=2 / 3,
     ),
-    *CHECKOUT_SECONDS,  # the published seconds, under the node-* cases
+    *checkout_seconds(MEASURED),  # the published seconds, under the node-* cases
 )
 
 SCENARIO = Scenario(
@@ -153,10 +166,8 @@ SCENARIO = Scenario(
     pinned=code.PINNED,
     outcomes=("ok", "40P01", "40001"),
     claims=CLAIMS,
-    published={
-        "buggy": '{"ok":4,"40P01":196} in 99403 ms (n=200); {"ok":9,"40P01":31} in 20.7 s (n=40)',
-        "fixed": '{"ok":200} in 10955 ms (n=200); {"ok":40} in 6.1 s (n=40)',
-    },
+    published=published_lines(MEASURED),
+    measured=MEASURED,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=300, run_timeout_s=900),

@@ -32,8 +32,9 @@ from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeat
 from lab.errors import LabError
 from lab.outcome import notation
 from lab.pinned import RC, canonical, kept_in_all
+from lab.published import Measured, published_lines
 from lab.scenario import Check, Defaults, Env, Scenario
-from scenarios._node_seconds import TRANSFER_CASES, TRANSFER_SECONDS
+from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
 from scenarios.money_transfer import money_transfer as code
 from scenarios.money_transfer.money_transfer import RETRYABLE, TOTAL
 
@@ -167,6 +168,13 @@ def _whole_transaction_retried(records: Mapping[str, Record]) -> tuple[bool, str
 
 
 VARIANTS = ("buggy", "buggy-jitter", "fixed")
+# The document's runs: 40 transfers, Node 24 + node-postgres, PostgreSQL 17.11.
+MEASURED = {
+    "buggy": (
+        Measured(n=40, outcomes={"ok": 11, "40P01": 29}, wall_ms=434769, figures={"attempts": 215}),
+    ),
+    "fixed": (Measured(n=40, outcomes={"ok": 40}, wall_ms=5841, figures={"attempts": 40}),),
+}
 CLAIMS = (
     Claim(
         "DL-7",
@@ -174,7 +182,7 @@ CLAIMS = (
         "with 40P01 after 5 retries",
         ("buggy",),
         _buggy_still_failing,
-        published='{"ok":11,"40P01":29} attempts=215 in 434769 ms',
+        published=MEASURED["buggy"][0].text(),
         profiles=("published",),  # at 40 transfers; at 10 (quick) as few as 2 fail
     ),
     deadlocks("DL-7", "buggy", "buggy: the server reports deadlocks", expect=True),
@@ -182,7 +190,7 @@ CLAIMS = (
         "DL-7",
         "fixed",
         "fixed: every transfer succeeds",
-        published='{"ok":40} attempts=40 in 5841 ms',
+        published=MEASURED["fixed"][0].text(),
     ),
     Claim(
         "DL-7",
@@ -281,7 +289,7 @@ CLAIMS = (
         waited=("s2 lock-both",),
         kept=True,
     ),
-    *TRANSFER_SECONDS,  # the published seconds, under the node case
+    *transfer_seconds(MEASURED),  # the published seconds, under the node case
     Claim(
         "LC-2",
         "A deadlock loser retried from its first read commits; no partial effect stays",
@@ -300,10 +308,8 @@ SCENARIO = Scenario(
     pinned=code.PINNED,
     outcomes=("ok", "duplicate", "insufficient_funds", "40P01", "40001", "23514"),
     claims=CLAIMS,
-    published={
-        "buggy": '{"ok":11,"40P01":29} attempts=215 in 434769 ms',
-        "fixed": '{"ok":40} attempts=40 in 5841 ms',
-    },
+    published=published_lines(MEASURED),
+    measured=MEASURED,
     setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=600, run_timeout_s=900),

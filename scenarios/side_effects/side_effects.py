@@ -19,31 +19,25 @@ Published:  no run; deadlock-distributed-lock-cron.vi.txt: "provider timeout sau
             locking-concurrency-control.vi.txt: "retry toàn bộ transaction sau 40P01 là
             đúng, nhưng nếu trong fn có gửi email hay gọi payment thì side effect bị lặp.
             Đưa side effect ra sau commit (outbox pattern)".
-See:        claims DL-26, LC-32; scenarios/_provider.py (the provider: a real HTTP server
-            process on loopback, started by the run, killed with it). The client's
-            timeout is CLIENT_TIMEOUT_S, the provider's late answer LATE_REPLY_S; the
-            deadlock between the two transactions is forced (both hold their first row
-            before either asks for the second) and detected by PostgreSQL. Often there
-            are two: the victim's immediate retry updates the row it just released before
-            the woken survivor does, the cycle forms again, and the survivor is the next
-            victim (both transactions end with 40P01 on attempt 1; 4 attempts, 2 commits;
-            see the trace). The claims count messages per attempt and per commit,
-            whatever the number of attempts.
+See:        DL-26, LC-32 in claims.py; lab/provider.py (the provider: a real HTTP server in a
+            worker process on loopback, started by the run, stopped with it). The client's
+            timeout is CLIENT_TIMEOUT_S, the provider's late answer LATE_REPLY_S; the deadlock
+            is forced (both hold their first row before either asks for the second) and
+            detected by PostgreSQL. Often there are two: the victim's immediate retry updates
+            the row it just released before the woken survivor does, and the survivor is the
+            next victim (4 attempts, 2 commits). The claims count messages per attempt and per
+            commit, whatever the number of attempts.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from typing import Any
 
 import asyncpg
 
 from lab.aio import within
-from lab.claims import Claim, Record, invariant_broken, invariants_hold
-from lab.errors import LabError
-from lab.scenario import Check, Defaults, Env, Scenario
-from scenarios._provider import Provider
+from lab.provider import Provider
+from lab.scenario import Check, Env
 
 CUSTOMER, PERIOD, AMOUNT = "c-1", "2026-09", 100
 CLIENT_TIMEOUT_S = 0.5  # the billing job's HTTP timeout (an answer on time takes ~ms)
@@ -51,18 +45,18 @@ LATE_REPLY_S = 2.0  # the provider's first answer comes this late, after it char
 MAX_ATTEMPTS = 5  # the job retries a timed-out call / a 40P01 transaction this often
 
 
+# The provider is the run's (claims.py starts it after setup, reads its log and stops it
+# after the variant): env.state["provider"].
 async def buggy(env: Env) -> None:
-    async with Provider.started(env) as provider:
-        await bill(env, provider, key=None)
-        await pay_invoices(env, provider, outbox=False)
-        await provider.record(env)
+    provider: Provider = env.state["provider"]
+    await bill(env, provider, key=None)
+    await pay_invoices(env, provider, outbox=False)
 
 
 async def fixed(env: Env) -> None:
-    async with Provider.started(env) as provider:
-        await bill(env, provider, key=f"bill:{CUSTOMER}:{PERIOD}")
-        await pay_invoices(env, provider, outbox=True)
-        await provider.record(env)
+    provider: Provider = env.state["provider"]
+    await bill(env, provider, key=f"bill:{CUSTOMER}:{PERIOD}")
+    await pay_invoices(env, provider, outbox=True)
 
 
 async def setup(env: Env) -> None:
@@ -151,92 +145,3 @@ async def invariant(env: Env) -> list[Check]:
 
 ONE_CHARGE = "one charge per customer and period"
 ONE_MESSAGE = "one message per committed transaction"
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if not 0 < p["client_timeout_s"] < p["late_reply_s"]:
-        raise LabError("-p client_timeout_s must be > 0 and below late_reply_s (the fault)")
-
-
-# --- claims ----------------------------------------------------------------------------------
-
-
-def _charge_trace(rec: Record) -> str:
-    charges = rec["evidence"].get("provider", {}).get("charges", [])
-    calls = [e for e in rec["trace"] if e["who"] == "job"]
-    said = ", ".join(
-        f"call {e['attempt']}: " + ("timed out" if e["event"] == "charge timed out"
-                                    else "replayed" if e["replayed"] else "charged")
-        for e in calls
-    )  # fmt: skip
-    keys = sorted({str(c["key"]) for c in charges})
-    return f"{said}; the provider recorded {len(charges)} charge(s) (keys: {', '.join(keys)})"
-
-
-def _charges(variant: str, expect: int) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        rec = records[variant]
-        timed_out = any(e["event"] == "charge timed out" for e in rec["trace"])
-        n = len(rec["evidence"].get("provider", {}).get("charges", []))
-        calls = rec["counters"].get("charge_calls", 0)
-        # without a key every call charges (2 here: one late answer); with it, only the first
-        held = timed_out and calls >= 2 and n == (calls if expect == 2 else 1)
-        return held, f"{variant}: {_charge_trace(rec)}"
-
-    text = ("buggy: the provider times out after charging; the retry without a key charges "
-            "twice") if expect == 2 else ("fixed: the same retry with Idempotency-Key "
-                                          "bill:{customer}:{period} charges once")  # fmt: skip
-    published = ("provider timeout sau khi đã xử lý" if expect == 2
-                 else "idempotency key bill:{customer}:{period} khi gọi payment provider")  # fmt: skip
-    return Claim("DL-26", text, (variant,), check, published)
-
-
-def _messages(variant: str, per_attempt: bool) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        c = records[variant]["counters"]
-        att, com, msg, dl = (c.get(k, 0) for k in ("attempts", "commits", "messages", "40P01"))
-        held = dl >= 1 and att > com and msg == (att if per_attempt else com)
-        return held, f"{variant}: {dl} x 40P01, {att} attempts, {com} commits, {msg} messages"
-
-    text = ("buggy: a message sent inside a transaction repeats with every retry after 40P01"
-            if per_attempt else "fixed: the outbox sends exactly one message per committed "
-            "transaction")  # fmt: skip
-    return Claim("LC-32", text, (variant,), check, PUBLISHED_RETRY)
-
-
-PUBLISHED_RETRY = (
-    "nếu trong fn có gửi email hay gọi payment thì side effect bị lặp. Đưa side effect ra sau "
-    "commit (outbox pattern)"
-)
-CLAIMS = (
-    _charges("buggy", 2),
-    _charges("fixed", 1),
-    invariant_broken("DL-26", "buggy", ONE_CHARGE, "buggy: two charges for one invoice"),
-    _messages("buggy", per_attempt=True),
-    _messages("fixed", per_attempt=False),
-    invariant_broken("LC-32", "buggy", ONE_MESSAGE, "buggy: more messages than commits"),
-    invariants_hold("DL-26", "fixed", "fixed: one charge per invoice (and one message per commit)"),
-    invariants_hold("LC-32", "fixed", "fixed: one message per commit (and one charge per invoice)"),
-)
-
-SCENARIO = Scenario(
-    id="side-effects",
-    validate=validate,
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed},
-    outcomes=("charged", "charge_failed", "committed", "40P01"),
-    claims=CLAIMS,
-    setup=setup,
-    invariant=invariant,
-    defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
-    params={"client_timeout_s": CLIENT_TIMEOUT_S, "late_reply_s": LATE_REPLY_S},
-    param_help={
-        "client_timeout_s": "the billing job's HTTP timeout for one charge call",
-        "late_reply_s": "the provider answers its first charge this late, after charging",
-    },
-    uses=frozenset({"pg"}),
-    sources=("DL", "LC"),
-    headline={"charges": "charges", "messages": "messages", "attempts": "attempts"},
-    quick={"deadlock_timeout_ms": 200},
-)

@@ -14,7 +14,7 @@ Published:  "lệnh unlock của bạn chạy trên connection khác và trả v
             lock"; leaks are visible in pg_locks WHERE locktype = 'advisory'
             — locking-concurrency-control.vi.txt (advisory locks, pitfalls);
             deadlock-distributed-lock-cron.vi.txt (edge cases: advisory lock + PgBouncer)
-See:        claims LC-22, LC-23 (LC-24, the leak in the application's own pool, is in
+See:        LC-22, LC-23 in claims.py (LC-24, the leak in the application's own pool, is in
             pool-lock-leak). PgBouncer runs with server_round_robin = 0 (LIFO):
             a freed server connection is the next one handed out, which makes the hand-over
             below deterministic rather than lucky.
@@ -22,14 +22,11 @@ See:        claims LC-22, LC-23 (LC-24, the leak in the application's own pool, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record
-from lab.scenario import Check, Defaults, Env, Scenario
+from lab.scenario import Check, Env
 
 JOB_KEY = "job:daily-invoice"
-WARNING = "you don't own a lock of type ExclusiveLock"
 
 
 async def _advisory_locks(env: Env) -> list[dict[str, Any]]:
@@ -140,100 +137,3 @@ async def invariant(env: Env) -> list[Check]:
             "no advisory lock outlives the job", not after, f"advisory locks after the job: {after}"
         )
     ]
-
-
-def _buggy_unlock(records: Mapping[str, Record]) -> tuple[bool, str]:
-    ev = records["buggy"]["evidence"]
-    outcomes = records["buggy"]["outcomes"]
-    warned = any(WARNING in w for w in ev.get("unlock_warnings", []))
-    return outcomes.get("unlock_false") == 1 and warned, (
-        f"buggy: unlock {outcomes}, warnings {ev.get('unlock_warnings')}"
-    )
-
-
-def _inherited(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["buggy"]
-    ev = rec["evidence"]
-    same = ev.get("job_server_pid") == ev.get("other_server_pid")
-    return rec["outcomes"].get("inherited_lock") == 1 and same, (
-        f"buggy: other client on server pid {ev.get('other_server_pid')} "
-        f"(job's was {ev.get('job_server_pid')}): {rec['outcomes']}"
-    )
-
-
-def _leak(records: Mapping[str, Record]) -> tuple[bool, str]:
-    after = records["buggy"]["evidence"].get("advisory_locks_after_job", [])
-    return len(after) == 1, f"buggy: pg_locks advisory after the job: {after}"
-
-
-def _xact_safe(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["fixed"]
-    after = rec["evidence"].get("advisory_locks_after_job", [])
-    ok = rec["outcomes"] == {"released": 1, "lock_busy": 1} and not after
-    return ok, f"fixed: {rec['outcomes']}, advisory locks after: {after}"
-
-
-def _reentry_counts(records: Mapping[str, Record]) -> tuple[bool, str]:
-    r = records["buggy"]["evidence"].get("session_lock_reentry", {})
-    return r.get("held_after_one_unlock") is True and r.get("held_after_two_unlocks") is False, (
-        f"lock twice: held after one unlock={r.get('held_after_one_unlock')}, "
-        f"after two={r.get('held_after_two_unlocks')}"
-    )
-
-
-CLAIMS = (
-    Claim(
-        "LC-22",
-        "Session advisory locks count re-entries: lock twice, unlock twice",
-        ("buggy",),
-        _reentry_counts,
-        published="lock hai lần thì phải unlock hai lần",
-    ),
-    Claim(
-        "LC-23",
-        "Through transaction mode the unlock runs on another server connection, "
-        "returns false with the warning",
-        ("buggy",),
-        _buggy_unlock,
-        published=f"trả về false với warning {WARNING}",
-    ),
-    Claim(
-        "LC-23",
-        "Another client borrowing the server connection inherits the lock",
-        ("buggy",),
-        _inherited,
-        published="client khác mượn connection sẽ thừa kế lock",
-    ),
-    Claim(
-        "LC-23",
-        "The lock stays held by the pooled server connection after the job",
-        ("buggy",),
-        _leak,
-        published="Xem pg_locks WHERE locktype = 'advisory'",
-    ),
-    Claim(
-        "LC-23",
-        "Xact-level locks are safe behind transaction mode: held while the job "
-        "runs, gone after COMMIT",
-        ("fixed",),
-        _xact_safe,
-        published="sau pooler transaction mode, chỉ dùng xact-level",
-    ),
-)
-
-SCENARIO = Scenario(
-    id="advisory-pgbouncer",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed},
-    outcomes=("released", "unlock_false", "lock_busy", "inherited_lock"),
-    claims=CLAIMS,
-    published={
-        "buggy": "unlock -> false, WARNING: you don't own a lock of type ExclusiveLock; lock inherited",
-        "fixed": "pg_advisory_xact_lock: released at COMMIT",
-    },
-    invariant=invariant,
-    defaults=Defaults(n=3, run_timeout_s=60),
-    uses=frozenset({"pg", "pgbouncer"}),
-    sources=("DL", "LC"),
-)

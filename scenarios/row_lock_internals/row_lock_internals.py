@@ -15,7 +15,7 @@ Published:  "Row lock được ghi ngay trong tuple header (trường xmax cùng
             "MultiXact bùng nổ: nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha
             nóng (mỗi insert con), tạo nhiều MultiXact." No numbers (PostgreSQL 17.11)
             — locking-concurrency-control.vi.txt, "Row-level lock", "Edge cases"
-See:        claims LC-28, LC-29; scenarios/row_lock_modes.py (the modes, LC-34). WAL bytes
+See:        claims LC-28, LC-29 in claims.py; row-lock-modes (the modes, LC-34). WAL bytes
             are pg_current_wal_lsn() after COMMIT minus before BEGIN; the probe of how many
             rows another session can still lock (SKIP LOCKED, which locks them itself) runs
             in a second, unmeasured pass. WAL is cluster-wide: on a busy shared server the
@@ -27,11 +27,9 @@ See:        claims LC-28, LC-29; scenarios/row_lock_modes.py (the modes, LC-34).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
 from typing import Any
 
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Env, Scenario
+from lab.scenario import Env
 
 ROWS = 100_000  # the batch the document's "millions of rows" stands for
 HOT_INSERTS = 20  # overlapping child inserts
@@ -137,99 +135,3 @@ async def children(env: Env, *, hot: bool) -> dict[str, Any]:
         "xmax_members": [dict(m) for m in members],
         "inserters": xids,
     }
-
-
-# --- claims -------------------------------------------------------------------------------
-
-Judge = Callable[[Mapping[str, Record]], tuple[bool, str]]
-
-
-def _batch(variant: str, locked: bool) -> Judge:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        b = records[variant]["evidence"]["batch"]
-        kinds = sorted({lk["locktype"] for lk in b["pg_locks"]})
-        per_row = b["wal_bytes"] / b["rows"]
-        if locked:
-            held = (
-                b["rows"] == ROWS
-                and b["free_rows"] == 0
-                and per_row >= MIN_WAL_PER_ROW
-                and len(b["pg_locks"]) < 10
-                and set(kinds) <= {"relation", "transactionid", "virtualxid"}
-            )
-        else:
-            held = b["rows"] == ROWS and b["free_rows"] == ROWS and b["wal_bytes"] < MAX_IDLE_WAL
-        return held, (
-            f"{variant}: SELECT {b['clause'] or '(no lock)'} over {b['rows']} rows: WAL "
-            f"{b['wal_bytes']} bytes ({per_row:.1f}/row); pg_locks {len(b['pg_locks'])} entries "
-            f"({', '.join(kinds)}); rows another session could still lock: {b['free_rows']}"
-        )
-
-    return check
-
-
-def _multixacts(variant: str, hot: bool) -> Judge:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        c = records[variant]["evidence"]["children"]
-        n, mx, members = c["inserts"], c["multixacts"], c["xmax_members"]
-        modes = ", ".join(sorted({m["mode"] for m in members}))
-        if hot:
-            held = n - 2 <= mx <= n + 2 and sorted(m["xid"] for m in members) == sorted(
-                c["inserters"]
-            )
-        else:
-            held = mx == 0 and not members
-        return held and c["open_together"] == n, (
-            f"{variant}: {n} overlapping child inserts ({c['open_together']} open together) "
-            f"{'under one parent' if hot else 'one per parent'}: MultiXact counter +{mx}; "
-            f"parent's xmax lists {len(members)} lockers ({modes or '-'})"
-        )
-
-    return check
-
-
-CLAIMS = (
-    Claim(
-        "LC-28",
-        f"buggy: FOR UPDATE over {ROWS} rows: no per-row pg_locks entry, WAL written",
-        ("buggy",),
-        _batch("buggy", True),
-        published="Row lock được ghi ngay trong tuple header ... lock một row là ghi vào page "
-        "(dirty page, WAL)",
-    ),
-    Claim(
-        "LC-28",
-        "fixed: the same read without a locking clause writes no WAL",
-        ("fixed",),
-        _batch("fixed", False),
-    ),
-    Claim(
-        "LC-29",
-        f"buggy: {HOT_INSERTS} overlapping child inserts under one parent mint about as many "
-        "MultiXacts",
-        ("buggy",),
-        _multixacts("buggy", True),
-        published="nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha nóng (mỗi insert "
-        "con), tạo nhiều MultiXact",
-    ),
-    Claim(
-        "LC-29",
-        "fixed: the same inserts spread one per parent mint none",
-        ("fixed",),
-        _multixacts("fixed", False),
-    ),
-)
-
-SCENARIO = Scenario(
-    id="row-lock-internals",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed},
-    outcomes=("ok",),
-    claims=CLAIMS,
-    published={"buggy": "lock một row là ghi vào page (dirty page, WAL); ... tạo nhiều MultiXact"},
-    setup=setup,
-    defaults=Defaults(n=1, run_timeout_s=60),
-    script_connections=lambda n: HOT_INSERTS + 2,
-    sources=("LC",),
-)

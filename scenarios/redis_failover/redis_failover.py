@@ -14,25 +14,22 @@ Published:  "Redis failover: replica chưa nhận lệnh SET lock được promo
             được lock ngay. Fencing token (INCR) cũng có thể bị lùi nếu INCR chưa
             replicate: fencing tốt nhất là số do storage sinh hoặc xác nhận"
             — deadlock-distributed-lock-cron.vi.txt (edge cases)
-See:        claim DL-14. The run owns a disposable primary + replica: the replica is cut off
-            (pointed at an address nobody listens on) before A locks, the primary is killed
-            with SIGKILL, the replica is promoted with REPLICAOF NO ONE. Nothing is left to
-            luck. (Freezing the replica with SIGSTOP does not lose the SET: the primary's
-            stream already sits in the replica's socket buffer and is applied on SIGCONT.)
+See:        DL-14 in claims.py. The run owns a disposable primary + replica: the replica is
+            cut off (pointed at an address nobody listens on) before A locks, the primary is
+            killed with SIGKILL, the replica promoted with REPLICAOF NO ONE. Nothing is left
+            to luck (why not SIGSTOP: claims.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.aio import until
 from lab.redislock import COMPARE_AND_DELETE
-from lab.scenario import Check, Defaults, Env, Scenario
+from lab.scenario import Check, Env
 from scenarios.lease_gc_pause.lease_gc_pause import WRITE_FENCED
 
 LOCK = "lock:invoice:42"
@@ -41,30 +38,26 @@ FENCES_BEFORE = 5  # earlier holders, replicated before the incident
 LEASE_MS = 10_000  # A believes it holds the lock this long
 WAIT_MS = 200  # fixed-wait: how long to wait for a replica's acknowledgement
 UNREACHABLE_PORT = 1  # privileged, nothing listens: the replica's link stays down
+SYNC_S = 5.0  # the replica links and catches up well within this
 
 
 async def setup(env: Env) -> None:
-    await env.db.execute(
-        "CREATE TABLE invoices (id int PRIMARY KEY, body text, fence bigint NOT NULL)"
-    )
-    await env.db.execute("INSERT INTO invoices VALUES (42, 'empty', 0)")
-    await env.db.execute("CREATE TABLE fences (name text PRIMARY KEY, value bigint NOT NULL)")
-    await env.db.execute("INSERT INTO fences VALUES ($1, $2)", LOCK, FENCES_BEFORE)
+    await env.db.execute(f"""
+        CREATE TABLE invoices (id int PRIMARY KEY, body text, fence bigint NOT NULL);
+        INSERT INTO invoices VALUES (42, 'empty', 0);
+        CREATE TABLE fences (name text PRIMARY KEY, value bigint NOT NULL);
+        INSERT INTO fences VALUES ('{LOCK}', {FENCES_BEFORE})""")
 
 
 def _client(url: str) -> aioredis.Redis:
     return aioredis.Redis.from_url(url, decode_responses=True, retry_on_timeout=False)
 
 
-async def _synced(primary: aioredis.Redis, replica: aioredis.Redis) -> None:
-    """Wait until the replica is linked and has everything the primary has."""
-    for _ in range(500):
-        info = await replica.info("replication")
-        offset = (await primary.info("replication")).get("master_repl_offset")
-        if info.get("master_link_status") == "up" and info.get("slave_repl_offset") == offset:
-            return
-        await asyncio.sleep(0.01)
-    raise TimeoutError("the replica did not catch up with the primary")
+async def _synced(primary: aioredis.Redis, replica: aioredis.Redis) -> bool:
+    """Whether the replica is linked and has everything the primary has."""
+    info = await replica.info("replication")
+    offset = (await primary.info("replication")).get("master_repl_offset")
+    return info.get("master_link_status") == "up" and info.get("slave_repl_offset") == offset
 
 
 async def _fence(env: Env, r: aioredis.Redis, from_storage: bool) -> int:
@@ -89,11 +82,10 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
     holders: list[dict[str, Any]] = []
     try:
         await primary.set(FENCE, FENCES_BEFORE)
-        await _synced(primary, replica)
+        await until(lambda: _synced(primary, replica), SYNC_S, "the replica to catch up")
         env.trace("observer", "replica in sync", fence=FENCES_BEFORE)
 
-        # Partition: the replica loses its link (pointed at an address nobody listens on) and
-        # keeps its data; whatever the primary accepts from here never reaches it.
+        # Partition: the replica keeps its data; what the primary accepts now never reaches it
         await replica.replicaof("127.0.0.1", UNREACHABLE_PORT)
         env.trace("observer", "replica partitioned from the primary")
         token_a = secrets.token_hex(8)
@@ -105,9 +97,8 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
             if acked == 0:
                 await primary.eval(COMPARE_AND_DELETE, 1, LOCK, token_a)
                 env.trace("A", "lock not replicated: released, not proceeding")
-        a_proceeds = not wait_for_replica or acked > 0
         fence_a = None
-        if a_proceeds:
+        if not wait_for_replica or acked > 0:  # A proceeds
             fence_a = await _fence(env, primary, storage_fence)
             holders.append(
                 {"who": "A", "server": "primary", "fence": fence_a, "granted": bool(got)}
@@ -117,19 +108,14 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
 
         pair.kill_primary()
         await replica.replicaof("NO", "ONE")
-        env.trace(
-            "observer",
-            "primary killed, replica promoted",
-            lock_on_new_primary=await replica.get(LOCK),
-        )
-
+        lock = await replica.get(LOCK)
+        env.trace("observer", "primary killed, replica promoted", lock_on_new_primary=lock)
         token_b = secrets.token_hex(8)
         got_b = await replica.set(LOCK, token_b, nx=True, px=LEASE_MS)
         env.trace("B", "SET NX PX on the promoted replica", ok=bool(got_b))
         fence_b = await _fence(env, replica, storage_fence)
-        holders.append(
-            {"who": "B", "server": "promoted replica", "fence": fence_b, "granted": bool(got_b)}
-        )
+        holders.append({"who": "B", "server": "promoted replica", "fence": fence_b,
+                        "granted": bool(got_b)})  # fmt: skip
         env.trace("B", "got lock", fence=fence_b)
         env.outcome("wrote" if await _write(env, "B", fence_b) else "write_rejected")
 
@@ -162,83 +148,3 @@ async def invariant(env: Env) -> list[Check]:
     return [
         Check("invoice written by the current holder", body == "from B", f"invoice body: {body!r}")
     ]
-
-
-def _two_holders_same_fence(records: Mapping[str, Record]) -> tuple[bool, str]:
-    ev = records["buggy"]["evidence"]
-    holders = [h for h in ev.get("holders", []) if h.get("granted")]  # SET NX said OK
-    repeated = ev.get("fence_a") is not None and ev.get("fence_a") == ev.get("fence_b")
-    return len(holders) == 2 and repeated, f"buggy: SET NX granted to {holders}"
-
-
-def _storage_fence_orders(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["fixed"]
-    ev = rec["evidence"]
-    ordered = (ev.get("fence_b") or 0) > (ev.get("fence_a") or 0)
-    ok = ordered and rec["outcomes"] == {"wrote": 1, "stale_write_rejected": 1}
-    return ok, f"fixed: fences A={ev.get('fence_a')} B={ev.get('fence_b')}, {rec['outcomes']}"
-
-
-def _wait_refuses(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["fixed-wait"]
-    holders = [h for h in rec["evidence"].get("holders", []) if h.get("granted")]
-    return rec["outcomes"] == {"wrote": 1, "lock_not_replicated": 1} and len(holders) == 1, (
-        f"fixed-wait: {rec['outcomes']}, holders {holders}"
-    )
-
-
-PUBLISHED = "replica chưa nhận lệnh SET lock được promote; người khác lấy được lock ngay"
-CLAIMS = (
-    Claim(
-        "DL-14",
-        "After failover two workers hold the lock and INCR repeats A's fence",
-        ("buggy",),
-        _two_holders_same_fence,
-        published=PUBLISHED,
-    ),
-    invariant_broken(
-        "DL-14",
-        "buggy",
-        "invoice written by the current holder",
-        "The rightful holder's write is rejected: the storage cannot order repeated fences",
-        published="Fencing token (INCR) cũng có thể bị lùi nếu INCR chưa replicate",
-    ),
-    Claim(
-        "DL-14",
-        "A storage-generated fence keeps increasing across the failover: B writes, A's stale write is rejected",
-        ("fixed",),
-        _storage_fence_orders,
-        published="fencing tốt nhất là số do storage sinh hoặc xác nhận",
-    ),
-    Claim(
-        "DL-14",
-        "WAIT 1 sees no replica acknowledge A's SET: A never proceeds, one holder",
-        ("fixed-wait",),
-        _wait_refuses,
-    ),
-    *(
-        invariants_hold("DL-14", v, f"{v}: the invoice is the current holder's")
-        for v in ("fixed", "fixed-wait")
-    ),
-)
-
-SCENARIO = Scenario(
-    id="redis-failover",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed, "fixed-wait": fixed_wait},
-    outcomes=(
-        "wrote",
-        "write_rejected",
-        "stale_write_landed",
-        "stale_write_rejected",
-        "lock_not_replicated",
-    ),
-    claims=CLAIMS,
-    published={"buggy": PUBLISHED},
-    setup=setup,
-    invariant=invariant,
-    defaults=Defaults(n=2, run_timeout_s=60),
-    uses=frozenset({"pg"}),
-    sources=("DL",),
-)

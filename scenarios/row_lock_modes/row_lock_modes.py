@@ -13,7 +13,7 @@ Published:  "FOR UPDATE xung đột với FOR KEY SHARE ... Tương tự, UPDATE
             tuple header, không escalation: FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR
             KEY SHARE. FK check dùng KEY SHARE nên UPDATE thường không chặn insert con." No
             numbers (PostgreSQL 17.11) — locking-concurrency-control.vi.txt, "Row-level lock"
-See:        claim LC-34; scenarios/fk_lock_modes/fk_lock_modes.py (FOR UPDATE vs FOR NO KEY UPDATE on a
+See:        claim LC-34 in claims.py; fk-lock-modes (FOR UPDATE vs FOR NO KEY UPDATE on a
             parent, LC-11). The document's conflict table ("Bảng xung đột (✗ = phải chờ)")
             lost its rows; CONFLICTS is the one its list of modes describes, which is
             PostgreSQL's manual (Table 13.3). A pair is blocked when the waiting probe shows up
@@ -23,14 +23,12 @@ See:        claim LC-34; scenarios/fk_lock_modes/fk_lock_modes.py (FOR UPDATE vs
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
 from typing import Any
 
 import asyncpg
 
-from lab.claims import Claim, Record
 from lab.interleave import task_or_blocked
-from lab.scenario import Defaults, Env, Scenario
+from lab.scenario import Env
 
 KEY_PARENT, MATRIX_ROW = 1, 2
 MODES = ("UPDATE", "NO KEY UPDATE", "SHARE", "KEY SHARE")
@@ -119,78 +117,3 @@ def table(cells: list[dict[str, Any]]) -> str:
     rows = [f"{SHORT[h]:<3}" + "".join(f"{mark[h, a]:<3}" for a in MODES) for h in MODES]
     legend = "(✗ blocked; U UPDATE, NK NO KEY UPDATE, S SHARE, KS KEY SHARE)"
     return "\n".join(["   " + "".join(f"{SHORT[a]:<3}" for a in MODES), *rows, legend])
-
-
-# --- claims -------------------------------------------------------------------------------
-
-Judge = Callable[[Mapping[str, Record]], tuple[bool, str]]
-
-
-def _parent(variant: str, blocks: bool) -> Judge:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        p = records[variant]["evidence"]["parent_update"]
-        seen = (
-            f"blocked by {p['blocked_by']} (holder {p['holder']})"
-            if p["blocked_by"]
-            else "not blocked"
-        )
-        held = (p["holder"] in (p["blocked_by"] or [])) if blocks else p["blocked_by"] is None
-        return held, f"{variant}: UPDATE parents SET {p['change']} open; child INSERT {seen}"
-
-    return check
-
-
-def _matrix(records: Mapping[str, Record]) -> tuple[bool, str]:
-    ev = records["matrix"]["evidence"]
-    agree = [
-        c
-        for c in ev["matrix"]
-        if (ev["holder"] in (c["blocked_by"] or []))
-        == (c["nowait"] == "55P03")
-        == (c["asked"] in CONFLICTS[c["held"]])
-    ]
-    return len(ev["matrix"]) == len(agree) == 16, (
-        f"{len(agree)}/16 pairs as documented (pg_blocking_pids and NOWAIT agree):\n"
-        + ev["matrix_table"]
-    )
-
-
-CLAIMS = (
-    Claim(
-        "LC-34",
-        "buggy: an UPDATE of the parent's key blocks a child INSERT",
-        ("buggy",),
-        _parent("buggy", True),
-        published="UPDATE đổi giá trị primary key của cha lấy FOR UPDATE và sẽ chặn (và bị chặn "
-        "bởi) insert con",
-    ),
-    Claim(
-        "LC-34",
-        "fixed: an UPDATE of another column does not",
-        ("fixed",),
-        _parent("fixed", False),
-        published="UPDATE thường không chặn insert con",
-    ),
-    Claim(
-        "LC-34",
-        "matrix: the 16 pairs of row-lock modes block as documented",
-        ("matrix",),
-        _matrix,
-        published="FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR KEY SHARE; FOR KEY SHARE chỉ "
-        "xung đột với FOR UPDATE",
-    ),
-)
-
-SCENARIO = Scenario(
-    id="row-lock-modes",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed, "matrix": matrix},
-    outcomes=("ok", "blocked"),
-    claims=CLAIMS,
-    published={"matrix": "FOR KEY SHARE chỉ xung đột với FOR UPDATE"},
-    setup=setup,
-    defaults=Defaults(n=1, run_timeout_s=60),
-    script_connections=lambda n: 2,
-    sources=("LC",),
-)

@@ -10,7 +10,7 @@ Published:  "Advisory lock rò rỉ: session lock không unlock trong nhánh exc
             trả về pool vẫn giữ lock, và job không bao giờ chạy lại cho tới khi restart. Xem
             pg_locks WHERE locktype = 'advisory'" — locking-concurrency-control.vi.txt
             ("Gotchas")
-See:        claim LC-24 (advisory-pgbouncer has the PgBouncer leak, LC-23). asyncpg's own pool
+See:        claim LC-24 in claims.py (advisory-pgbouncer has the PgBouncer leak, LC-23). asyncpg's own pool
             hides this bug: on release it runs Connection.reset(), whose default query is
             `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;`
             (Connection.get_reset_query, asyncpg 0.30+); every run measures that pool too and
@@ -26,13 +26,11 @@ See:        claim LC-24 (advisory-pgbouncer has the PgBouncer leak, LC-23). asyn
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
 
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Env, Scenario
+from lab.scenario import Env
 
 JOB_KEY = 7001  # the cron job's advisory key
 LATER_RUNS = 3  # pod-2's runs after pod-1's failed one
@@ -133,89 +131,3 @@ async def _run(env: Env) -> None:  # job() applies env.variant's fix
     for word in (leak["first"], *leak["later"], leak["after_restart"]):
         env.outcome(word)
     env.extra_evidence.update(leak=leak, asyncpg_default=await _asyncpg_default(env))
-
-
-# --- claims -------------------------------------------------------------------------------
-
-
-def _leak_of(records: Mapping[str, Record], variant: str) -> dict[str, Any]:
-    return dict(records[variant]["evidence"]["leak"])
-
-
-def _never_again(records: Mapping[str, Record]) -> tuple[bool, str]:
-    lk = _leak_of(records, "buggy")
-    held = (
-        lk["first"] == FAILED and lk["locks_after_failure"] == [lk["pod1_pid"]]
-        and lk["later"] == [SKIPPED] * LATER_RUNS and lk["after_restart"] == RAN
-    )  # fmt: skip
-    return held, (
-        f"buggy: pod-1 run {lk['first']}; pg_locks advisory held by pid "
-        f"{lk['locks_after_failure']} (pod-1's pooled backend {lk['pod1_pid']}); pod-2's "
-        f"later runs {lk['later']}; after pod-1 restarts: {lk['after_restart']}"
-    )
-
-
-def _fixed_runs(variant: str) -> Claim:
-    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
-        lk = _leak_of(records, variant)
-        held = lk["first"] == FAILED and not lk["locks_after_failure"]
-        held = held and lk["later"] == [RAN] * LATER_RUNS
-        return held, (
-            f"{variant}: pod-1 run {lk['first']}; advisory locks after it "
-            f"{lk['locks_after_failure']}; pod-2's later runs {lk['later']}"
-        )
-
-    how = "unlock in finally" if variant == "fixed" else "pg_try_advisory_xact_lock"
-    return Claim(
-        "LC-24",
-        f"{variant} ({how}): the failed run leaves no lock; every later run runs",
-        (variant,),
-        check,
-    )
-
-
-def _asyncpg_hides(records: Mapping[str, Record]) -> tuple[bool, str]:
-    d = records["buggy"]["evidence"]["asyncpg_default"]
-    return d["first"] == FAILED and not d["locks_after_failure"], (
-        f"buggy job on asyncpg's default pool: run {d['first']}, advisory locks after "
-        f"release {d['locks_after_failure']} (its reset ran pg_advisory_unlock_all())"
-    )
-
-
-CLAIMS = (
-    Claim(
-        "LC-24",
-        "buggy (pool without reset): the job throws before its unlock; pg_locks shows the lock "
-        "on the pooled backend; every later run on the other pod skips, until pod-1 restarts",
-        ("buggy",),
-        _never_again,
-        published="job không bao giờ chạy lại cho tới khi restart. Xem pg_locks WHERE "
-        "locktype = 'advisory'",
-    ),
-    Claim(
-        "LC-24",
-        "asyncpg's default pool reset (pg_advisory_unlock_all) releases the leaked lock: the "
-        "leak needs a pool that does not reset, as node-postgres's and pgx's",
-        ("buggy",),
-        _asyncpg_hides,
-    ),
-    _fixed_runs("fixed"),
-    _fixed_runs("fixed-xact"),
-)
-
-SCENARIO = Scenario(
-    id="pool-lock-leak",
-    doc=__doc__ or "",
-    kind="script",
-    variants={"buggy": buggy, "fixed": fixed, "fixed-xact": fixed_xact},
-    outcomes=(RAN, SKIPPED, FAILED),
-    claims=CLAIMS,
-    published={
-        "buggy": "job không bao giờ chạy lại cho tới khi restart",
-        "fixed": "unlock trong finally",
-        "fixed-xact": "pg_advisory_xact_lock",
-    },
-    defaults=Defaults(n=1, run_timeout_s=60),
-    sources=("LC",),
-    script_connections=lambda n: 3,  # two pods' pools and asyncpg's default pool
-)

@@ -1,0 +1,96 @@
+"""redis-failover: what the document claims, how each claim is judged, and the assembly.
+
+Every claim is judged on one run per variant of the same failover: the holders SET NX
+granted, the fences A and B got, and the invoice row's final writer. The partition is made
+by pointing the replica at an address nobody listens on, not by freezing it: with SIGSTOP
+the SET is not lost, the primary's stream already sits in the replica's socket buffer and
+is applied on SIGCONT.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.scenario import Defaults, Scenario
+from scenarios.redis_failover import redis_failover as code
+
+
+def _two_holders_same_fence(records: Mapping[str, Record]) -> tuple[bool, str]:
+    ev = records["buggy"]["evidence"]
+    holders = [h for h in ev.get("holders", []) if h.get("granted")]  # SET NX said OK
+    repeated = ev.get("fence_a") is not None and ev.get("fence_a") == ev.get("fence_b")
+    return len(holders) == 2 and repeated, f"buggy: SET NX granted to {holders}"
+
+
+def _storage_fence_orders(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["fixed"]
+    ev = rec["evidence"]
+    ordered = (ev.get("fence_b") or 0) > (ev.get("fence_a") or 0)
+    ok = ordered and rec["outcomes"] == {"wrote": 1, "stale_write_rejected": 1}
+    return ok, f"fixed: fences A={ev.get('fence_a')} B={ev.get('fence_b')}, {rec['outcomes']}"
+
+
+def _wait_refuses(records: Mapping[str, Record]) -> tuple[bool, str]:
+    rec = records["fixed-wait"]
+    holders = [h for h in rec["evidence"].get("holders", []) if h.get("granted")]
+    return rec["outcomes"] == {"wrote": 1, "lock_not_replicated": 1} and len(holders) == 1, (
+        f"fixed-wait: {rec['outcomes']}, holders {holders}"
+    )
+
+
+PUBLISHED = "replica chưa nhận lệnh SET lock được promote; người khác lấy được lock ngay"
+CLAIMS = (
+    Claim(
+        "DL-14",
+        "After failover two workers hold the lock and INCR repeats A's fence",
+        ("buggy",),
+        _two_holders_same_fence,
+        published=PUBLISHED,
+    ),
+    invariant_broken(
+        "DL-14",
+        "buggy",
+        "invoice written by the current holder",
+        "The rightful holder's write is rejected: the storage cannot order repeated fences",
+        published="Fencing token (INCR) cũng có thể bị lùi nếu INCR chưa replicate",
+    ),
+    Claim(
+        "DL-14",
+        "A storage-generated fence keeps increasing across the failover: B writes, A's stale write is rejected",
+        ("fixed",),
+        _storage_fence_orders,
+        published="fencing tốt nhất là số do storage sinh hoặc xác nhận",
+    ),
+    Claim(
+        "DL-14",
+        "WAIT 1 sees no replica acknowledge A's SET: A never proceeds, one holder",
+        ("fixed-wait",),
+        _wait_refuses,
+    ),
+    *(
+        invariants_hold("DL-14", v, f"{v}: the invoice is the current holder's")
+        for v in ("fixed", "fixed-wait")
+    ),
+)
+
+SCENARIO = Scenario(
+    id="redis-failover",
+    doc=code.__doc__ or "",
+    kind="script",
+    variants={"buggy": code.buggy, "fixed": code.fixed, "fixed-wait": code.fixed_wait},
+    outcomes=(
+        "wrote",
+        "write_rejected",
+        "stale_write_landed",
+        "stale_write_rejected",
+        "lock_not_replicated",
+    ),
+    claims=CLAIMS,
+    published={"buggy": PUBLISHED},
+    setup=code.setup,
+    invariant=code.invariant,
+    defaults=Defaults(n=2, run_timeout_s=60),
+    uses=frozenset({"pg"}),
+    sources=("DL",),
+)
