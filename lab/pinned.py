@@ -285,6 +285,7 @@ class PinnedLab(PinnedDatabase):
         env = Env(
             scenario=sc.id, variant=variant, dsn=self.dsn, database=self.database, db=self.pool,
             redis=self.redis, prefix=self.prefix, params=params, seed=1, n=len(pinned.sessions),
+            redis_url=self.servers.redis.url if self.servers.redis is not None else "",
         )  # fmt: skip
         setup = sc.setup
         await self.reset(None if setup is None else lambda: setup(env))
@@ -300,12 +301,20 @@ class PinnedLab(PinnedDatabase):
             def bind(c: Any) -> Any:
                 return lambda s: c(env, s)
 
-            seq = Sequencer(
-                self.watch or self.pool,
-                {s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)},
+            sessions = {
+                s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)
+            }
+            kw: dict[str, Any] = dict(
                 label=f"{sc.id} / {variant} / {name or 'interleaving'}",
                 header=self.header(variant, name or "interleaving", isolation),
                 resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
+            )
+            # a cast with worker processes and faults (lab/stage.py) has a runner of its own
+            stage = getattr(pinned, "stage", None)
+            seq: Any = (
+                Sequencer(self.watch or self.pool, sessions, **kw)
+                if stage is None
+                else stage(env, variant, sessions, explored=not name, **kw)
             )
             try:
                 res.outcomes = await seq.run(schedule)
@@ -474,7 +483,8 @@ async def explore(
     by_variant: dict[str, dict[str, Any]] = {}
     async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane) as lab:
         for variant, levels in plan.items():
-            steps = pinned.steps[variant]
+            # a cast may interleave fewer steps than its schedules name (lab/stage.py)
+            steps = getattr(pinned, "explore_steps", {}).get(variant) or pinned.steps[variant]
             total = count_interleavings(steps)
             cells: dict[str, Any] = {}
             for iso in levels:

@@ -170,8 +170,10 @@ async def test_ttl_above_the_pause_avoids_this_overlap(run_scenario: RunFn) -> N
     verdicts = [c for r in records.values() for c in r["claims"]]
     assert {c["id"] for c in verdicts} == {"DL-13"}  # the claims made for this case
     assert_all_held(verdicts)
-    left = {c["id"]: c["why"] for r in records.values() for c in r["claims_not_judged"]}
-    assert left["DL-11"].startswith("about other settings")  # DL-11 is about the defaults
+    left = [
+        c["why"] for r in records.values() for c in r["claims_not_judged"] if c["id"] == "DL-11"
+    ]
+    assert any(why.startswith("about other settings") for why in left)  # about the defaults
 
 
 async def test_bad_pause_mode_is_one_clear_error(run_scenario: RunFn) -> None:

@@ -14,9 +14,8 @@ from scenarios import MODULES
 
 ROOT = Path(str(scenarios.__file__)).parent
 # Every scenario in the folder shape: scenarios/<module>/<module>.py is its code under test.
-# Not there yet, said so (strict: the mark fails the day the module gets there):
-# lease-gc-pause's schedule runner (choreography.py) still polls its worker by itself.
-NOT_YET = {"lease_gc_pause": "choreography.py polls its worker; the harness should own it"}
+# Not there yet, said so (strict: the mark fails the day the module gets there).
+NOT_YET: dict[str, str] = {}
 FOLDERS = [
     pytest.param(m, marks=pytest.mark.xfail(reason=NOT_YET[m], strict=True)) if m in NOT_YET else m
     for m in MODULES

@@ -1,5 +1,6 @@
 """lease-gc-pause: the code under test in lease_gc_pause.py, A's process in worker.py, the
-schedule's runner, observer and timeline in choreography.py, its claims in claims.py."""
+pinned schedules in schedules.py (golden transcripts in expected/), the timed story in
+choreography.py, its claims in claims.py."""
 
 from __future__ import annotations
 

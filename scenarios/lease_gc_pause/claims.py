@@ -3,11 +3,12 @@
 The invariant (the fence never goes backwards) is read from a log of every write that
 landed, which a trigger keeps: observation added to the code's own setup.
 
-Every claim is judged on one run per variant of the published story (SCHEDULE in
-lease_gc_pause.py, run by choreography.py): the trace of what each holder did, the
+Every load claim is judged on one run per variant of the published story (SCHEDULE in
+choreography.py, run at its times): the trace of what each holder did, the
 timeline of when each believed it held the lock against when Redis held its token, and
 the final row. DL-10..DL-12 are about the published timing (A's lease expires before B
-comes); DL-13 is judged under every TTL case.
+comes); DL-13 is judged under every TTL case. The explore claims are judged on the
+pinned schedules (schedules.py): every order of the pause, the wake and the writes.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from typing import Any
 
 from lab.claims import Check as ClaimCheck
 from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.pinned import broke_in_some, kept_in_all, on_canonical
 from lab.scenario import Check, Defaults, Env, Scenario
-from scenarios.lease_gc_pause import choreography
+from scenarios.lease_gc_pause import choreography, schedules
 from scenarios.lease_gc_pause import lease_gc_pause as code
 
 TTL_MS = 300  # SET lock:invoice:42 <token> NX PX 300
@@ -247,6 +249,45 @@ def published_timing(claim: Claim) -> Claim:
     return replace(claim, check=check)
 
 
+def _results(run: Mapping[str, Any]) -> dict[str, str]:
+    """A pinned run's transcript as step -> result ("A release" -> "-> 1"), in its order."""
+    lines = run["transcript"].splitlines()[1:]
+    return {" ".join(ln.split()[:2]): ln.rsplit("  ", 1)[-1].strip() for ln in lines}
+
+
+def _pinned_third_holder(run: Mapping[str, Any]) -> tuple[bool, str]:
+    """Plain DEL, pinned: A's release deletes B's lock, C gets it, then B's release finds none."""
+    r = _results(run)
+    order = [k for k in r if k in ("A release", "C acquire", "B release")]
+    held = (r.get("A release") == "-> 1" and r.get("C acquire", "").startswith("-> OK")
+            and r.get("B release") == "-> 0" and order == ["A release", "C acquire", "B release"])  # fmt: skip
+    return held, "published: " + "; ".join(f"{k} {r.get(k)}" for k in order)
+
+
+def _pinned_busy(run: Mapping[str, Any]) -> tuple[bool, str]:
+    """Compare-and-delete, pinned: A's release is a no-op, C is refused, B's release is B's."""
+    r = _results(run)
+    keys = ("A write", "A release", "C acquire", "B release")
+    held = (r.get("A write") == "-> UPDATE 0" and r.get("A release") == "-> 0"
+            and r.get("C acquire") == "-> busy" and r.get("B release") == "-> 1")  # fmt: skip
+    return held, "published: " + "; ".join(f"{k} {r.get(k)}" for k in keys)
+
+
+ORDERS = "the orders of A's acquire, pause, wake and write against B's acquire and write"
+# Judged by the published profile only: explore starts a worker process per interleaving
+# (32 runs for buggy and fixed, about a minute on a shared 2-core machine).
+PINNED_ONLY = ("published",)
+EXPLORE_CLAIMS = tuple(replace(c, profiles=PINNED_ONLY) for c in (
+    broke_in_some("DL-11", "buggy", f"Without fencing, some of {ORDERS} let A's stale write land: the fence goes backwards"),
+    kept_in_all("DL-11", "fixed", f"With fencing, none of {ORDERS} lets the fence go backwards"),
+    *(kept_in_all("DL-11", v, f"{v}: fenced, no order of its pinned steps lets the fence go backwards")
+      for v in ("buggy-get-then-del", "holder-killed")),
+    on_canonical("DL-10", "buggy", "published", "Pinned, plain DEL: A's release deletes B's lock and C gets in while B holds",
+                 _pinned_third_holder, published=PUBLISHED_DEL),
+    on_canonical("DL-10", "fixed", "published", "Pinned, compare-and-delete: A's release is a no-op and C is refused",
+                 _pinned_busy, published=PUBLISHED_CAD),
+))  # fmt: skip
+
 CLAIMS = (
     *map(published_timing, (
         Claim("DL-10", "Plain DEL: A deletes B's lock and C acquires while B still holds",
@@ -267,6 +308,7 @@ CLAIMS = (
           ("fixed",), _pause_over_ttl, PUBLISHED_TTL, cases=TTL_CASES),
     Claim("DL-13", "A killed holder blocks the lock for its whole TTL",
           ("holder-killed",), _killed_blocks, PUBLISHED_RECOVERY, cases=TTL_CASES),
+    *EXPLORE_CLAIMS,
 )  # fmt: skip
 
 
@@ -306,6 +348,8 @@ SCENARIO = Scenario(
     },
     uses=frozenset({"pg", "redis"}),
     sources=("DL",),
+    pinned=schedules.PINNED,
+    observers=(choreography.WATCH,),
     cases={  # DL-13: a longer TTL with a still longer pause, and a TTL above this pause
         "ttl-1000": {
             "ttl_ms": 1000,

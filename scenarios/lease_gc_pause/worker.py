@@ -5,6 +5,8 @@ connections, so the lab can freeze it whole: at its pause point it waits for the
 ``wake``, and while it waits the lab stops it (SIGSTOP, the way a stop-the-world GC halts
 every thread at a safepoint), then grants ``wake`` and resumes it (SIGCONT), or kills it.
 Its config: who, redis_url, dsn, key, fence_key, ttl_ms, token, release, fenced, pause_at.
+With ``pinned`` (lab/stage.py) each command of the lease is a step the lab grants (no
+``go``, no ``wake``): the schedule pauses, wakes or kills this process between two steps.
 
 Two more holders run here for other scenarios: ``redis_urls`` (several) makes it a Redlock
 holder (`QuorumLease`, redlock), and ``stall: "cpu"`` makes the stall a busy event loop
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from lab.redislock import Redlock
+from lab.steps import Session
 from lab.workers import Child, run_child
 
 if __package__:  # imported by the lab (redlock and lease-busy-loop import QuorumLease)
@@ -114,16 +117,22 @@ async def main(child: Child) -> str:
         for node in nodes:
             await node.ping()
         lease: Lease | QuorumLease
+        steps: Session | None = None
+        if pinned := bool(cfg.get("pinned")):  # a load's worker does without the stage's imports
+            from lab.stage import ChildGate
+
+            steps = Session(cfg["who"], conn, 0, gate=ChildGate(child))
         if "redis_urls" in cfg:
             lock = Redlock(nodes, cfg["key"], cfg["ttl_ms"], cfg["token"])
             lease = QuorumLease(lock, conn, cfg["fenced"], child.emit)
         else:
             lease = Lease(nodes[0], conn, cfg["key"], cfg["fence_key"], cfg["ttl_ms"],
-                          cfg["token"], cfg["release"], cfg["fenced"], child.emit)  # fmt: skip
-        stall = frozen_by_the_lab(child)
+                          cfg["token"], cfg["release"], cfg["fenced"], child.emit, steps)  # fmt: skip
+        stall = noop if pinned else frozen_by_the_lab(child)
         if cfg.get("stall") == "cpu":
             stall = busy(child, busy_payload(int(cfg["busy_rows"])))  # built before "go"
-        await child.step("go")
+        if not pinned:
+            await child.step("go")
         return await hold(lease, cfg["who"], pause_at=cfg["pause_at"], stall=stall)
     finally:
         await conn.close()
