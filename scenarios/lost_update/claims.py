@@ -9,9 +9,7 @@ hold under any order are judged there: the fixes never oversell.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from lab.claims import Claim, Record, invariants_hold
+from lab.claims import at_isolation, invariants_hold
 from lab.pinned import broke_in_some, canonical, kept_in_all
 from lab.scenario import Defaults, Scenario
 from lab.steps import ISOLATION_LEVELS
@@ -33,16 +31,6 @@ LC8 = (
     "Ở REPEATABLE READ/SERIALIZABLE, thay vì đánh giá lại, transaction chờ bị lỗi could not "
     "serialize access due to concurrent update (40001)"
 )
-
-
-def _at_rc(claim: Claim) -> Claim:
-    """`claim`, judged only on runs at READ COMMITTED (the document's level)."""
-
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        rc = all(records[v]["params"]["isolation"] == RC for v in claim.variants)
-        return claim.check(records) if rc else None
-
-    return Claim(claim.id, claim.text, claim.variants, check, claim.published)
 
 
 BOTH = "both-read-first"
@@ -108,8 +96,9 @@ CLAIMS = (
         for v in FIXES
     ),
     *(
-        _at_rc(
-            invariants_hold("LC-4", v, f"{v}: no oversell under a load, every sale left the stock")
+        at_isolation(
+            invariants_hold("LC-4", v, f"{v}: no oversell under a load, every sale left the stock"),
+            RC,
         )
         for v in FIXES
     ),
