@@ -28,7 +28,7 @@ import asyncpg
 
 from lab.claims import Claim
 from lab.errors import ScenarioFailure
-from lab.published import Measured
+from lab.published import Measured, published_line
 from lab.records import InvariantJson
 
 if TYPE_CHECKING:
@@ -154,6 +154,13 @@ class Scenario:
     actors_per_process: int = 0
     # Watchers the harness starts after setup and stops after the variant (Observer).
     observers: tuple[Observer, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a variant with published runs prints the line made from them (lab.published),
+        # unless the scenario words it itself
+        if self.measured:
+            lines = {v: published_line(runs) for v, runs in self.measured.items()}
+            object.__setattr__(self, "published", {**lines, **self.published})
 
     @property
     def title(self) -> str:

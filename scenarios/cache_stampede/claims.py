@@ -318,7 +318,6 @@ SCENARIO = Scenario(
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("ok", "stale", "fallback", "error"),
     claims=CLAIMS,
-    published=PUBLISHED,
     measured=MEASURED,
     setup=code.setup,
     worker_setup=worker_setup,

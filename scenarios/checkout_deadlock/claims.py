@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.pinned import canonical, error_in
-from lab.published import Measured, published_lines
+from lab.published import Measured
 from lab.scenario import Defaults, Scenario
 from lab.steps import ISOLATION_LEVELS
 from scenarios._node_seconds import CHECKOUT_CASES, checkout_seconds
@@ -166,7 +166,6 @@ SCENARIO = Scenario(
     pinned=code.PINNED,
     outcomes=("ok", "40P01", "40001"),
     claims=CLAIMS,
-    published=published_lines(MEASURED),
     measured=MEASURED,
     setup=code.setup,
     invariant=code.invariant,

@@ -32,7 +32,7 @@ from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeat
 from lab.errors import LabError
 from lab.outcome import notation
 from lab.pinned import RC, canonical, kept_in_all
-from lab.published import Measured, published_lines
+from lab.published import Measured
 from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
 from scenarios.money_transfer import money_transfer as code
@@ -308,7 +308,6 @@ SCENARIO = Scenario(
     pinned=code.PINNED,
     outcomes=("ok", "duplicate", "insufficient_funds", "40P01", "40001", "23514"),
     claims=CLAIMS,
-    published=published_lines(MEASURED),
     measured=MEASURED,
     setup=code.setup,
     invariant=invariant,
