@@ -821,34 +821,38 @@ def verify(
             "--matrix", help="Judge the claims on every server version here: claims x versions."
         ),
     ] = False,
+    lanes: Annotated[
+        str,
+        typer.Option(
+            help="Runs side by side in lane processes: auto (quick: 3, published: 1) or K."
+        ),
+    ] = "auto",
 ) -> None:
     """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
 
     def body() -> None:
         import time
 
+        from lab.lanes import lanes_for, parse_lanes, plan_jobs, run_lanes
         from lab.profiles import check_profile, profile_settings
         from lab.results import new_run_id
         from lab.runner import drop_spares
         from lab.verify import (
             coverage,
-            explore_claims,
             judge_across,
             print_summary,
             print_verdicts,
             save_verdicts,
             steps,
             summarize,
-            verify_explores,
-            verify_plan,
             verify_recorded,
-            verify_scenario,
         )
         from scenarios import SCENARIOS, by_id
 
         check_profile(profile)
         if trials is not None and trials < 1:
             raise LabError(f"--trials {trials}: must be at least 1")
+        want = parse_lanes(lanes, profile)
         chosen = [sc for s in scenarios or [] for sc in find_scenarios(s)] or list(SCENARIOS)
         started = time.perf_counter()
         log = err()
@@ -860,7 +864,8 @@ def verify(
                 )
             _verify_matrix(chosen, profile, seed, trials, not no_record, as_json)
             return
-        run_id = ""
+        run_id, width = "", 1
+        schedule: list[dict[str, Any]] = []
         if recorded is not None:
             only = [s.id for s in chosen] if scenarios else []
             results = verify_recorded(recorded, by_id(), profile, only, trials)
@@ -875,32 +880,26 @@ def verify(
                 # the spare database the last run made for one that did not come, before
                 # the servers stop (kept or external ones would keep it)
                 srv.stops.append(lambda: asyncio.run(drop_spares(srv)))
+                width, why = lanes_for(want, chosen, srv)
+                if why:
+                    log.print(f"locklab: one lane: {why}", markup=False)
                 with report.DelayedProgress(log, total) as bar:
-                    runs = verify_plan(chosen, profile, trials)
-                    for i, (sc, case) in enumerate(runs):
-                        name = f"{sc.id} [{case}]" if case else sc.id
-                        bar.describe(f"verify {profile}: {name}")
-                        res = asyncio.run(
-                            verify_scenario(
-                                sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
-                                write=not no_record, on_step=bar.advance, case=case,
-                                spare=i + 1 < len(runs),
+                    if width > 1:
+                        bar.describe(f"verify {profile} on {width} lanes")
+                        results = asyncio.run(
+                            run_lanes(
+                                plan_jobs(chosen, profile, trials), width, srv, profile=profile,
+                                run_id=run_id, seed=seed, trials=trials, write=not no_record,
+                                on_step=bar.advance, schedule=schedule,
                             )
                         )  # fmt: skip
-                        if res.error:
-                            log.print(f"locklab: {name} failed: {res.error}", markup=False)
-                        results.append(res)
-                    # claims about every interleaving (lab/pinned.py), explores side by side
-                    explored = [sc for sc in chosen if explore_claims(sc, profile)]
-                    if explored:
-                        bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
-                    for ex in asyncio.run(
-                        verify_explores(explored, profile, srv, run_id=run_id,
-                                        write=not no_record, on_step=bar.advance)
-                    ):  # fmt: skip
-                        if ex.error:
-                            log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")
-                        results.append(ex)
+                        for res in results:
+                            if res.error:
+                                log.print(f"locklab: {res.scenario} {res.case} failed: "
+                                          f"{res.error}", markup=False)  # fmt: skip
+                    else:
+                        results = _verify_here(chosen, profile, srv, bar, log, run_id=run_id,
+                                               seed=seed, trials=trials, write=not no_record)  # fmt: skip
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)
@@ -908,12 +907,14 @@ def verify(
         wall = time.perf_counter() - started
         covered = coverage(results, SCENARIOS)
         if run_id and not no_record:
-            save_verdicts(run_id, results, summary, covered, wall)
+            save_verdicts(run_id, results, summary, covered, wall, lanes=width, schedule=schedule)
         if as_json:
             doc = {
                 "run_id": run_id or recorded,
                 "summary": summary.to_json(),
                 "wall_s": round(wall, 1),
+                "lanes": width,
+                "schedule": schedule,
                 "coverage": covered,
                 "scenarios": [r.to_json() for r in results],
             }
@@ -924,11 +925,55 @@ def verify(
             console.print(covered, markup=False)
             if run_id and not no_record:
                 console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
-            print_summary(console, summary, wall)
+            print_summary(console, summary, wall, lanes=width)
         if not summary.ok:
             raise typer.Exit(1)
 
     guarded(body)
+
+
+def _verify_here(
+    chosen: Sequence[Scenario],
+    profile: str,
+    srv: Servers,
+    bar: report.DelayedProgress,
+    log: Console,
+    *,
+    run_id: str,
+    seed: int,
+    trials: int | None,
+    write: bool,
+) -> list[Any]:
+    """verify in the lab's own process (one lane): the loads one after another, then the
+    explores, EXPLORES_AT_ONCE parts side by side (lab/verify.py)."""
+    from lab.verify import explore_claims, verify_explores, verify_plan, verify_scenario
+
+    results: list[Any] = []
+    runs = verify_plan(chosen, profile, trials)
+    for i, (sc, case) in enumerate(runs):
+        name = f"{sc.id} [{case}]" if case else sc.id
+        bar.describe(f"verify {profile}: {name}")
+        res = asyncio.run(
+            verify_scenario(
+                sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
+                write=write, on_step=bar.advance, case=case,
+                spare=i + 1 < len(runs),
+            )
+        )  # fmt: skip
+        if res.error:
+            log.print(f"locklab: {name} failed: {res.error}", markup=False)
+        results.append(res)
+    # claims about every interleaving (lab/pinned.py), explores side by side
+    explored = [sc for sc in chosen if explore_claims(sc, profile)]
+    if explored:
+        bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
+    for ex in asyncio.run(
+        verify_explores(explored, profile, srv, run_id=run_id, write=write, on_step=bar.advance)
+    ):
+        if ex.error:
+            log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")
+        results.append(ex)
+    return results
 
 
 def _verify_matrix(

@@ -113,17 +113,24 @@ async def run_plan(
     return list(records.values())
 
 
-def _made_ahead(plan: RunPlan, servers: Servers) -> bool:
-    """Whether the next variant's database can be made during this one: PostgreSQL is
-    used and the run leaves room for one more connection."""
-    sc, knobs = plan.scenario, plan.knobs
-    if "pg" not in sc.uses or servers.pg is None:
-        return False
+def pg_connections(sc: Scenario, knobs: Knobs) -> int:
+    """PostgreSQL server connections one variant of `sc` takes under `knobs` (0: no PG)."""
+    if "pg" not in sc.uses:
+        return 0
     if sc.kind == "actors":
         need = server_connections_needed(knobs.connect, knobs.n)
     else:
         need = sc.script_connections(knobs.n) if sc.script_connections is not None else 0
-    return need + ADMIN_CONNECTIONS + PREPARE_HEADROOM <= servers.pg.max_connections
+    return need + ADMIN_CONNECTIONS
+
+
+def _made_ahead(plan: RunPlan, servers: Servers) -> bool:
+    """Whether the next variant's database can be made during this one: PostgreSQL is
+    used and the run leaves room for one more connection."""
+    if "pg" not in plan.scenario.uses or servers.pg is None:
+        return False
+    need = pg_connections(plan.scenario, plan.knobs)
+    return need + PREPARE_HEADROOM <= servers.pg.max_connections
 
 
 async def _create_database(servers: Servers, database: str, deadlock_timeout_ms: int) -> str:

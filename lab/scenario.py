@@ -126,6 +126,9 @@ class Scenario:
     params: Mapping[str, Any] = field(default_factory=dict)  # scenario knobs and defaults
     param_help: Mapping[str, str] = field(default_factory=dict)
     uses: frozenset[str] = frozenset({"pg"})  # "pg", "redis"
+    # Cases ("" = the profile's own settings) whose claims are about how much this machine
+    # can do (a client-bound rate): verify runs them with no other run beside them.
+    alone: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()  # "DL", "LC", "DP"
     # counter -> label shown in result lines, the documents' way: GETs=2739, DB calls=1
     headline: Mapping[str, str] = field(default_factory=dict)

@@ -485,6 +485,73 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
     return parts
 
 
+def explore_plan(scenario: Scenario, profile: str) -> tuple[list[Claim], dict[str, list[str]]]:
+    """The scenario's explore claims under `profile` and what they need explored: each
+    variant they name, at the isolation levels they name it at."""
+    from lab.steps import ISOLATION_LEVELS
+
+    claims = explore_claims(scenario, profile)
+    plan = {
+        v: [lv for lv in ISOLATION_LEVELS if any(lv in c.levels for c in claims if v in c.variants)]
+        for v in scenario.variants
+        if any(v in c.variants for c in claims)
+    }
+    return claims, plan
+
+
+async def explore_part(
+    scenario: Scenario,
+    profile: str,
+    servers: Servers,
+    variants: Sequence[str],
+    *,
+    run_id: str,
+    part: int,
+) -> dict[str, Any]:
+    """One part of a scenario's explore (explore_parts): its variants' explore record, at
+    the profile's deadlock_timeout, on a database of its own."""
+    from lab.pinned import explore, pinned_of
+
+    pinned_of(scenario)
+    _, plan = explore_plan(scenario, profile)
+    knobs, _ = profile_settings(scenario, profile)
+    return await explore(
+        scenario, servers, {v: plan[v] for v in variants}, run_id=run_id,
+        deadlock_ms=knobs.deadlock_timeout_ms, lane=f"_{part}",
+    )  # fmt: skip
+
+
+def explore_failed(scenario: Scenario, profile: str, error: str) -> ScenarioVerdicts:
+    """The explore claims of a scenario whose explore failed: not held, saying why."""
+    result = _explore_verdicts(scenario, profile, [], {})
+    result.error = error
+    result.verdicts = [
+        {**_bare(c), "held": False, "judged": True, "status": "not held",
+         "trials_asked": 1, "measured": f"explore failed: {error}"}
+        for c in explore_claims(scenario, profile)
+    ]  # fmt: skip
+    return result
+
+
+def judge_explore(
+    scenario: Scenario,
+    profile: str,
+    parts: Sequence[Mapping[str, Any]],
+    *,
+    write: bool,
+    wall_s: float,
+) -> ScenarioVerdicts:
+    """The explore claims judged on the parts' records, merged into one (and written)."""
+    from lab.pinned import merge_explores, write_explore
+
+    record = merge_explores(parts)
+    if write:
+        write_explore(record)
+    result = _explore_verdicts(scenario, profile, explore_claims(scenario, profile), record)
+    result.wall_s = wall_s
+    return result
+
+
 async def verify_explore(
     scenario: Scenario,
     profile: str,
@@ -499,53 +566,31 @@ async def verify_explore(
     axis and the profile's deadlock_timeout), then judge those claims on the record.
 
     Each variant is explored on a database of its own, holding `gate` (lanes shared with
-    other scenarios' explores) while it runs; the parts merge into one explore record."""
-    from lab.pinned import explore, merge_explores, pinned_of, write_explore
-    from lab.steps import ISOLATION_LEVELS
-
-    claims = explore_claims(scenario, profile)
+    other scenarios' explores) while it runs; the parts merge into one explore record.
+    Its wall time counts from its first part's start: not the wait for a lane."""
+    claims, plan = explore_plan(scenario, profile)
     if not claims:
         return None
-    started = time.perf_counter()
-    pinned_of(scenario)
-    plan = {
-        v: [lv for lv in ISOLATION_LEVELS if any(lv in c.levels for c in claims if v in c.variants)]
-        for v in scenario.variants
-        if any(v in c.variants for c in claims)
-    }
-    knobs, _ = profile_settings(scenario, profile)
     lanes = gate or asyncio.Semaphore(1)
+    began: list[float] = []
 
     async def part(i: int, variants: Sequence[str]) -> dict[str, Any]:
         async with lanes:
-            return await explore(
-                scenario, servers, {v: plan[v] for v in variants}, run_id=run_id,
-                deadlock_ms=knobs.deadlock_timeout_ms, lane=f"_{i}",
-            )  # fmt: skip
+            began.append(time.perf_counter())
+            return await explore_part(scenario, profile, servers, variants, run_id=run_id, part=i)
 
     try:
         async with asyncio.TaskGroup() as group:
             tasks = [
                 group.create_task(part(i, p)) for i, p in enumerate(explore_parts(scenario, plan))
             ]
-        record = merge_explores([t.result() for t in tasks])
     except BaseExceptionGroup as failed:
         first = failed.exceptions[0]
         if isinstance(first, LabError):
             raise first from None
-        error = f"{type(first).__name__}: {first}"
-        result = _explore_verdicts(scenario, profile, [], {})
-        result.error = error
-        result.verdicts = [
-            {**_bare(c), "held": False, "judged": True, "status": "not held",
-             "trials_asked": 1, "measured": f"explore failed: {error}"}
-            for c in claims
-        ]  # fmt: skip
-        return result
-    if write:
-        write_explore(record)
-    result = _explore_verdicts(scenario, profile, claims, record)
-    result.wall_s = time.perf_counter() - started
+        return explore_failed(scenario, profile, f"{type(first).__name__}: {first}")
+    wall = time.perf_counter() - min(began)
+    result = judge_explore(scenario, profile, [t.result() for t in tasks], write=write, wall_s=wall)
     if on_step is not None:
         on_step(f"{scenario.id}: explore done")
     return result
@@ -714,6 +759,8 @@ def save_verdicts(
     summary: Summary,
     coverage_line: str = "",
     wall_s: float | None = None,
+    lanes: int = 1,
+    schedule: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """Write the verdicts beside the run's records (atomically), for `locklab report`,
     with what verify printed at the end: the document coverage and the whole wall time."""
@@ -722,6 +769,8 @@ def save_verdicts(
         "summary": summary.to_json(),
         "coverage": coverage_line,
         "wall_s": None if wall_s is None else round(wall_s, 1),
+        "lanes": lanes,  # runs side by side (lab/lanes.py); 1: one after another
+        "schedule": list(schedule),  # per job on lanes: lane, start_s, end_s
         "scenarios": [r.to_json() for r in results],
     }
     return write_json(path, data)
@@ -817,7 +866,10 @@ def _knobs_line(knobs: Mapping[str, Any]) -> str:
     return line
 
 
-def print_summary(console: Console, summary: Summary, wall_s: float | None = None) -> None:
+def print_summary(
+    console: Console, summary: Summary, wall_s: float | None = None, lanes: int = 1
+) -> None:
     colour = "green" if summary.ok else "red"
     took = f" in {wall_s:.1f} s" if wall_s is not None else ""
+    took += f" on {lanes} lanes" if lanes > 1 and wall_s is not None else ""
     console.print(f"[{colour}]{escape(summary.line())}[/{colour}]{took}")

@@ -159,6 +159,10 @@ class Worker:
             raise WorkerError(f"worker {self.name}: cannot send {what}: {self.status()}")
         self.proc.stdin.write((json.dumps(obj) + "\n").encode())
 
+    def send(self, message: Mapping[str, Any], what: str) -> None:
+        """One JSON object to the child (`Child.receive`); `what` names it in an error."""
+        self._write(message, what)
+
     def grant(self, step: str) -> None:
         """Let the child run its step `step` (it reads the grant when it gets there)."""
         self._write({"grant": step}, f"the grant of {step!r}")
@@ -276,6 +280,12 @@ class Worker:
         self.killed = True
         self._signal(signal.SIGKILL)
 
+    def terminate(self) -> None:
+        """SIGTERM: a worker that handles it ends its work and cleans up; ``close`` follows."""
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGTERM)
+
     async def kill(self, seconds: float = STOP_S) -> int:
         """SIGKILL, and wait until the kernel has reaped it; returns its exit status."""
         self.sigkill()
@@ -377,6 +387,10 @@ class Child:
         line = json.dumps({"event": event, "t": time.perf_counter(), **fields})
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
+
+    async def receive(self) -> dict[str, Any]:
+        """The next object the lab sent (`Worker.send`); EOFError when the lab is gone."""
+        return await self._line()
 
     async def _line(self) -> dict[str, Any]:
         raw = await self._stdin.readline()

@@ -347,6 +347,7 @@ SCENARIO = Scenario(
         "reference": "after the buggy run, redis-benchmark -t get on the same Redis (DL-20)",
     },
     uses=frozenset({"redis"}),
+    alone=("scale", "rate"),  # DL-20: the GET rate this machine's client and Redis can make
     sources=("DL",),
     quick={"n": 200},
     cases={  # the failure modes of DL-21, each run by verify with its claim

@@ -1,0 +1,436 @@
+"""`locklab verify`'s runs side by side, in lane processes that run one job at a time.
+
+A job is one (scenario, case) of verify's plan with all its trials (lab.verify's
+``verify_scenario``), or one part of a scenario's explore (``explore_parts``). The lab
+starts ``lanes`` worker processes (lab.workers: the config in, one JSON object per job, they
+die with the lab), hands each free lane the first job that may run now, and merges what
+they send back into the verdicts a sequential verify would have made: the same records,
+the same judging, in the plan's order.
+
+What may run beside what. Every run has a database and a Redis key prefix of its own, and a
+record's PostgreSQL evidence (pg_stat_database, the log's deadlock reports) is read for its
+database only; explores force their orders by what the server reports, not by time. Three
+things are shared, and the scheduler keeps them apart:
+
+- Redis's counters (INFO commandstats) are server-wide, and every run that uses Redis keeps
+  their delta in its record: one such run at a time (explores keep no Redis counters);
+- PostgreSQL's connections: the runs at once need no more than the server accepts;
+- the machine: a case the scenario names in ``Scenario.alone`` (its claims are about what
+  this machine can do, e.g. cache-stampede's GET rate) runs with nothing beside it.
+
+Processes, not tasks of one event loop, so that two lanes use both cores. A lane runs its
+jobs with the same code and the same asyncio loop as the lab's own process would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lab.errors import LabError
+from lab.scenario import Scenario
+from lab.servers import Servers
+from lab.servers.base import PgServer, RedisServer, ServerInfo
+from lab.workers import Child, Event, Worker, WorkerError, next_of
+
+# Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
+# this 2-core machine, idle, measured by `locklab verify --lanes K --no-record` (docs/load.md).
+QUICK_LANES = 3
+EXPLORE_CONNECTIONS = 16  # a pinned lab's sessions, its watch and admin connections
+CONNECTION_RESERVE = 10  # left free for the lab's own probes and anything else on the server
+JOB_S = 3600.0  # one job's bound: its own run timeouts end it long before
+STOP_WAIT_S = 30.0  # for a lane to drop its spare database and exit once told to stop
+CHILD = Path(__file__).with_name("lane_child.py")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One unit of verify's work, and what it holds while it runs."""
+
+    index: int
+    scenario: Scenario
+    case: str = ""
+    part: int = -1  # an explore part's index; -1: a (scenario, case) load
+    variants: tuple[str, ...] = ()  # an explore part's variants
+    connections: int = 0  # PostgreSQL server connections it takes at most
+    redis: bool = False  # keeps Redis's server-wide counters in its records
+    alone: bool = False  # runs with nothing beside it
+    runs: int = 1  # variant runs, every trial counted (a load)
+
+    @property
+    def key(self) -> str:
+        return f"{self.scenario.id}|{self.case}" + (
+            f"|explore-{self.part}" if self.part >= 0 else ""
+        )
+
+    @property
+    def name(self) -> str:
+        if self.part >= 0:
+            return f"{self.scenario.id} explore part {self.part + 1}"
+        return f"{self.scenario.id} [{self.case}]" if self.case else self.scenario.id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "scenario": self.scenario.id,
+            "case": self.case,
+            "part": self.part,
+            "variants": list(self.variants),
+        }
+
+
+def plan_jobs(scenarios: Sequence[Scenario], profile: str, trials: int | None) -> list[Job]:
+    """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
+    from lab.profiles import claims_for, profile_settings
+    from lab.runner import pg_connections
+    from lab.verify import explore_parts, explore_plan, run_variants, trial_count, verify_plan
+
+    jobs: list[Job] = []
+    for sc, case in verify_plan(scenarios, profile, trials):
+        knobs, _ = profile_settings(sc, profile, 1, case)
+        claims, _ = claims_for(sc, profile, trials, case)
+        runs = sum(
+            len(run_variants(sc, profile, claims, k, case))
+            for k in range(1, trial_count(claims) + 1)
+        )
+        jobs.append(
+            Job(len(jobs), sc, case, connections=pg_connections(sc, knobs),
+                redis="redis" in sc.uses, alone=case in sc.alone, runs=runs)
+        )  # fmt: skip
+    for sc in scenarios:
+        claims, plan = explore_plan(sc, profile)
+        if claims:
+            for i, part in enumerate(explore_parts(sc, plan)):
+                jobs.append(Job(len(jobs), sc, part=i, variants=tuple(part),
+                                connections=EXPLORE_CONNECTIONS))  # fmt: skip
+    return jobs
+
+
+EXPLORE_PART_S = 6.0  # a guess at an explore part's seconds, with no verify recorded
+RUN_S = 1.0  # a guess at one variant run's seconds
+
+
+def past_seconds(profile: str, root: Path | None = None) -> dict[str, float]:
+    """What each job took (by Job.key) in the newest recorded verify of `profile` that ran
+    on lanes, to hand out the longest first; empty when there is none."""
+    from lab.results import results_root
+    from lab.verify import VERDICTS_FILE
+
+    base = root or results_root()
+    if not base.is_dir():
+        return {}
+    for folder in sorted((p for p in base.iterdir() if p.name[:1].isdigit()), reverse=True)[:30]:
+        try:
+            data = json.loads((folder / VERDICTS_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("summary", {}).get("profile") == profile and data.get("schedule"):
+            return {
+                str(e["job"]): float(e["end_s"]) - float(e["start_s"]) for e in data["schedule"]
+            }
+    return {}
+
+
+def order(jobs: Sequence[Job], past: Mapping[str, float] | None = None) -> list[Job]:
+    """The order lanes take jobs in: the runs that need the machine first (each alone),
+    then the Redis runs (one at a time: their chain starts early), then the longest first
+    (what each took last time, `past`; else a guess from its variant runs)."""
+    seen = past or {}
+
+    def guess(j: Job) -> float:
+        return seen.get(j.key, EXPLORE_PART_S if j.part >= 0 else RUN_S * j.runs)
+
+    return sorted(jobs, key=lambda j: (not j.alone, not j.redis, -guess(j), j.index))
+
+
+def pick(queue: Sequence[Job], running: Sequence[Job], free_connections: int) -> Job | None:
+    """The first job of `queue` that may start beside `running` (see the module doc)."""
+    if any(j.alone for j in running):
+        return None
+    redis_busy = any(j.redis for j in running)
+    used = sum(j.connections for j in running)
+    for job in queue:
+        if job.alone:
+            if not running:
+                return job
+            return None  # it waits for every lane to empty; nothing overtakes it
+        if job.redis and redis_busy:
+            continue
+        if running and used + job.connections > free_connections:
+            continue
+        return job
+    return None
+
+
+def servers_json(servers: Servers) -> dict[str, Any] | None:
+    """What a lane needs to reach the same servers; None when they cannot be handed over
+    (a Docker server's log is read through the lab's own Docker client)."""
+    pg, redis = servers.pg, servers.redis
+    if pg is not None and pg.logs is not None:
+        return None
+    return {
+        "pg": None if pg is None else {
+            "info": pg.info.to_json(), "dsn": pg.dsn, "max_connections": pg.max_connections,
+            "log_path": str(pg.log_path) if pg.log_path else None,
+            "bindir": str(pg.bindir) if pg.bindir else None, "pid": pg.pid,
+        },
+        "redis": None if redis is None else {
+            "info": redis.info.to_json(), "url": redis.url, "pid": redis.pid,
+        },
+        "pgbouncer": dict(servers.pgbouncer),
+        "pgbouncer_info": servers.pgbouncer_info.to_json() if servers.pgbouncer_info else None,
+    }  # fmt: skip
+
+
+def servers_from(data: Mapping[str, Any]) -> Servers:
+    """The Servers of `servers_json`: the same servers, none of them this process's to stop."""
+    pg, redis, bouncer = data["pg"], data["redis"], data["pgbouncer_info"]
+    return Servers(
+        pg=None if pg is None else PgServer(
+            info=ServerInfo(**pg["info"]), dsn=pg["dsn"], max_connections=pg["max_connections"],
+            log_path=Path(pg["log_path"]) if pg["log_path"] else None,
+            bindir=Path(pg["bindir"]) if pg["bindir"] else None, pid=pg["pid"],
+        ),
+        redis=None if redis is None else RedisServer(
+            ServerInfo(**redis["info"]), redis["url"], pid=redis["pid"]
+        ),
+        pgbouncer=dict(data["pgbouncer"]),
+        pgbouncer_info=ServerInfo(**bouncer) if bouncer else None,
+    )  # fmt: skip
+
+
+def parse_lanes(asked: str, profile: str) -> int:
+    """`--lanes`: auto (quick: QUICK_LANES; published, whose claims compare times with the
+    documents': 1, the lab's own process) or a whole number >= 1."""
+    if asked == "auto":
+        return QUICK_LANES if profile == "quick" else 1
+    try:
+        want = int(asked)
+    except ValueError:
+        raise LabError(f"--lanes {asked}: auto or a whole number") from None
+    if want < 1:
+        raise LabError(f"--lanes {asked}: must be at least 1")
+    return want
+
+
+def lanes_for(want: int, scenarios: Sequence[Scenario], servers: Servers) -> tuple[int, str]:
+    """How many lanes of the `want`ed can run (1: in the lab's own process) and, when
+    fewer, why."""
+    if want == 1:
+        return 1, ""
+    from scenarios import by_id
+
+    catalogue = by_id()
+    if any(catalogue.get(sc.id) is not sc for sc in scenarios):
+        return 1, "a scenario from a file runs in the lab's own process"
+    if servers_json(servers) is None:
+        return 1, "Docker servers' logs are read by the lab's own process"
+    return want, ""
+
+
+async def run_lanes(
+    jobs: Sequence[Job],
+    lanes: int,
+    servers: Servers,
+    *,
+    profile: str,
+    run_id: str,
+    seed: int,
+    trials: int | None,
+    write: bool,
+    on_step: Callable[[str], None] | None = None,
+    schedule: list[dict[str, Any]] | None = None,
+) -> list[Any]:
+    """Run `jobs` on `lanes` lane processes; the ScenarioVerdicts in verify's order (loads
+    in the plan's order, then each scenario's explore). LabError (bad input, a server
+    gone, a lane that died) stops them all. `schedule` gets, per job, its lane and when it
+    started and ended (seconds since the lanes were ready)."""
+    from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
+
+    by_index = {j.index: j for j in jobs}
+    free = (servers.pg.max_connections if servers.pg else 10**6) - CONNECTION_RESERVE
+    outdir = tempfile.mkdtemp(prefix="locklab-lanes-")
+    config = {
+        "servers": servers_json(servers), "profile": profile, "run_id": run_id, "seed": seed,
+        "trials": trials, "write": write, "outdir": outdir,
+    }  # fmt: skip
+    workers: list[Worker] = []
+    loads: dict[int, ScenarioVerdicts] = {}
+    parts: dict[str, dict[int, dict[str, Any]]] = {}
+    errors: dict[str, str] = {}
+    sent: dict[str, float] = {}
+    done_at: dict[str, float] = {}
+    need_parts = {j.scenario.id: 0 for j in jobs if j.part >= 0}
+    for j in jobs:
+        if j.part >= 0:
+            need_parts[j.scenario.id] += 1
+    try:
+        for i in range(min(lanes, len(jobs))):
+            workers.append(await Worker.spawn(CHILD, config, name=f"lane {i + 1}", ready_s=None))
+        for w in workers:
+            await w.wait_for("ready")
+        queue = order(jobs, past_seconds(profile))
+        busy: dict[Worker, Job] = {}
+        t0 = time.perf_counter()
+        began: dict[int, float] = {}
+        while queue or busy:
+            for w in workers:
+                if w in busy:
+                    continue
+                job = pick(queue, list(busy.values()), free)
+                if job is None:
+                    break
+                queue.remove(job)
+                busy[w] = job
+                began[job.index] = time.perf_counter()
+                sent.setdefault(job.scenario.id, began[job.index])
+                w.send({"job": job.to_json()}, f"job {job.name}")
+            w, ev = await next_of(list(busy), JOB_S, skip=("ready",))
+            if ev.name == "progress":
+                if on_step is not None:
+                    on_step(str(ev.fields["text"]))
+                continue
+            job = busy.pop(w)
+            if schedule is not None:
+                schedule.append({
+                    "job": job.key, "lane": workers.index(w) + 1,
+                    "start_s": round(began[job.index] - t0, 2),
+                    "end_s": round(time.perf_counter() - t0, 2),
+                })  # fmt: skip
+            if ev.name == "refused":
+                raise LabError(str(ev.fields["error"]))
+            if ev.name != "done":
+                raise LabError(f"verify {w.name} (pid {w.pid}) failed during {job.name}: "
+                               f"{_why(ev, w)}")  # fmt: skip
+            payload = _take(Path(str(ev.fields["path"])))
+            sid = job.scenario.id
+            if job.part < 0:
+                res = ScenarioVerdicts.from_json(payload["verdicts"])
+                res.records = payload["records"]
+                loads[job.index] = res
+                continue
+            if "error" in payload:
+                errors.setdefault(sid, str(payload["error"]))
+            else:
+                parts.setdefault(sid, {})[job.part] = payload["record"]
+            need_parts[sid] -= 1
+            if need_parts[sid] == 0:
+                done_at[sid] = time.perf_counter()
+                if on_step is not None:
+                    on_step(f"{sid}: explore done")
+        for w in workers:
+            w.send({"stop": True}, "stop")
+        for w in workers:
+            await w.wait_for("returned", STOP_WAIT_S)
+    except WorkerError as exc:
+        raise LabError(f"verify lanes: {exc}") from None
+    finally:
+        for w in workers:
+            w.terminate()  # a lane still at work drops its databases, then exits
+        for w in workers:
+            await _reap(w)
+        shutil.rmtree(outdir, ignore_errors=True)
+    out: list[Any] = [loads[i] for i in sorted(loads)]
+    for sid in need_parts:
+        sc = next(j.scenario for j in by_index.values() if j.scenario.id == sid)
+        if sid in errors:
+            out.append(explore_failed(sc, profile, errors[sid]))
+            continue
+        got = parts[sid]
+        wall = done_at[sid] - sent[sid]
+        out.append(
+            judge_explore(sc, profile, [got[i] for i in sorted(got)], write=write, wall_s=wall)
+        )
+    return out
+
+
+def _put(path: Path, payload: Mapping[str, Any]) -> Path:
+    """A job's result, whole or not at all (a pipe line would cap its size)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, default=str))
+    tmp.replace(path)
+    return path
+
+
+def _take(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text())
+    path.unlink()
+    return data
+
+
+def _why(ev: Event, w: Worker) -> str:
+    if ev.name == "error":
+        return str(ev.fields.get("error"))
+    return f"it ended ({w.status()})"
+
+
+async def _reap(w: Worker) -> None:
+    """Give a terminated lane a moment to clean up, then close it (SIGKILL if still there)."""
+    from lab.aio import within
+
+    with contextlib.suppress(TimeoutError):
+        await within(w.proc.wait(), 5.0)
+    await w.close()
+
+
+# --- the lane's side (lab/lane_child.py) ---------------------------------------------------
+
+
+async def child_main(child: Child) -> None:
+    """Run the jobs the lab sends, one at a time, until it says stop (or SIGTERM)."""
+    from lab.runner import drop_spares
+    from scenarios import by_id
+
+    cfg = child.config
+    servers = servers_from(cfg["servers"])
+    catalogue = by_id()
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        while True:
+            msg = await child.receive()
+            if msg.get("stop"):
+                return
+            job = msg["job"]
+            try:
+                payload = await _run_job(child, cfg, servers, catalogue[job["scenario"]], job)
+            except LabError as exc:
+                child.emit("refused", error=str(exc))
+                continue
+            path = _put(Path(cfg["outdir"]) / f"job-{job['index']}.json", payload)
+            child.emit("done", path=str(path))
+    finally:
+        await drop_spares(servers)
+
+
+async def _run_job(
+    child: Child, cfg: Mapping[str, Any], servers: Servers, sc: Scenario, job: Mapping[str, Any]
+) -> dict[str, Any]:
+    from lab.verify import explore_part, verify_scenario
+
+    if job["part"] < 0:
+        res = await verify_scenario(
+            sc, cfg["profile"], servers, run_id=cfg["run_id"], seed=cfg["seed"],
+            trials=cfg["trials"], write=cfg["write"], case=job["case"], spare=True,
+            on_step=lambda text: child.emit("progress", text=text),
+        )  # fmt: skip
+        return {"verdicts": res.to_json(), "records": res.records}
+    try:
+        record = await explore_part(
+            sc, cfg["profile"], servers, job["variants"], run_id=cfg["run_id"], part=job["part"]
+        )
+    except LabError:
+        raise
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    return {"record": record}

@@ -1,0 +1,135 @@
+"""verify on lanes (lab/lanes.py): what may run beside what, and the same verdicts as one
+lane, from real lane processes on real servers; a lane that dies fails the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from lab.errors import LabError
+from lab.lanes import Job, order, parse_lanes, past_seconds, pick, plan_jobs, run_lanes
+from lab.servers import Servers
+from lab.verify import verify_explores, verify_plan, verify_scenario
+from scenarios import get
+
+
+def _job(i: int, **kw: object) -> Job:
+    return Job(i, get("lost-update"), **kw)  # type: ignore[arg-type]
+
+
+def test_a_run_that_needs_the_machine_waits_for_every_lane_and_then_runs_alone() -> None:
+    alone, other = _job(0, alone=True), _job(1)
+    assert pick([alone, other], [_job(2)], 400) is None  # nothing overtakes it either
+    assert pick([alone, other], [], 400) is alone
+    assert pick([other], [alone], 400) is None
+
+
+def test_one_redis_run_at_a_time_and_no_more_connections_than_the_server_has() -> None:
+    r1, r2, pg = _job(0, redis=True), _job(1, redis=True), _job(2, connections=50)
+    assert pick([r2, pg], [r1], 400) is pg
+    assert pick([r2], [r1], 400) is None
+    big = _job(3, connections=300)
+    assert pick([big, r2], [_job(4, connections=200)], 400) is r2
+    assert pick([big], [], 100) is big  # alone it may ask for more: the run itself refuses
+
+
+def test_the_machine_first_then_redis_then_the_longest() -> None:
+    jobs = [_job(0, runs=1), _job(1, runs=9), _job(2, redis=True), _job(3, alone=True)]
+    assert [j.index for j in order(jobs)] == [3, 2, 1, 0]
+    assert [j.index for j in order(jobs, {jobs[0].key: 30.0})] == [3, 2, 0, 1]
+
+
+def test_the_last_verify_on_lanes_says_how_long_each_job_took(tmp_path: Path) -> None:
+    old, new = tmp_path / "20261201-100000-aaaa", tmp_path / "20261201-110000-bbbb"
+    for folder, secs in ((old, 5.0), (new, 7.5)):
+        (folder / "verify").mkdir(parents=True)
+        data = {"summary": {"profile": "quick"},
+                "schedule": [{"job": "x|", "lane": 1, "start_s": 1.0, "end_s": 1.0 + secs}]}  # fmt: skip
+        (folder / "verify" / "verdicts.json").write_text(json.dumps(data))
+    assert past_seconds("quick", tmp_path) == {"x|": 7.5}
+    assert past_seconds("published", tmp_path) == {}
+
+
+@pytest.mark.parametrize("bad", ["0", "-2", "three"])
+def test_bad_lanes_are_refused(bad: str) -> None:
+    with pytest.raises(LabError, match="--lanes"):
+        parse_lanes(bad, "quick")
+    assert parse_lanes("auto", "published") == 1
+
+
+def _statuses(results: list[object]) -> list[tuple[str, str, str, str]]:
+    return sorted(
+        (r.scenario, r.case, v["id"], v["status"])  # type: ignore[attr-defined]
+        for r in results
+        for v in r.verdicts  # type: ignore[attr-defined]
+    )
+
+
+async def test_two_lanes_judge_what_one_lane_judges(servers: Servers) -> None:
+    """The same claims, the same statuses, in verify's order (loads, then explores), and
+    both lanes did work."""
+    chosen = [get("lost-update"), get("write-skew")]
+    here = [
+        await verify_scenario(sc, "quick", servers, run_id="lanes-1", write=False, case=case)
+        for sc, case in verify_plan(chosen, "quick")
+    ]
+    here += await verify_explores(chosen, "quick", servers, run_id="lanes-1", write=False)
+    schedule: list[dict[str, object]] = []
+    jobs = plan_jobs(chosen, "quick", None)
+    lanes = await run_lanes(
+        jobs, 2, servers, profile="quick", run_id="lanes-2", seed=1, trials=None, write=False,
+        schedule=schedule,
+    )  # fmt: skip
+    assert _statuses(lanes) == _statuses(here)
+    assert [(r.scenario, r.case) for r in lanes] == [(r.scenario, r.case) for r in here]
+    assert {e["lane"] for e in schedule} == {1, 2} and len(schedule) == len(jobs)
+    assert all(r.records for r in lanes if r.case != "explore")  # for claims across cases
+
+
+async def test_a_lane_that_dies_fails_the_run_with_one_line_and_leaves_no_lane(
+    servers: Servers,
+) -> None:
+    """SIGKILL a lane while it runs a job: LabError naming it; no lane process is left."""
+    pids: list[int] = []
+
+    def kill_one(text: str) -> None:  # the first progress line: lanes are at work
+        if not pids:
+            found = _lane_pids()
+            pids.extend(found)
+            os.kill(found[0], signal.SIGKILL)
+
+    jobs = plan_jobs([get("money-transfer")], "quick", None)
+    with pytest.raises(LabError, match=r"verify lane \d \(pid \d+\)|verify lanes:"):
+        await run_lanes(
+            jobs, 2, servers, profile="quick", run_id="lanes-kill", seed=1, trials=None,
+            write=False, on_step=kill_one,
+        )  # fmt: skip
+    assert pids
+    assert not [p for p in pids if _state(p) not in ("?", "Z")]  # gone (or a zombie)
+
+
+def _lane_pids() -> list[int]:
+    """This process's lane children, by their command line."""
+    me, found = os.getpid(), []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (d / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == me and b"lane_child.py" in cmd:
+            found.append(int(d.name))
+    return sorted(found)
+
+
+def _state(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "?"
