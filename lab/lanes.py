@@ -27,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -257,11 +255,15 @@ async def run_lanes(
     from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
 
     by_index = {j.index: j for j in jobs}
+    from lab.servers import lifecycle
+
     free = (servers.pg.max_connections if servers.pg else 10**6) - CONNECTION_RESERVE
-    outdir = tempfile.mkdtemp(prefix="locklab-lanes-")
+    folder = lifecycle.folder_of(lifecycle.make_base_dir())  # swept if the lab is killed
+    outdir = folder / "lanes"
+    outdir.mkdir()
     config = {
         "servers": servers_json(servers), "profile": profile, "run_id": run_id, "seed": seed,
-        "trials": trials, "write": write, "outdir": outdir,
+        "trials": trials, "write": write, "outdir": str(outdir),
     }  # fmt: skip
     workers: list[Worker] = []
     loads: dict[int, ScenarioVerdicts] = {}
@@ -273,6 +275,18 @@ async def run_lanes(
     for j in jobs:
         if j.part >= 0:
             need_parts[j.scenario.id] += 1
+    # SIGTERM as a cancel of this task, so the lanes are stopped and reaped below whatever
+    # the loop was doing (Ctrl-C is already that: asyncio.run cancels the main task)
+    loop, task = asyncio.get_running_loop(), asyncio.current_task()
+    assert task is not None
+    terminated: list[bool] = []
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         for i in range(min(lanes, len(jobs))):
             workers.append(await Worker.spawn(CHILD, config, name=f"lane {i + 1}", ready_s=None))
@@ -333,12 +347,18 @@ async def run_lanes(
             await w.wait_for("returned", STOP_WAIT_S)
     except WorkerError as exc:
         raise LabError(f"verify lanes: {exc}") from None
+    except asyncio.CancelledError:
+        if terminated:
+            raise KeyboardInterrupt from None  # the command's "interrupted" line, exit 130
+        raise
     finally:
         for w in workers:
             w.terminate()  # a lane still at work drops its databases, then exits
         for w in workers:
             await _reap(w)
-        shutil.rmtree(outdir, ignore_errors=True)
+        lifecycle.remove_folder(folder)
+        loop.remove_signal_handler(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
     out: list[Any] = [loads[i] for i in sorted(loads)]
     for sid in need_parts:
         sc = next(j.scenario for j in by_index.values() if j.scenario.id == sid)

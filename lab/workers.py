@@ -310,9 +310,10 @@ class Worker:
                 os.kill(self.pid, signal.SIGKILL)  # also ends a stopped process
         with contextlib.suppress(TimeoutError):
             await within(self.proc.wait(), STOP_S)
+        # EOF follows the exit; a reader that ended with an exception (a KeyboardInterrupt
+        # raised in it by a signal) must not cut this cleanup short: wait, never re-raise
+        await asyncio.wait(self._tasks, timeout=1.0)
         for t in self._tasks:
-            with contextlib.suppress(TimeoutError):
-                await within(asyncio.shield(t), 1.0)  # EOF follows the exit
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.proc.stdin is not None:

@@ -3,9 +3,12 @@ lane, from real lane processes on real servers; a lane that dies fails the run."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,9 +115,9 @@ async def test_a_lane_that_dies_fails_the_run_with_one_line_and_leaves_no_lane(
     assert not [p for p in pids if _state(p) not in ("?", "Z")]  # gone (or a zombie)
 
 
-def _lane_pids() -> list[int]:
-    """This process's lane children, by their command line."""
-    me, found = os.getpid(), []
+def _lane_pids(parent: int | None = None) -> list[int]:
+    """The lane children of `parent` (this process), by their command line."""
+    me, found = parent or os.getpid(), []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -133,3 +136,56 @@ def _state(pid: int) -> str:
         return (Path(f"/proc/{pid}") / "stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
         return "?"
+
+
+async def test_sigterm_stops_verify_on_lanes_in_one_line_and_leaves_nothing(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """SIGTERM once the lanes are at work: exit 130, the one "interrupted" line, no lane
+    process and no database of the run left on the server."""
+    import asyncpg
+
+    from lab.aio import until
+    from lab.runner import admin_connect
+
+    assert servers.pg is not None and servers.redis is not None
+    env = {**os.environ, "LOCKLAB_PG_DSN": servers.pg.dsn, "LOCKLAB_REDIS_URL": servers.redis.url,
+           "LOCKLAB_RESULTS": str(tmp_path), "NO_COLOR": "1"}  # fmt: skip
+    errfile = tmp_path / "stderr.txt"
+    admin: asyncpg.Connection = await admin_connect(servers)
+    try:
+        proc = _start(["verify", "money-transfer", "--lanes", "2"], env, errfile)
+        try:
+
+            async def at_work() -> list[int]:  # the lanes exist and a run's database too
+                made = await admin.fetchval(
+                    "SELECT count(*) FROM pg_database WHERE datname LIKE 'locklab_%money%'"
+                )
+                return _lane_pids(proc.pid) if made else []
+
+            lanes = await until(at_work, 60, "lanes at work on a database of their own")
+            proc.send_signal(signal.SIGTERM)
+            rc = await asyncio.to_thread(proc.wait, 60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        left = await admin.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'locklab_%money%'"
+        )
+    finally:
+        await admin.close()
+    stderr = errfile.read_text()
+    assert rc == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
+    assert not [p for p in lanes if _state(p) not in ("?", "Z")]
+    assert not left, left
+
+
+def _start(args: list[str], env: dict[str, str], errfile: Path) -> subprocess.Popen[bytes]:
+    """`locklab *args`, its stderr to a file (a full pipe would block the lab)."""
+    with open(errfile, "w") as errout:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lab.cli", *args], stdout=subprocess.DEVNULL, stderr=errout,
+            env=env,
+        )  # fmt: skip
