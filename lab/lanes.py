@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.aio import within
 from lab.errors import LabError
 from lab.scenario import Scenario
 from lab.servers import Servers
@@ -46,7 +47,8 @@ QUICK_LANES = 3
 EXPLORE_CONNECTIONS = 16  # a pinned lab's sessions, its watch and admin connections
 CONNECTION_RESERVE = 10  # left free for the lab's own probes and anything else on the server
 JOB_S = 3600.0  # one job's bound: its own run timeouts end it long before
-STOP_WAIT_S = 30.0  # for a lane to drop its spare database and exit once told to stop
+STOP_WAIT_S = 30.0
+DROP_S = 30.0  # for the databases a killed lane left  # for a lane to drop its spare database and exit once told to stop
 CHILD = Path(__file__).with_name("lane_child.py")
 
 
@@ -255,6 +257,7 @@ async def run_lanes(
     from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
 
     by_index = {j.index: j for j in jobs}
+    from lab.runner import drop_run_databases
     from lab.servers import lifecycle
 
     free = (servers.pg.max_connections if servers.pg else 10**6) - CONNECTION_RESERVE
@@ -356,6 +359,9 @@ async def run_lanes(
             w.terminate()  # a lane still at work drops its databases, then exits
         for w in workers:
             await _reap(w)
+        # what a lane killed mid-run could not drop (each drops its own otherwise)
+        with contextlib.suppress(Exception):
+            await within(drop_run_databases(servers, run_id), DROP_S)
         lifecycle.remove_folder(folder)
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, previous)
@@ -395,8 +401,6 @@ def _why(ev: Event, w: Worker) -> str:
 
 async def _reap(w: Worker) -> None:
     """Give a terminated lane a moment to clean up, then close it (SIGKILL if still there)."""
-    from lab.aio import within
-
     with contextlib.suppress(TimeoutError):
         await within(w.proc.wait(), 5.0)
     await w.close()

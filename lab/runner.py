@@ -166,6 +166,28 @@ async def _take_spare(admin: asyncpg.Connection, servers: Servers, database: str
     return False
 
 
+async def drop_run_databases(servers: Servers, run_id: str) -> list[str]:
+    """Drop every database of the run `run_id` still on the server (a lane process killed
+    mid-run cannot drop its own); the names dropped."""
+    if servers.pg is None:
+        return []
+    prefix = database_name(run_id, "", "")[: -len("__")] + "_"
+    admin = await admin_connect(servers)
+    try:
+        names = [
+            str(r["datname"])
+            for r in await admin.fetch(
+                "SELECT datname FROM pg_database WHERE left(datname, $1) = $2",
+                len(prefix), prefix,
+            )
+        ]  # fmt: skip
+        for name in names:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+    return names
+
+
 async def drop_spares(servers: Servers) -> None:
     """Drop the spare databases left for plans that did not come (verify's end)."""
     spares = _SPARES.pop(_server_key(servers), [])

@@ -15,6 +15,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.lanes import Job, order, parse_lanes, past_seconds, pick, plan_jobs, run_lanes
+from lab.runner import admin_connect
 from lab.servers import Servers
 from lab.verify import verify_explores, verify_plan, verify_scenario
 from scenarios import get
@@ -113,6 +114,14 @@ async def test_a_lane_that_dies_fails_the_run_with_one_line_and_leaves_no_lane(
         )  # fmt: skip
     assert pids
     assert not [p for p in pids if _state(p) not in ("?", "Z")]  # gone (or a zombie)
+    admin = await admin_connect(servers)
+    try:  # the killed lane could not drop its run's database: the lab did
+        left = await admin.fetch(
+            "SELECT datname FROM pg_database WHERE datname LIKE '%lanes_kill%'"
+        )
+    finally:
+        await admin.close()
+    assert not left, left
 
 
 def _lane_pids(parent: int | None = None) -> list[int]:
@@ -146,22 +155,20 @@ async def test_sigterm_stops_verify_on_lanes_in_one_line_and_leaves_nothing(
     import asyncpg
 
     from lab.aio import until
-    from lab.runner import admin_connect
 
     assert servers.pg is not None and servers.redis is not None
     env = {**os.environ, "LOCKLAB_PG_DSN": servers.pg.dsn, "LOCKLAB_REDIS_URL": servers.redis.url,
            "LOCKLAB_RESULTS": str(tmp_path), "NO_COLOR": "1"}  # fmt: skip
     errfile = tmp_path / "stderr.txt"
     admin: asyncpg.Connection = await admin_connect(servers)
+    before = {r[0] for r in await admin.fetch("SELECT datname FROM pg_database")}
     try:
         proc = _start(["verify", "money-transfer", "--lanes", "2"], env, errfile)
         try:
 
             async def at_work() -> list[int]:  # the lanes exist and a run's database too
-                made = await admin.fetchval(
-                    "SELECT count(*) FROM pg_database WHERE datname LIKE 'locklab_%money%'"
-                )
-                return _lane_pids(proc.pid) if made else []
+                now = {r[0] for r in await admin.fetch("SELECT datname FROM pg_database")}
+                return _lane_pids(proc.pid) if now - before else []
 
             lanes = await until(at_work, 60, "lanes at work on a database of their own")
             proc.send_signal(signal.SIGTERM)
