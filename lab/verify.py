@@ -611,8 +611,8 @@ async def verify_explores(
 
     Only explores overlap, and only each other: each has its own database and Redis
     prefix, and its verdicts count interleavings whose order the sequencer forces by what
-    the server reports (a session blocked, a step finished), not by time. The load runs,
-    whose claims are about time, never overlap anything."""
+    the server reports (a session blocked, a step finished), not by time. This is verify
+    in the lab's own process (one lane); lab/lanes.py runs loads side by side too."""
     gate = asyncio.Semaphore(max(1, at_once))
 
     try:
