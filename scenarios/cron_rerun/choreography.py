@@ -8,7 +8,8 @@ One trial, on an empty invoices table; pod-1, pod-2 and the retry are pod.py pro
   pod-1 billed k and no lock attempt of pod-2 unanswered -> a snapshot of pod-1's session
                   (LC-3), then SIGKILL by PID.
   The server releases pod-1's lock when its backend sees the connection die (polled).
-  pod-2 ends; then the Job's retry connects and runs to the end, alone.
+  pod-2 ends; then the Job's retry connects and runs to the end, alone
+                  (retry_connect=before: connected with pod-1, it waits until now).
 Every step waits for the event it depends on, never for wall-clock time; whether pod-2
 tries the lock before or after the crash is the order in which those steps were granted.
 The pods log in as the run's user, or (password_auth) as a throwaway role whose password
@@ -207,7 +208,8 @@ async def _trial(
     pods: list[Pod] = []
     race = Race()
     try:
-        for name, lazy in (("pod-1", False), ("pod-2", inside), ("retry", True)):
+        retry_lazy = p["retry_connect"] == "after"
+        for name, lazy in (("pod-1", False), ("pod-2", inside), ("retry", retry_lazy)):
             pods.append(await Pod.spawn(env, job(name), login, lazy=lazy))
         await asyncio.gather(*(pod.started() for pod in pods))
         pod1, pod2, retry = pods
@@ -328,9 +330,11 @@ async def _released(env: Env, observer: asyncpg.Connection, backend_pid: int) ->
 
 
 async def _retry(env: Env, pod: Pod) -> tuple[Billed, dict[str, Any]]:
-    """The Job's retry after the crash: a new pod, alone, run to the end."""
-    pod.grant(1 + pod.job.steps)  # connect, then the whole job
-    pod.connected(await pod.expect("connected"))
+    """The Job's retry after the crash: a new pod, alone, run to the end (connected now,
+    or with pod-1 before the race)."""
+    pod.grant(pod.lazy + pod.job.steps)  # (connect, then) the whole job
+    if pod.lazy:
+        pod.connected(await pod.expect("connected"))
     _trace_event(env, pod.job, await pod.expect("locked"))
     insert_ms: list[float] = []
     conflict_ms: list[float] = []
