@@ -365,6 +365,14 @@ SCENARIO = Scenario(
             "c_at_ms": 1250,
             "b_work_ms": 1100,
         },
-        "ttl-above-pause": {"ttl_ms": 600},
+        # the published story with a TTL just above its pause (600 > 500), in both
+        # profiles: quick's shorter clock would leave the pause at half the TTL
+        "ttl-above-pause": {
+            "ttl_ms": 600,
+            "pause_ms": PAUSE_MS,
+            "b_at_ms": B_AT_MS,
+            "c_at_ms": C_AT_MS,
+            "b_work_ms": B_WORK_MS,
+        },
     },
 )
