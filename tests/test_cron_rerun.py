@@ -71,6 +71,25 @@ async def test_trace_orders_lock_skip_kill_release_retry(run_scenario: RunFn) ->
     ]
 
 
+async def test_a_retry_connected_before_the_race_waits_for_the_crash(
+    run_scenario: RunFn,
+) -> None:
+    """retry_connect=before (quick): the retry logs in before pod-1 locks, yet takes the
+    lock only after the server released pod-1's, and bills everyone again."""
+    rec = (await run_scenario(SCENARIO, ["buggy"], params={"retry_connect": "before"}))["buggy"]
+    steps = [(e["who"], e["event"]) for e in rec["trace"] if e["who"] in ("retry", "server")
+             or e["event"] == "locked"]  # fmt: skip
+    assert steps == [
+        ("retry", "connected"),
+        ("pod-1", "locked"),
+        ("server", "pod-1's lock is released"),
+        ("retry", "locked"),
+        *[("retry", "billed")] * CUSTOMERS,
+        ("retry", "done"),
+    ]
+    assert trials(rec)[0]["invoices"] == 2 * CUSTOMERS
+
+
 async def test_pod2_connected_before_the_race_always_skips(run_scenario: RunFn) -> None:
     """DL-15: with its connection open, pod-2 tries while pod-1 holds the lock, every trial."""
     records = await run_scenario(SCENARIO, ["buggy", "fixed"], params={"trials": 3})
@@ -142,7 +161,13 @@ async def test_nothing_left_behind(run_scenario: RunFn, servers: Servers) -> Non
 
 @pytest.mark.parametrize(
     "params",
-    [{"crash_after": 6}, {"customers": 0}, {"pod2_connect": "later"}, {"trials": 0}],
+    [
+        {"crash_after": 6},
+        {"customers": 0},
+        {"pod2_connect": "later"},
+        {"retry_connect": "never"},
+        {"trials": 0},
+    ],
 )
 async def test_bad_parameters_are_one_clear_error(
     run_scenario: RunFn, params: dict[str, Any]

@@ -6,6 +6,7 @@ import asyncio
 import uuid
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from lab.redisstats import Rate, Sample, Sampler, limit, preconnect, rate
@@ -104,6 +105,11 @@ async def test_preconnect_opens_the_pool_before_the_clock(url: str) -> None:
     try:
         await preconnect(client, 25)
         assert await open_ones() == 25
+        # one DriverInfo for the pool: each connection still tells Redis who it is
+        ours = [c for c in await observer.client_list() if c.get("name") == name]
+        assert {(c.get("lib-name"), c.get("lib-ver")) for c in ours} == {
+            ("redis-py", redis.__version__)
+        }
         await preconnect(client, 100)  # capped at the pool's 30
         assert await open_ones() == 30
     finally:

@@ -4,7 +4,8 @@ Profiles:   defaults are the published run (500 misses, 400 ms rebuild); quick i
             DL-20 at the documents' scale: `locklab run cache-stampede --case scale`
             (5,000 waiters, 1 s rebuild; quick: --case rate, 1,000) judges the GET rate
             Redis counted in the wait window against the demand (wait_window.py), with
-            redis-benchmark -t get on the same Redis beside it (-p reference=true). The
+            redis-benchmark -t get on the same Redis beside it (-p reference=true; scale
+            only, the benchmark is not what the claim is judged against). The
             cases run the client the documents had: node-redis's auto-pipelining
             (--redis-client pipelined, lab/autopipe.py) over --procs auto worker processes
             (one per 2,000 waiters, at most one per core). With redis-py's pooled client
@@ -364,12 +365,13 @@ SCENARIO = Scenario(
         },
         "rate": {  # the same at a size the quick profile affords; 1,000 waiters are one
             # process by --procs auto, which measured 13,434 of 19,980 GET/s (client-bound)
-            # on an idle 2-core machine: two processes, as at 5,000
+            # on an idle 2-core machine: two processes, as at 5,000. No redis-benchmark
+            # after it: the claim is judged against the demand, never the benchmark, which
+            # took 1.5 s of quick verify's 3.4 s here (`scale` and `bench redis` keep it)
             "n": 1000,
             "rebuild_ms": 1000.0,
             "redis_client": "pipelined",
             "procs": 2,
-            "reference": True,
         },
     },
     headline={"redis_get": "GETs", "db_calls": "DB calls"},

@@ -30,6 +30,12 @@ B_AT_MS = 350
 C_AT_MS = 550
 B_WORK_MS = 400  # B outlives its own lease too: its release finds the key gone (-> 0)
 C_WORK_MS = 100  # C releases before B, as in the published trace
+# quick: the same story on a shorter clock. TTL and pause shrink (pause > TTL still, 1.5x
+# instead of 1.67x); every gap the story does not order by events keeps its length: B
+# comes 50 ms after A's lease ends and C 50 ms after A wakes, C tries 100 ms before B's
+# lease ends (C busy under compare-and-delete) and B releases 100 ms after it (-> 0).
+# A's run ends at ~550 ms instead of ~755 ms.
+QUICK = {"ttl_ms": 200, "pause_ms": 300, "b_at_ms": 250, "c_at_ms": 350, "b_work_ms": 300}
 FENCE_INVARIANT = "fence never goes backwards"
 # observation only: every write that landed, with the fence it replaced
 WRITE_LOG = """
@@ -350,6 +356,7 @@ SCENARIO = Scenario(
     sources=("DL",),
     pinned=schedules.PINNED,
     observers=(choreography.WATCH,),
+    quick=QUICK,
     cases={  # DL-13: a longer TTL with a still longer pause, and a TTL above this pause
         "ttl-1000": {
             "ttl_ms": 1000,
@@ -358,6 +365,14 @@ SCENARIO = Scenario(
             "c_at_ms": 1250,
             "b_work_ms": 1100,
         },
-        "ttl-above-pause": {"ttl_ms": 600},
+        # the published story with a TTL just above its pause (600 > 500), in both
+        # profiles: quick's shorter clock would leave the pause at half the TTL
+        "ttl-above-pause": {
+            "ttl_ms": 600,
+            "pause_ms": PAUSE_MS,
+            "b_at_ms": B_AT_MS,
+            "c_at_ms": C_AT_MS,
+            "b_work_ms": B_WORK_MS,
+        },
     },
 )
