@@ -309,12 +309,16 @@ def _pooled(url: str, size: int) -> Any:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
+    from redis.driver_info import DriverInfo
 
     pool = aioredis.BlockingConnectionPool.from_url(
         url,
         max_connections=size,
         timeout=60,
         retry=Retry(NoBackoff(), 0),
+        # one for every connection: redis-py 8 otherwise reads its package metadata per
+        # connection to name itself (lab.redisstats.preconnect measured it)
+        driver_info=DriverInfo(),
     )
     return aioredis.Redis(connection_pool=pool)
 
