@@ -325,7 +325,7 @@ SCENARIO = Scenario(
     # the statements around it, so each transfer holds its `from` row before it asks for its
     # `to` row either way; the quick claims (deadlocks, >= 3 attempts per transfer, jitter
     # cuts failures at 10, a loser retried commits) held in 5 of 5 seeds at both lengths,
-    # and buggy + buggy-jitter take ~1.5 s less per trial (docs/load.md).
+    # and buggy + buggy-jitter take ~1.5 s less per trial (measured on a busy machine).
     quick={"n": LOW_CONTENTION_N, "deadlock_timeout_ms": 100, "fraud_ms": QUICK_FRAUD_MS},
     # DL-9: every transfer asks for more than the account holds (a business error).
     cases={"overdraft": {"n": 4, "amount": code.INITIAL_BALANCE + 1}, **TRANSFER_CASES},
