@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Record, all_ok
+from lab.claims import Claim, Record, all_ok, repeated
 from lab.published import Measured, at_size
 from lab.seconds import share_near, wall_not_reproduced, wall_within
 
@@ -34,6 +34,10 @@ POOL = "tx-pool:10"  # node-postgres' `new Pool()` default, a client per transac
 TOLERANCE = 0.30  # single runs on this shared 2-core machine moved 10-15 % between runs
 SHARE_POINTS = 0.15  # how many carts deadlock varies run to run (see README)
 GAP_BELOW = 0.5  # the buggy transfer stays under half the published seconds (measured x0.14-0.17)
+# How many of the 40 transfers end in 40P01 moved between single runs (55 % once, 70 % on
+# a rerun, published 72 %): the share is judged on 3 runs and must hold in 2 of them, which
+# also puts the median of the 3 inside the band.
+SHARE_TRIALS, SHARE_REQUIRED = 3, 2 / 3
 
 CHECKOUT_200, CHECKOUT_40, TRANSFER = "node-200", "node-40", "node"
 CHECKOUT_CASES: Mapping[str, Mapping[str, Any]] = {
@@ -92,7 +96,13 @@ def transfer_seconds(measured: Mapping[str, Sequence[Measured]]) -> tuple[Claim,
 
     return (
         wall_within("DL-7", "fixed", fixed_ms, TOLERANCE, TRANSFER, "40 transfers, fixed"),
-        share_near("DL-7", "buggy", "40P01", buggy_counts, SHARE_POINTS, TRANSFER, "40 transfers"),
+        repeated(
+            share_near(
+                "DL-7", "buggy", "40P01", buggy_counts, SHARE_POINTS, TRANSFER, "40 transfers"
+            ),
+            trials=SHARE_TRIALS,
+            required=SHARE_REQUIRED,
+        ),
         Claim(
             "DL-8",
             f"40 transfers, buggy: attempts within ±{ATTEMPTS_TOLERANCE:.0%} of the published",

@@ -6,6 +6,7 @@ from typing import Any
 
 from lab.claims import judge_trials
 from lab.pinned import trace
+from lab.profiles import profile_settings
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.money_transfer import INITIAL_BALANCE, SCENARIO
@@ -93,14 +94,21 @@ async def test_replayed_key_moves_money_once(run_scenario: RunFn) -> None:
 
 
 async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:
-    """10 transfers, deadlock_timeout 100 ms: every quick claim holds over the trials it asks."""
+    """The quick settings (10 transfers, deadlock_timeout 100 ms, a 20 ms fraud call): every
+    quick claim holds over the trials it asks."""
     claims = [c for c in SCENARIO.claims if "quick" in c.profiles and not c.explore]
-    trials = [await run_scenario(SCENARIO, seed=1, **SCENARIO.quick)]
+    knobs, params = profile_settings(SCENARIO, "quick")
+    quick: dict[str, Any] = {
+        "n": knobs.n,
+        "deadlock_timeout_ms": knobs.deadlock_timeout_ms,
+        "params": params,
+    }
+    trials = [await run_scenario(SCENARIO, seed=1, **quick)]
     for k in range(2, max(c.trials for c in claims) + 1):  # later trials: only what is needed
         need = [
             v for v in SCENARIO.variants if any(c.trials >= k and v in c.variants for c in claims)
         ]
-        trials.append(await run_scenario(SCENARIO, need, seed=k, **SCENARIO.quick))
+        trials.append(await run_scenario(SCENARIO, need, seed=k, **quick))
     verdicts = {(c.id, c.text): judge_trials(c, trials[: c.trials]) for c in claims}
     not_exercised = {key for key, v in verdicts.items() if v is None}
     assert {cid for cid, _ in not_exercised} <= {"DL-9"}, not_exercised  # needs amount > balance
