@@ -13,10 +13,12 @@ database only; explores force their orders by what the server reports, not by ti
 things are shared, and the scheduler keeps them apart:
 
 - Redis's counters (INFO commandstats) are server-wide, and every run that uses Redis keeps
-  their delta in its record: one such run at a time (explores keep no Redis counters);
+  their delta in its record: one job of a scenario that uses Redis at a time (its explore
+  keeps no counters, but its commands would land in another run's);
 - PostgreSQL's connections: the runs at once need no more than the server accepts;
-- the machine: a case the scenario names in ``Scenario.alone`` (its claims are about what
-  this machine can do, e.g. cache-stampede's GET rate) runs with nothing beside it.
+- the machine and the server as a whole: a case the scenario names in ``Scenario.alone``
+  (its claims are about what this machine can do, e.g. cache-stampede's GET rate, or read a
+  server-wide figure, e.g. row-lock-internals' WAL position) runs with nothing beside it.
 
 Processes, not tasks of one event loop, so that two lanes use both cores. A lane runs its
 jobs with the same code and the same asyncio loop as the lab's own process would.
@@ -111,7 +113,8 @@ def plan_jobs(scenarios: Sequence[Scenario], profile: str, trials: int | None) -
         if claims:
             for i, part in enumerate(explore_parts(sc, plan)):
                 jobs.append(Job(len(jobs), sc, part=i, variants=tuple(part),
-                                connections=EXPLORE_CONNECTIONS))  # fmt: skip
+                                connections=EXPLORE_CONNECTIONS,
+                                redis="redis" in sc.uses))  # fmt: skip
     return jobs
 
 

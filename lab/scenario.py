@@ -127,7 +127,8 @@ class Scenario:
     param_help: Mapping[str, str] = field(default_factory=dict)
     uses: frozenset[str] = frozenset({"pg"})  # "pg", "redis"
     # Cases ("" = the profile's own settings) whose claims are about how much this machine
-    # can do (a client-bound rate): verify runs them with no other run beside them.
+    # can do (a client-bound rate) or read a server-wide figure (the WAL position): verify
+    # runs them with no other run beside them (lab/lanes.py).
     alone: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()  # "DL", "LC", "DP"
     # counter -> label shown in result lines, the documents' way: GETs=2739, DB calls=1
