@@ -311,8 +311,9 @@ class PinnedLab(PinnedDatabase):
             )
             # a cast with worker processes and faults (lab/stage.py) has a runner of its own
             stage = getattr(pinned, "stage", None)
+            own = pinned.ends_by_itself.get(variant, frozenset())
             seq: Any = (
-                Sequencer(self.watch or self.pool, sessions, **kw)
+                Sequencer(self.watch or self.pool, sessions, ends_by_itself=own, **kw)
                 if stage is None
                 else stage(env, variant, sessions, explored=not name, **kw)
             )

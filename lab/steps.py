@@ -191,6 +191,11 @@ class Pinned:
     # explore runs the canonical schedules only: for sessions whose other orders are too
     # many to run (nine sessions) or say nothing the canonical ones do not
     canonical_only: bool = False
+    # per variant, steps ("s2 ask-row") that, once the server shows them blocked, end by
+    # themselves (a lock_timeout or statement_timeout fires): in every schedule, explored
+    # ones included, the sequencer waits for their end before the next item, as for a
+    # step marked (*), so that no other step's duration decides what ends first
+    ends_by_itself: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def actors(self) -> dict[str, Actor]:
         """The variants as load actors (Scenario.variants)."""

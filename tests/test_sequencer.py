@@ -327,6 +327,34 @@ async def test_a_step_marked_star_ends_by_itself_before_the_next_item(
     assert await db.fetchval("SELECT v FROM t WHERE id = 1") == 1
 
 
+async def test_a_declared_step_that_blocks_ends_by_itself_before_the_next_item(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """`s2 write` declared to end by itself (Pinned.ends_by_itself), unmarked in the
+    schedule: seen blocked, its lock_timeout fires before s1's commit is granted."""
+    sq = seq(db, sessions, timed_out("50ms"), ends_by_itself={"s2 write"})
+    assert await sq.run(("s1 write", "s2 write", "s1 commit")) == {"s1": "ok", "s2": "55P03"}
+    lines = [x.split()[:4] for x in sq.transcript.text().splitlines()[1:4]]
+    assert lines == [
+        ["s1", "write", "UPDATE", "t"],
+        ["s2", "write", "SET", "LOCAL"],
+        ["s2", "write", "<...", "completed>"],
+    ]
+    assert sq.transcript.lines[1].result == "<waiting ...>"
+    assert sq.waited == ["s2 write"]
+
+
+async def test_a_declared_step_that_does_not_block_prints_its_result(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """A step declared to end by itself that the server never shows blocked prints its
+    result on its own line, as any step, and the schedule goes on at once."""
+    sq = seq(db, sessions, timed_out("50ms"), ends_by_itself={"s2 write"})
+    assert await sq.run(("s1 write", "s1 commit", "s2 write")) == {"s1": "ok", "s2": "ok"}
+    assert sq.transcript.lines[2].result == "-> UPDATE 1"
+    assert sq.waited == []
+
+
 async def test_a_marked_step_that_never_ends_fails_loudly(
     db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:
