@@ -365,8 +365,18 @@ class Sequencer:
         """Until every live session asks for a grant, has ended, or is blocked."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
+        first = True
         while True:
             busy = [st for st in self.states.values() if not st.ended and st.pending is None]
+            if first and any(not st.blocked for st in busy):
+                # a step just granted mostly ends within a poll interval: give it that long
+                # before asking the server (which a step that ended would make a wasted look)
+                first = False
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await within(self._changed.wait(), POLL_S)
+                continue
+            first = False
             if busy:
                 epochs = [st.epoch for st in busy]
                 before = self._epochs()
