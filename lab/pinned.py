@@ -363,6 +363,9 @@ def _held(held: bool) -> str:
     return "held" if held else "BROKEN"
 
 
+GONE = "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1"
+
+
 @asynccontextmanager
 async def pinned_lab(
     scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
@@ -394,6 +397,10 @@ async def pinned_lab(
             with contextlib.suppress(Exception):
                 await lab.redis.aclose()
         if created:
+            with contextlib.suppress(Exception):
+                # the backends just closed, waited for until they are gone: DROP DATABASE
+                # would otherwise find them still exiting and retry only after 100 ms
+                await admin.execute(GONE, lab.database)
             with contextlib.suppress(Exception):
                 await admin.execute(f'DROP DATABASE IF EXISTS "{lab.database}" WITH (FORCE)')
         with contextlib.suppress(Exception):
