@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -197,6 +198,25 @@ async def test_a_waiting_predicate_counts_as_blocked(
         "s2 release  (release)  -> set",
         "s1 poll                <... completed> True",
     ]
+
+
+async def test_code_inside_one_step_sleeps_no_other_logic_when_pinned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retried transaction run inside one granted step (Session.inside_step) has no gate
+    of its own, but pinned its other_logic takes no time; in a load it sleeps."""
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("lab.steps.asyncio.sleep", sleep)
+    pinned = Session("s1", cast(Any, None), 0, gate=cast(Any, object())).inside_step()
+    loaded = Session("s1", cast(Any, None), 0).inside_step()
+    assert pinned.gate is None and pinned.pinned and not loaded.pinned
+    await pinned.other_logic(0.05)
+    await loaded.other_logic(0.03)
+    assert slept == [0.03]
 
 
 def test_interleavings_keep_each_session_order() -> None:
