@@ -311,8 +311,9 @@ class PinnedLab(PinnedDatabase):
             )
             # a cast with worker processes and faults (lab/stage.py) has a runner of its own
             stage = getattr(pinned, "stage", None)
+            own = pinned.ends_by_itself.get(variant, frozenset())
             seq: Any = (
-                Sequencer(self.watch or self.pool, sessions, **kw)
+                Sequencer(self.watch or self.pool, sessions, ends_by_itself=own, **kw)
                 if stage is None
                 else stage(env, variant, sessions, explored=not name, **kw)
             )
@@ -362,6 +363,9 @@ def _held(held: bool) -> str:
     return "held" if held else "BROKEN"
 
 
+GONE = "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1"
+
+
 @asynccontextmanager
 async def pinned_lab(
     scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
@@ -393,6 +397,10 @@ async def pinned_lab(
             with contextlib.suppress(Exception):
                 await lab.redis.aclose()
         if created:
+            with contextlib.suppress(Exception):
+                # the backends just closed, waited for until they are gone: DROP DATABASE
+                # would otherwise find them still exiting and retry only after 100 ms
+                await admin.execute(GONE, lab.database)
             with contextlib.suppress(Exception):
                 await admin.execute(f'DROP DATABASE IF EXISTS "{lab.database}" WITH (FORCE)')
         with contextlib.suppress(Exception):

@@ -61,6 +61,7 @@ class Session:
         self.index = index  # 0-based: the role a session plays (cart order, ...)
         self.gate = gate  # None: LOAD mode
         self.stamps: list[tuple[str, float]] = []  # (step, perf_counter) in LOAD mode
+        self.pinned = gate is not None  # under a schedule (also inside one granted step)
 
     async def step(
         self,
@@ -127,8 +128,16 @@ class Session:
         """The application's own work between two steps, where time is the subject of a
         load (the document's "5 ms of other logic"). Pinned, the schedule decides what
         runs when, so it takes no time."""
-        if self.gate is None and seconds > 0:
+        if not self.pinned and seconds > 0:
             await asyncio.sleep(seconds)
+
+    def inside_step(self) -> Session:
+        """This session for code that runs inside one granted step (a retried transaction
+        as the single step `retry`): its step points are not granted, only stamped, and
+        pinned its other_logic still takes no time."""
+        inner = Session(self.name, self.conn, self.index)
+        inner.pinned = self.pinned
+        return inner
 
     @asynccontextmanager
     async def transaction(
@@ -191,6 +200,11 @@ class Pinned:
     # explore runs the canonical schedules only: for sessions whose other orders are too
     # many to run (nine sessions) or say nothing the canonical ones do not
     canonical_only: bool = False
+    # per variant, steps ("s2 ask-row") that, once the server shows them blocked, end by
+    # themselves (a lock_timeout or statement_timeout fires): in every schedule, explored
+    # ones included, the sequencer waits for their end before the next item, as for a
+    # step marked (*), so that no other step's duration decides what ends first
+    ends_by_itself: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
     def actors(self) -> dict[str, Actor]:
         """The variants as load actors (Scenario.variants)."""

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.pinned import check_steps, expected_dir, expected_name, pinned_lab, trace
+from lab.runner import admin_connect
 from lab.scenario import Scenario
 from lab.servers import Servers
 from lab.steps import parse_step
@@ -82,6 +83,25 @@ async def test_the_same_schedule_prints_the_same_text_20_times(servers: Servers)
             for _ in range(20)
         }
     assert len(texts) == 1
+
+
+async def test_a_pinned_database_is_dropped_with_every_backend_on_it(servers: Servers) -> None:
+    """After a run whose sessions stay open for the next one, leaving the lab ends every
+    backend on its database and drops it (without DROP's 100 ms retry for exiting ones)."""
+    sc = next(s for s in PINNED if s.id == "lost-update")
+    assert sc.pinned is not None
+    steps = sc.pinned.schedules["buggy"]["both-read-first"]
+    admin = await admin_connect(servers)
+    try:
+        async with pinned_lab(sc, servers, "test-drop", 1000) as lab:
+            await lab.run("buggy", steps, isolation="read_committed", name="x")
+            on_it = "SELECT count(*) FROM pg_stat_activity WHERE datname = $1"
+            assert await admin.fetchval(on_it, lab.database) >= 2  # the kept sessions, pools
+        assert await admin.fetchval(on_it, lab.database) == 0
+        gone = "SELECT count(*) FROM pg_database WHERE datname = $1"
+        assert await admin.fetchval(gone, lab.database) == 0
+    finally:
+        await admin.close()
 
 
 runner = CliRunner()

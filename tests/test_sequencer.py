@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import asyncpg
 import pytest
@@ -199,6 +200,25 @@ async def test_a_waiting_predicate_counts_as_blocked(
     ]
 
 
+async def test_code_inside_one_step_sleeps_no_other_logic_when_pinned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A retried transaction run inside one granted step (Session.inside_step) has no gate
+    of its own, but pinned its other_logic takes no time; in a load it sleeps."""
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr("lab.steps.asyncio.sleep", sleep)
+    pinned = Session("s1", cast(Any, None), 0, gate=cast(Any, object())).inside_step()
+    loaded = Session("s1", cast(Any, None), 0).inside_step()
+    assert pinned.gate is None and pinned.pinned and not loaded.pinned
+    await pinned.other_logic(0.05)
+    await loaded.other_logic(0.03)
+    assert slept == [0.03]
+
+
 def test_interleavings_keep_each_session_order() -> None:
     """Two sessions of 3 steps merge 20 ways, each keeping its own order, no duplicates."""
     steps = {"s1": ("a", "b", "c"), "s2": ("a", "b", "c")}
@@ -325,6 +345,34 @@ async def test_a_step_marked_star_ends_by_itself_before_the_next_item(
     ]
     assert set(sq.waited) <= {"s2 write"}  # only what the server was seen reporting
     assert await db.fetchval("SELECT v FROM t WHERE id = 1") == 1
+
+
+async def test_a_declared_step_that_blocks_ends_by_itself_before_the_next_item(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """`s2 write` declared to end by itself (Pinned.ends_by_itself), unmarked in the
+    schedule: seen blocked, its lock_timeout fires before s1's commit is granted."""
+    sq = seq(db, sessions, timed_out("50ms"), ends_by_itself={"s2 write"})
+    assert await sq.run(("s1 write", "s2 write", "s1 commit")) == {"s1": "ok", "s2": "55P03"}
+    lines = [x.split()[:4] for x in sq.transcript.text().splitlines()[1:4]]
+    assert lines == [
+        ["s1", "write", "UPDATE", "t"],
+        ["s2", "write", "SET", "LOCAL"],
+        ["s2", "write", "<...", "completed>"],
+    ]
+    assert sq.transcript.lines[1].result == "<waiting ...>"
+    assert sq.waited == ["s2 write"]
+
+
+async def test_a_declared_step_that_does_not_block_prints_its_result(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """A step declared to end by itself that the server never shows blocked prints its
+    result on its own line, as any step, and the schedule goes on at once."""
+    sq = seq(db, sessions, timed_out("50ms"), ends_by_itself={"s2 write"})
+    assert await sq.run(("s1 write", "s1 commit", "s2 write")) == {"s1": "ok", "s2": "ok"}
+    assert sq.transcript.lines[2].result == "-> UPDATE 1"
+    assert sq.waited == []
 
 
 async def test_a_marked_step_that_never_ends_fails_loudly(

@@ -342,7 +342,7 @@ SCENARIO = Scenario(
         "poll_ms": "waiting for a lock: one SET NX every poll_ms",
         "lock_ttl_ms": "the locks' lease (PX); longer than the hard limit keeps the freeze",
         "lock_timeout_ms": "timeout-only: how long each lock is polled before lock_timeout",
-        "watch_ms": "a wait without timeout is stopped after it (pinned runs: 500 ms; a "
+        "watch_ms": "a wait without timeout is stopped after it (pinned runs: 200 ms; a "
         "load's --actor-timeout comes first)",
         "max_tries": "fixed-trylock: attempts before gave_up",
         "observe_ms": "the detector's snapshot interval",

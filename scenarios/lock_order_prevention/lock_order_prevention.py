@@ -144,7 +144,7 @@ PINNED = Pinned(
         "fixed-trylock": {"both-first": ("s1 lock-0", "s2 lock-1", "s1 lock-1", "s2 lock-0", "s1 retry1-0", "s1 retry1-1")},
         "fixed-coarse": {"both-first": ("s1 lock-transfer-system", "s2 lock-transfer-system")},
     },
-    # pinned, the schedule decides who times out, not a race of two timers: a lock timeout
-    # of 0 (one try); a frozen wait stopped after 500 ms (within the sequencer's 1 s abort)
-    params={"lock_timeout_ms": 0.0, "watch_ms": 500.0, "max_tries": 2},
+    # pinned, the schedule decides who times out, not a race of two timers: a lock timeout of 0
+    # (one try); a frozen wait stopped after 200 ms (40 polls; a wait the schedule ends is far shorter)
+    params={"lock_timeout_ms": 0.0, "watch_ms": 200.0, "max_tries": 2},
 )  # fmt: skip

@@ -14,8 +14,8 @@ Published:  NOWAIT: báo lỗi ngay ERROR: could not obtain lock on row in relat
             LOCKED và lock_timeout"
 See:        claim LC-12 in claims.py; expected/ has the schedules' transcripts. s1, the
             holder, locks product 101 of inventory FOR UPDATE and reads orders in one
-            transaction, works `hold_ms` (time is the subject: a slow transaction), then
-            commits. s2 asks the same row, then ACCESS EXCLUSIVE on orders (the lock ALTER
+            transaction, works `hold_ms` (time is the subject: a slow transaction; pinned,
+            it holds until its commit is granted), then commits. s2 asks the same row, then ACCESS EXCLUSIVE on orders (the lock ALTER
             TABLE takes), each in its own implicit transaction, in the variant's wait mode.
             Defaults lock_timeout_ms=200, hold_ms=400 keep the run short; -p
             lock_timeout_ms=2000 -p hold_ms=2500 is the published setting.
@@ -137,4 +137,8 @@ PINNED = Pinned(
         }
         for v in VARIANTS
     },
+    # pinned, s1 holds until its commit is granted: the schedule is the slow transaction,
+    # and a lock_timeout's 55P03 ends s2's blocked ask before the next step, in every order
+    params={"hold_ms": 0},
+    ends_by_itself={"fixed-lock-timeout": frozenset(f"s2 {a}" for a in ASKS)},
 )  # fmt: skip

@@ -105,7 +105,7 @@ async def retried(
     rng, who = env.rng(s.index), f"transfer-{s.index}"
     for n in range(1, attempts + 1):
         env.add("attempts")
-        began, again = env.now_ms(), Session(s.name, s.conn, s.index)  # `again`: not gated
+        began, again = env.now_ms(), s.inside_step()  # `again`: not gated
         try:
             word = await (attempt(s) if n == 1 else s.step("retry", attempt, again, shown=f"attempt {n}: the whole transaction again"))  # fmt: skip
         except Exception as exc:
