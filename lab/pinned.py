@@ -35,7 +35,7 @@ from lab import __version__
 from lab.claims import Claim, Record
 from lab.errors import LabError, ScenarioFailure
 from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
-from lab.runner import admin_connect, database_name, probe_pg, redis_client
+from lab.runner import GONE, admin_connect, database_name, probe_pg, redis_client
 from lab.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
 from lab.sequencer import (
     RESOLVE_S,
@@ -361,9 +361,6 @@ class PinnedLab(PinnedDatabase):
 
 def _held(held: bool) -> str:
     return "held" if held else "BROKEN"
-
-
-GONE = "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1"
 
 
 @asynccontextmanager

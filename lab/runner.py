@@ -45,6 +45,8 @@ from lab.workload import (
     server_connections_needed,
 )
 
+# every backend still on a database, ended and waited for (5 s each at most)
+GONE = "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1"
 ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
 # run_plan makes the next variant's database on a connection of its own while a variant
 # runs, when the run leaves this many of the server's connections free besides its own
@@ -590,6 +592,10 @@ async def _run_variant(
                 await rclient.aclose()
         if admin is not None:
             if created:
+                with contextlib.suppress(Exception):
+                    # the backends just closed, waited for until they are gone: DROP
+                    # DATABASE would otherwise find them still exiting and retry 100 ms later
+                    await admin.execute(GONE, database, timeout=teardown_s(10))
                 with contextlib.suppress(Exception):
                     await admin.execute(
                         f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', timeout=teardown_s(60)
