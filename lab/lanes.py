@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -260,6 +261,7 @@ async def run_lanes(
     from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
 
     by_index = {j.index: j for j in jobs}
+    from lab.results import results_root
     from lab.runner import drop_run_databases
     from lab.servers import lifecycle
 
@@ -270,6 +272,8 @@ async def run_lanes(
     config = {
         "servers": servers_json(servers), "profile": profile, "run_id": run_id, "seed": seed,
         "trials": trials, "write": write, "outdir": str(outdir),
+        # a lane runs in a lab folder of its own: the records go where the lab's would
+        "results": str(results_root().resolve()),
     }  # fmt: skip
     workers: list[Worker] = []
     loads: dict[int, ScenarioVerdicts] = {}
@@ -418,6 +422,7 @@ async def child_main(child: Child) -> None:
     from scenarios import by_id
 
     cfg = child.config
+    os.environ["LOCKLAB_RESULTS"] = cfg["results"]  # lab.results.results_root
     servers = servers_from(cfg["servers"])
     catalogue = by_id()
     task = asyncio.current_task()

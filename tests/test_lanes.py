@@ -196,3 +196,20 @@ def _start(args: list[str], env: dict[str, str], errfile: Path) -> subprocess.Po
             [sys.executable, "-m", "lab.cli", *args], stdout=subprocess.DEVNULL, stderr=errout,
             env=env,
         )  # fmt: skip
+
+
+async def test_lanes_write_their_records_where_the_lab_writes_them(
+    servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lane runs in a lab folder of its own; its records still go under the lab's results
+    root (a relative one included), as a one-lane verify's do, and the explore record too."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LOCKLAB_RESULTS", "out")
+    jobs = plan_jobs([get("lost-update")], "quick", None)
+    await run_lanes(
+        jobs, 2, servers, profile="quick", run_id="lanes-rec", seed=1, trials=None, write=True
+    )
+    folder = tmp_path / "out" / "lanes-rec"
+    records = {p.name for p in folder.glob("lost-update.*.json")}
+    assert {"lost-update.buggy.json", "lost-update.fixed.json"} <= records, records
+    assert (folder / "explore" / "lost-update.json").is_file()
