@@ -824,7 +824,7 @@ def verify(
     lanes: Annotated[
         str,
         typer.Option(
-            help="Runs side by side in lane processes: auto (quick: 3, published: 1) or K."
+            help="Runs side by side in lane processes: auto (quick: 4, published: 1) or K."
         ),
     ] = "auto",
 ) -> None:
