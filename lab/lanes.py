@@ -95,18 +95,14 @@ class Job:
 
 def plan_jobs(scenarios: Sequence[Scenario], profile: str, trials: int | None) -> list[Job]:
     """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
-    from lab.profiles import claims_for, profile_settings
+    from lab.profiles import profile_settings
     from lab.runner import pg_connections
-    from lab.verify import explore_parts, explore_plan, run_variants, trial_count, verify_plan
+    from lab.verify import explore_parts, explore_plan, variant_runs, verify_plan
 
     jobs: list[Job] = []
     for sc, case in verify_plan(scenarios, profile, trials):
         knobs, _ = profile_settings(sc, profile, 1, case)
-        claims, _ = claims_for(sc, profile, trials, case)
-        runs = sum(
-            len(run_variants(sc, profile, claims, k, case))
-            for k in range(1, trial_count(claims) + 1)
-        )
+        runs = variant_runs(sc, profile, trials, case)
         jobs.append(
             Job(len(jobs), sc, case, connections=pg_connections(sc, knobs),
                 redis="redis" in sc.uses, alone=case in sc.alone, runs=runs)
@@ -262,7 +258,7 @@ async def run_lanes(
     started and ended (seconds since the lanes were ready)."""
     from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
 
-    by_index = {j.index: j for j in jobs}
+    scenario_of = {j.scenario.id: j.scenario for j in jobs}
     from lab.results import results_root
     from lab.runner import drop_run_databases
     from lab.servers import lifecycle
@@ -376,7 +372,7 @@ async def run_lanes(
         signal.signal(signal.SIGTERM, previous)
     out: list[Any] = [loads[i] for i in sorted(loads)]
     for sid in need_parts:
-        sc = next(j.scenario for j in by_index.values() if j.scenario.id == sid)
+        sc = scenario_of[sid]
         if sid in errors:
             out.append(explore_failed(sc, profile, errors[sid]))
             continue

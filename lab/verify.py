@@ -331,15 +331,20 @@ def run_variants(
     return [v for v in scenario.variants if v in need]
 
 
+def variant_runs(scenario: Scenario, profile: str, trials: int | None, case: str) -> int:
+    """How many variant runs verify makes for one (scenario, case), every trial counted."""
+    claims, _ = claims_for(scenario, profile, trials, case)
+    return sum(
+        len(run_variants(scenario, profile, claims, k, case))
+        for k in range(1, trial_count(claims) + 1)
+    )
+
+
 def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
     """How many variant runs verify makes for `scenario`, cases included (progress bar)."""
     total = 1 if explore_claims(scenario, profile) else 0
     for sc, case in verify_plan([scenario], profile, trials):
-        claims, _ = claims_for(sc, profile, trials, case)
-        total += sum(
-            len(run_variants(sc, profile, claims, k, case))
-            for k in range(1, trial_count(claims) + 1)
-        )
+        total += variant_runs(sc, profile, trials, case)
     return total
 
 
