@@ -125,3 +125,58 @@ def test_redis_pair_failing_half_way_leaves_nothing(monkeypatch: pytest.MonkeyPa
     pair.close()
     assert not pid_alive(pair.primary.pid)
     assert not pair.base.exists()
+
+
+async def test_second_cluster_is_the_template_with_a_password_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first embedded PostgreSQL leaves its fresh data folder as a template; the next
+    one is a copy of it (no initdb) and accepts only its own password, not the first's."""
+    from lab.servers import embedded, pgtemplate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    initdbs: list[int] = []
+    real = embedded.EmbeddedPostgres._run_initdb
+
+    def counted(self: embedded.EmbeddedPostgres, args: list[str]) -> None:
+        initdbs.append(1)
+        real(self, args)
+
+    monkeypatch.setattr(embedded.EmbeddedPostgres, "_run_initdb", counted)
+    first = ""
+    for _ in range(2):
+        with open_servers(need_redis=False, mode="embedded") as srv:
+            assert srv.pg is not None
+            conn = await asyncpg.connect(srv.pg.dsn)
+            assert await conn.fetchval("SHOW fsync") == "off"
+            await conn.close()
+            if first:  # the first cluster's password does not open the second
+                with pytest.raises(asyncpg.InvalidPasswordError):
+                    await asyncpg.connect(
+                        first.replace(first.rsplit(":", 1)[1], srv.pg.dsn.rsplit(":", 1)[1])
+                    )
+            first = first or srv.pg.dsn
+        assert len(initdbs) == 1  # the second cluster came from the template
+    root = pgtemplate.cache_root()
+    assert [p.name for p in root.iterdir()] and (root.stat().st_mode & 0o077) == 0
+
+
+def test_a_cache_others_may_write_is_not_used(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A template folder with group/other access is not trusted: initdb runs instead."""
+    from lab.servers import pgtemplate
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    folder = pgtemplate.cache_root() / "k"
+    (folder / "data").mkdir(parents=True)
+    (folder / "data" / "PG_VERSION").write_text("17\n")
+    pgtemplate.write_private_json(folder / pgtemplate.MARKER, {"key": "k"})
+    for p in (pgtemplate.cache_root(), folder):
+        p.chmod(0o700)
+    assert pgtemplate.find("k") == folder / "data"
+    folder.chmod(0o777)
+    assert pgtemplate.find("k") is None
+    folder.chmod(0o700)
+    pgtemplate.cache_root().chmod(0o755)
+    assert pgtemplate.find("k") is None

@@ -205,16 +205,28 @@ class EmbeddedPostgres:
         return pg
 
     def _initdb(self) -> None:
+        """A fresh data folder: the cached template's copy (lab/servers/pgtemplate.py), or
+        initdb, kept as the template; then this server's own superuser password."""
+        from lab.servers import pgtemplate
+
+        args = ["-E", "UTF8", "--no-sync", "--auth-local=trust", "--auth-host=scram-sha-256"]
+        args += ["-U", "postgres", "--locale=C", "--no-instructions"]
+        key = pgtemplate.template_key(self.bindir, self.version, args, PG_SETTINGS)
+        template = pgtemplate.find(key)
+        if template is None or not pgtemplate.copy_out(template, self.data):
+            self._run_initdb(args)
+            pgtemplate.publish(self.data, key)
+        self._set_password()
+
+    def _run_initdb(self, args: list[str]) -> None:
         from lab.pgauth import scram_verifier
 
+        # initdb insists on a superuser password when host logins need one; this one is
+        # thrown away (_set_password sets the server's own), so a template holds none
         pwfile = self.base / "pwfile"
-        # stored as the verifier of SUPERUSER_SCRAM_ITERATIONS rounds (a verifier given as
-        # the password is kept as it is)
-        pwfile.write_text(scram_verifier(self.password, SUPERUSER_SCRAM_ITERATIONS) + "\n")
+        pwfile.write_text(scram_verifier(secrets.token_urlsafe(24), 1) + "\n")
         pwfile.chmod(0o644)  # inside the private base folder; read by the server user
-        cmd = [str(self.bindir / "initdb"), "-D", str(self.data), "-E", "UTF8", "--no-sync"]
-        cmd += ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
-        cmd += ["-U", "postgres", "--locale=C", "--no-instructions"]
+        cmd = [str(self.bindir / "initdb"), "-D", str(self.data), *args, f"--pwfile={pwfile}"]
         try:
             out = _run(_as_server_user(cmd))
         finally:
@@ -225,6 +237,27 @@ class EmbeddedPostgres:
             conf.write("\n# locklab\n")
             for key, value in PG_SETTINGS.items():
                 conf.write(f"{key} = '{value}'\n")
+
+    def _set_password(self) -> None:
+        """The superuser's password, set in single-user mode before the server starts:
+        stored as the verifier of SUPERUSER_SCRAM_ITERATIONS rounds (a verifier given as
+        the password is kept as it is)."""
+        from lab.pgauth import scram_verifier
+
+        verifier = scram_verifier(self.password, SUPERUSER_SCRAM_ITERATIONS)
+        cmd = [str(self.bindir / "postgres"), "--single", "-D", str(self.data), "postgres"]
+        out = subprocess.run(
+            _as_server_user(cmd),
+            input=f"ALTER ROLE postgres PASSWORD '{verifier}'\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        if out.returncode != 0 or "ERROR" in out.stderr:
+            raise LabError(
+                f"PostgreSQL single-user mode failed: {out.stderr.strip().splitlines()[-1:]}"
+            )
 
     def start(self) -> None:
         postgres = self.bindir / "postgres"
