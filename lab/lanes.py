@@ -18,7 +18,13 @@ things are shared, and the scheduler keeps them apart:
 - PostgreSQL's connections: the runs at once need no more than the server accepts;
 - the machine and the server as a whole: a case the scenario names in ``Scenario.alone``
   (its claims are about what this machine can do, e.g. cache-stampede's GET rate, or read a
-  server-wide figure, e.g. row-lock-internals' WAL position) runs with nothing beside it.
+  server-wide figure, e.g. row-lock-internals' WAL position) runs with nothing beside it;
+  a case it names in ``Scenario.timed`` (real time: a pause against a TTL) runs beside
+  other timed cases only, which mostly wait, never beside the CPU-bound runs.
+
+When the lab started Redis itself, each lane gets a Redis server of its own (the same
+build, started beside the first): then Redis's counters are each lane's own, and runs
+that use Redis go side by side like any other.
 
 Processes, not tasks of one event loop, so that two lanes use both cores. A lane runs its
 jobs with the same code and the same asyncio loop as the lab's own process would.
@@ -69,6 +75,7 @@ class Job:
     connections: int = 0  # PostgreSQL server connections it takes at most
     redis: bool = False  # keeps Redis's server-wide counters in its records
     alone: bool = False  # runs with nothing beside it
+    timed: bool = False  # runs beside other timed jobs only
     runs: int = 1  # variant runs, every trial counted (a load)
 
     @property
@@ -105,7 +112,8 @@ def plan_jobs(scenarios: Sequence[Scenario], profile: str, trials: int | None) -
         runs = variant_runs(sc, profile, trials, case)
         jobs.append(
             Job(len(jobs), sc, case, connections=pg_connections(sc, knobs),
-                redis="redis" in sc.uses, alone=case in sc.alone, runs=runs)
+                redis="redis" in sc.uses, alone=case in sc.alone, timed=case in sc.timed,
+                runs=runs)
         )  # fmt: skip
     for sc in scenarios:
         claims, plan = explore_plan(sc, profile)
@@ -144,27 +152,36 @@ def past_seconds(profile: str, root: Path | None = None) -> dict[str, float]:
 
 def order(jobs: Sequence[Job], past: Mapping[str, float] | None = None) -> list[Job]:
     """The order lanes take jobs in: the runs that need the machine first (each alone),
-    then the Redis runs (one at a time: their chain starts early), then the longest first
-    (what each took last time, `past`; else a guess from its variant runs)."""
+    then the timed runs (together), then the Redis runs (on a shared Redis one at a time:
+    their chain starts early), then the longest first (what each took last time, `past`;
+    else a guess from its variant runs)."""
     seen = past or {}
 
     def guess(j: Job) -> float:
         return seen.get(j.key, EXPLORE_PART_S if j.part >= 0 else RUN_S * j.runs)
 
-    return sorted(jobs, key=lambda j: (not j.alone, not j.redis, -guess(j), j.index))
+    return sorted(jobs, key=lambda j: (not j.alone, not j.timed, not j.redis, -guess(j), j.index))
 
 
-def pick(queue: Sequence[Job], running: Sequence[Job], free_connections: int) -> Job | None:
-    """The first job of `queue` that may start beside `running` (see the module doc)."""
+def pick(
+    queue: Sequence[Job], running: Sequence[Job], free_connections: int, shared_redis: bool = True
+) -> Job | None:
+    """The first job of `queue` that may start beside `running` (see the module doc);
+    `shared_redis`: the lanes use one Redis server."""
     if any(j.alone for j in running):
         return None
-    redis_busy = any(j.redis for j in running)
+    redis_busy = shared_redis and any(j.redis for j in running)
+    timed_only = any(j.timed for j in running)
     used = sum(j.connections for j in running)
     for job in queue:
         if job.alone:
             if not running:
                 return job
             return None  # it waits for every lane to empty; nothing overtakes it
+        if timed_only and not job.timed:
+            continue
+        if job.timed and running and not timed_only:
+            return None  # it waits for the CPU-bound runs to end; nothing overtakes it
         if job.redis and redis_busy:
             continue
         if running and used + job.connections > free_connections:
@@ -173,10 +190,35 @@ def pick(queue: Sequence[Job], running: Sequence[Job], free_connections: int) ->
     return None
 
 
-def servers_json(servers: Servers) -> dict[str, Any] | None:
-    """What a lane needs to reach the same servers; None when they cannot be handed over
-    (a Docker server's log is read through the lab's own Docker client)."""
-    pg, redis = servers.pg, servers.redis
+def lane_redis(servers: Servers, count: int, stops: list[Callable[[], None]]) -> list[RedisServer]:
+    """`count` more Redis servers of the lab's own build, for lanes of their own (their
+    stops appended to `stops`); none when the lab's Redis is not one it runs (a user's,
+    Docker's) or the build found now is another."""
+    main = servers.redis
+    if main is None or main.info.kind != "embedded":
+        return []
+    from lab.servers.embedded import EmbeddedRedis, make_base_dir, remove_base_dir
+
+    base = make_base_dir()
+    stops.append(lambda: remove_base_dir(base))
+    out = []
+    for i in range(count):
+        redis = EmbeddedRedis.create(base, name=f"lane-{i + 2}")
+        if (redis.source, redis.version) != (main.info.source, main.info.version):
+            return []  # lanes share the lab's Redis, one Redis run at a time
+        stops.append(redis.stop)
+        redis.start()
+        out.append(redis.server())
+    return out
+
+
+def servers_json(
+    servers: Servers, redis_server: RedisServer | None = None
+) -> dict[str, Any] | None:
+    """What a lane needs to reach the same servers (with `redis_server` for the lab's
+    Redis); None when they cannot be handed over (a Docker server's log is read through
+    the lab's own Docker client)."""
+    pg, redis = servers.pg, redis_server or servers.redis
     if pg is not None and pg.logs is not None:
         return None
     return {
@@ -274,6 +316,7 @@ async def run_lanes(
         "results": str(results_root().resolve()),
     }  # fmt: skip
     workers: list[Worker] = []
+    stops: list[Callable[[], None]] = []  # the lanes' own Redis servers
     loads: dict[int, ScenarioVerdicts] = {}
     parts: dict[str, dict[int, dict[str, Any]]] = {}
     errors: dict[str, str] = {}
@@ -295,9 +338,16 @@ async def run_lanes(
         task.cancel()
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    own_redis: list[RedisServer] = []
     try:
-        for i in range(min(lanes, len(jobs))):
-            workers.append(await Worker.spawn(CHILD, config, name=f"lane {i + 1}", ready_s=None))
+        count = min(lanes, len(jobs))
+        if count > 1 and any(j.redis for j in jobs):
+            own_redis = lane_redis(servers, count - 1, stops)
+        for i in range(count):
+            cfg = config
+            if own_redis and i > 0:  # lane 1 keeps the lab's own
+                cfg = {**config, "servers": servers_json(servers, own_redis[i - 1])}
+            workers.append(await Worker.spawn(CHILD, cfg, name=f"lane {i + 1}", ready_s=None))
         for w in workers:
             await w.wait_for("ready")
         queue = order(jobs, past_seconds(profile))
@@ -308,7 +358,7 @@ async def run_lanes(
             for w in workers:
                 if w in busy:
                     continue
-                job = pick(queue, list(busy.values()), free)
+                job = pick(queue, list(busy.values()), free, shared_redis=not own_redis)
                 if job is None:
                     break
                 queue.remove(job)
@@ -368,6 +418,9 @@ async def run_lanes(
         with contextlib.suppress(Exception):
             await within(drop_run_databases(servers, run_id), DROP_S)
         lifecycle.remove_folder(folder)
+        while stops:
+            with contextlib.suppress(Exception):
+                stops.pop()()
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, previous)
     out: list[Any] = [loads[i] for i in sorted(loads)]

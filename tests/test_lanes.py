@@ -41,10 +41,25 @@ def test_one_redis_run_at_a_time_and_no_more_connections_than_the_server_has() -
     assert pick([big], [], 100) is big  # alone it may ask for more: the run itself refuses
 
 
-def test_the_machine_first_then_redis_then_the_longest() -> None:
+def test_timed_runs_go_together_and_never_beside_cpu_bound_ones() -> None:
+    t1, t2, other = _job(0, timed=True), _job(1, timed=True), _job(2)
+    assert pick([t2, other], [t1], 400) is t2
+    assert pick([other], [t1], 400) is None
+    assert pick([t1, other], [_job(3)], 400) is None  # nothing overtakes it either
+    assert pick([t1], [], 400) is t1
+
+
+def test_lanes_with_a_redis_of_their_own_run_redis_jobs_side_by_side() -> None:
+    r1, r2 = _job(0, redis=True), _job(1, redis=True)
+    assert pick([r2], [r1], 400) is None
+    assert pick([r2], [r1], 400, shared_redis=False) is r2
+
+
+def test_the_machine_first_then_timed_then_redis_then_the_longest() -> None:
     jobs = [_job(0, runs=1), _job(1, runs=9), _job(2, redis=True), _job(3, alone=True)]
-    assert [j.index for j in order(jobs)] == [3, 2, 1, 0]
-    assert [j.index for j in order(jobs, {jobs[0].key: 30.0})] == [3, 2, 0, 1]
+    jobs.append(_job(4, timed=True))
+    assert [j.index for j in order(jobs)] == [3, 4, 2, 1, 0]
+    assert [j.index for j in order(jobs, {jobs[0].key: 30.0})] == [3, 4, 2, 0, 1]
 
 
 def test_the_last_verify_on_lanes_says_how_long_each_job_took(tmp_path: Path) -> None:
@@ -92,6 +107,33 @@ async def test_two_lanes_judge_what_one_lane_judges(servers: Servers) -> None:
     assert [(r.scenario, r.case) for r in lanes] == [(r.scenario, r.case) for r in here]
     assert {e["lane"] for e in schedule} == {1, 2} and len(schedule) == len(jobs)
     assert all(r.records for r in lanes if r.case != "explore")  # for claims across cases
+
+
+async def test_each_lane_runs_on_a_redis_of_its_own_stopped_afterwards(servers: Servers) -> None:
+    """Two Redis scenarios on two lanes: side by side, each record names another Redis
+    (the lab's and a lane's own), and the lane's Redis no longer answers afterwards."""
+    import socket
+
+    assert servers.redis is not None and servers.redis.info.kind == "embedded"
+    chosen = [get("lease-busy-loop"), get("service-lock-order")]
+    schedule: list[dict[str, object]] = []
+    jobs = [j for j in plan_jobs(chosen, "quick", None) if j.part < 0 and not j.case]
+    results = await run_lanes(
+        jobs, 2, servers, profile="quick", run_id="lanes-redis", seed=1, trials=None,
+        write=False, schedule=schedule,
+    )  # fmt: skip
+    assert all(v["status"] == "held" for r in results for v in r.verdicts)
+    used = {
+        rec["servers"]["redis"]["address"]
+        for r in results
+        for rec in r.records.values()  # type: ignore[attr-defined]
+    }
+    assert len(used) == 2 and servers.redis.info.address in used, used
+    (a, b) = sorted(schedule, key=lambda e: float(e["start_s"]))  # type: ignore[arg-type]
+    assert float(b["start_s"]) < float(a["end_s"])  # type: ignore[arg-type]
+    (own,) = used - {servers.redis.info.address}
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", int(own.rsplit(":", 1)[1])), timeout=1).close()
 
 
 async def test_a_lane_that_dies_fails_the_run_with_one_line_and_leaves_no_lane(
