@@ -257,7 +257,7 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
         not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
         skipped=sum(len(r.skipped) for r in results),
         errors=sum(1 for r in results if r.error),
-        scenarios=len(results),
+        scenarios=len({r.scenario for r in results}),  # not its cases and explores
         profile=profile,
     )
 

@@ -564,3 +564,14 @@ def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
     )
     assert summary.ok and summary.to_json()["gaps"] == 1
     assert "NOT REPRODUCED" in held_word(rows[0]) and held_word(rows[1]) == "[green]held[/green]"
+
+
+def test_the_summary_counts_scenarios_not_their_cases_and_explores() -> None:
+    """A scenario's own settings, a case and its explore are three results, one scenario."""
+    rows = [{"id": "DL-1", "text": "plain", "held": True, "status": "held"}]
+    results = [
+        ScenarioVerdicts("toy", "", "quick", {}, {}, 1, rows, case=case)
+        for case in ("", "slow", "explore")
+    ]
+    results.append(ScenarioVerdicts("other", "", "quick", {}, {}, 1, rows))
+    assert summarize(results, "quick").line().endswith("profile quick, 2 scenarios")
