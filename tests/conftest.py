@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from lab.errors import LabError
 from lab.profiles import profile_settings
 from lab.pytest_plugin import ServerNeeds
+from lab.records import Verdict
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
 from lab.servers import Servers
@@ -91,7 +92,7 @@ def run_scenario(servers: Servers) -> RunFn:
     return run
 
 
-def assert_all_held(verdicts: list[dict[str, Any]]) -> None:
+def assert_all_held(verdicts: Sequence[Verdict]) -> None:
     """Some claims were judged, and every one held (an empty list is a failure: a run that
     judged nothing proves nothing)."""
     assert verdicts, "no claim was judged"

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import asyncpg
@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def locklab(
-    *args: str, results: Path, timeout: float = 120, **env: str
+    *args: str, results: Path, timeout: float = 120, env: Mapping[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, "LOCKLAB_RESULTS": str(results), "NO_COLOR": "1", **env}
+    full_env = {**os.environ, "LOCKLAB_RESULTS": str(results), "NO_COLOR": "1", **(env or {})}
     return subprocess.run(
         [*LAB, *args], capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT
     )
@@ -256,23 +256,23 @@ def test_servers_up_are_reused_then_stopped(tmp_path: Path) -> None:
         "DOCKER_HOST": "unix:///nonexistent.sock",
     }
     results = tmp_path / "results"
-    up = locklab("servers", "up", results=results, **env)
+    up = locklab("servers", "up", results=results, env=env)
     assert up.returncode == 0, up.stderr
     state = json.loads((tmp_path / f"locklab-state-{os.geteuid()}" / "servers.json").read_text())
     pids = [state["pg_pid"], state["redis_pid"]]
     try:
         assert all(pid_alive(p) for p in pids)
-        status = locklab("servers", "status", results=results, **env)
+        status = locklab("servers", "status", results=results, env=env)
         assert "kept by `locklab servers up`" in status.stdout
         ran = locklab(
-            "run", "checkout-deadlock", "-n", "2", "-v", "fixed", "--json", results=results, **env
+            "run", "checkout-deadlock", "-n", "2", "-v", "fixed", "--json", results=results, env=env
         )
         assert ran.returncode == 0, ran.stderr
         rec = json.loads(ran.stdout)
         assert "kept" in rec["servers"]["postgresql"]["source"]
         assert all(pid_alive(p) for p in pids)  # the run did not stop kept servers
     finally:
-        down = locklab("servers", "down", results=results, **env)
+        down = locklab("servers", "down", results=results, env=env)
     assert down.returncode == 0
     assert_gone(pids)
     assert not Path(state["base"]).exists()
@@ -365,7 +365,7 @@ def test_a_missing_server_binary_is_one_line(tmp_path: Path) -> None:
     """LOCKLAB_REDIS_SERVER pointing nowhere: one line naming the problem, exit 2."""
     proc = locklab(
         "run", "cache-stampede", "-n", "2", results=tmp_path,
-        LOCKLAB_SERVERS="embedded", LOCKLAB_REDIS_SERVER=str(tmp_path / "no-such-redis-server"),
+        env={"LOCKLAB_SERVERS": "embedded", "LOCKLAB_REDIS_SERVER": str(tmp_path / "no-such-redis-server")},
     )  # fmt: skip
     assert proc.returncode == 2
     assert_one_line_error(
@@ -430,16 +430,16 @@ def test_servers_up_after_a_kept_server_died_stops_the_survivor(tmp_path: Path) 
     }
     results = tmp_path / "results"
     state_file = tmp_path / f"locklab-state-{os.geteuid()}" / "servers.json"
-    assert locklab("servers", "up", results=results, **env).returncode == 0
+    assert locklab("servers", "up", results=results, env=env).returncode == 0
     first = json.loads(state_file.read_text())
     try:
         stop_pid(first["redis_pid"])
         assert_gone([first["redis_pid"]])
-        again = locklab("servers", "up", results=results, **env)
+        again = locklab("servers", "up", results=results, env=env)
         assert again.returncode == 0, again.stderr
         assert_gone([first["pg_pid"]])
         assert not Path(first["base"]).exists()
         second = json.loads(state_file.read_text())
         assert pid_alive(second["pg_pid"]) and pid_alive(second["redis_pid"])
     finally:
-        assert locklab("servers", "down", results=results, **env).returncode == 0
+        assert locklab("servers", "down", results=results, env=env).returncode == 0

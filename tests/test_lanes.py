@@ -17,7 +17,7 @@ from lab.errors import LabError
 from lab.lanes import Job, order, parse_lanes, past_seconds, pick, plan_jobs, run_lanes
 from lab.runner import admin_connect
 from lab.servers import Servers
-from lab.verify import verify_explores, verify_plan, verify_scenario
+from lab.verify import ScenarioVerdicts, verify_explores, verify_plan, verify_scenario
 from scenarios import get
 
 
@@ -80,12 +80,8 @@ def test_bad_lanes_are_refused(bad: str) -> None:
     assert parse_lanes("auto", "published") == 1
 
 
-def _statuses(results: list[object]) -> list[tuple[str, str, str, str]]:
-    return sorted(
-        (r.scenario, r.case, v["id"], v["status"])  # type: ignore[attr-defined]
-        for r in results
-        for v in r.verdicts  # type: ignore[attr-defined]
-    )
+def _statuses(results: list[ScenarioVerdicts]) -> list[tuple[str, str, str, str]]:
+    return sorted((r.scenario, r.case, v["id"], v["status"]) for r in results for v in r.verdicts)
 
 
 async def test_two_lanes_judge_what_one_lane_judges(servers: Servers) -> None:
@@ -123,11 +119,7 @@ async def test_each_lane_runs_on_a_redis_of_its_own_stopped_afterwards(servers: 
         write=False, schedule=schedule,
     )  # fmt: skip
     assert all(v["status"] == "held" for r in results for v in r.verdicts)
-    used = {
-        rec["servers"]["redis"]["address"]
-        for r in results
-        for rec in r.records.values()  # type: ignore[attr-defined]
-    }
+    used = {rec["servers"]["redis"]["address"] for r in results for rec in r.records.values()}
     assert len(used) == 2 and servers.redis.info.address in used, used
     (a, b) = sorted(schedule, key=lambda e: float(e["start_s"]))  # type: ignore[arg-type]
     assert float(b["start_s"]) < float(a["end_s"])  # type: ignore[arg-type]
