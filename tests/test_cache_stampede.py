@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.records import Record
 from scenarios.cache_stampede import SCENARIO
 from scenarios.cache_stampede.wait_window import SAMPLE_S
 from tests.conftest import RunFn
@@ -139,7 +140,7 @@ async def test_scale_profile_client_is_the_limit(run_scenario: RunFn) -> None:
     assert rec["counters"]["db_calls"] - rec["counters"].get("rebuilds_after_fill", 0) == 1
 
 
-def _rate_record(get_per_s: int, limit: str, demand: int = 99_980) -> dict[str, Any]:
+def _rate_record(get_per_s: int, limit: str, demand: int = 99_980) -> Record:
     window = {
         "ms": 1000.0, "gets": get_per_s, "get_per_s": get_per_s, "demand_get_per_s": demand,
         "poll_cycle_ms": 50.0, "client_cpu_per_s": 1.0, "redis_cpu_per_s": 0.1, "limit": limit,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from lab.records import Record
 from scenarios.deadlock_traffic import SCENARIO
 from scenarios.deadlock_traffic.claims import CLAIMS
 from scenarios.deadlock_traffic.deadlock_traffic import CASES, POINTS, SIZES
@@ -19,7 +18,7 @@ def test_registered_with_a_case_per_size() -> None:
     assert SCENARIO.defaults.arrival == "burst"
 
 
-def _rec(n: int, deadlocks: int) -> dict[str, Any]:
+def _rec(n: int, deadlocks: int) -> Record:
     return {
         "knobs": {"n": n, "deadlock_timeout_ms": 100},
         "outcomes": {"ok": n - deadlocks, "40P01": deadlocks},
@@ -31,7 +30,8 @@ def test_the_claim_fails_when_a_step_does_not_rise() -> None:
     """The across-cases check holds on a rising curve and fails on one flat step."""
     grows = CLAIMS[0].check
     rising = {f"buggy@{c}": _rec(n, n - 1) for c, n in zip(POINTS, SIZES, strict=True)}
-    assert grows(rising) is not None and grows(rising)[0]
+    rose = grows(rising)
+    assert rose is not None and rose[0]
     flat = {**rising, "buggy@n40": _rec(40, rising["buggy@n20"]["outcomes"]["40P01"])}
     verdict = grows(flat)
     assert verdict is not None and not verdict[0]

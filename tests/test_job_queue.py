@@ -14,6 +14,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.pinned import PinnedResult, trace
+from lab.records import Record
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.job_queue import SCENARIO
@@ -76,7 +77,7 @@ async def test_stuck_transaction_hides_a_job(servers: Servers) -> None:
     for c in lc17:
         [variant] = c.variants
         schedule = "race" if variant == "fixed" else "queue"
-        record = {"by_isolation": {RC: {"canonical": {schedule: cells[variant]}}}}
+        record: Record = {"by_isolation": {RC: {"canonical": {schedule: cells[variant]}}}}
         verdict = c.check({variant: record})
         assert verdict is not None and verdict[0], (c.text, verdict)
 

@@ -14,6 +14,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.pinned import PinnedResult, expected_dir, explore, trace
+from lab.records import Record
 from lab.servers import Servers
 from scenarios.lock_queue import SCENARIO
 from scenarios.lock_queue.claims import PUBLISHED_TREE, READERS, SCHEDULE
@@ -36,7 +37,9 @@ def runs(servers: Servers) -> dict[str, PinnedResult]:
 
 def judged(variant: str, run: PinnedResult) -> dict[str, tuple[bool, str]]:
     """`variant`'s explore claims judged on `run`, as verify judges them on explore's."""
-    record = {variant: {"by_isolation": {RC: {"canonical": {SCHEDULE: run.to_json()}}}}}
+    record: dict[str, Record] = {
+        variant: {"by_isolation": {RC: {"canonical": {SCHEDULE: run.to_json()}}}}
+    }
     out = {}
     for c in SCENARIO.claims:
         if c.explore and c.variants == (variant,):

@@ -12,6 +12,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.pinned import trace
+from lab.records import InvariantJson, Record
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.lock_wait_modes import SCENARIO
@@ -111,10 +112,12 @@ async def test_bad_params_one_clear_line(
 def test_load_claim_without_a_55p03_is_not_exercised() -> None:
     """A load run with no refusal held its timing invariant vacuously: not exercised, never
     held; with a refusal the same invariants are judged."""
-    inv = [{"name": "lock_timeout fires at its timeout", "held": True, "detail": ""}]
+    inv: list[InvariantJson] = [
+        {"name": "lock_timeout fires at its timeout", "held": True, "detail": ""}
+    ]
     for v in ("fixed-nowait", "fixed-lock-timeout"):
         [claim] = [c for c in SCENARIO.claims if c.text.startswith(f"{v}: under a load")]
-        calm = {v: {"outcomes": {"ok": 4}, "invariants": inv}}
+        calm: dict[str, Record] = {v: {"outcomes": {"ok": 4}, "invariants": inv}}
         assert claim.judge(calm) is None
-        busy = {v: {"outcomes": {"ok": 3, "55P03": 1}, "invariants": inv}}
+        busy: dict[str, Record] = {v: {"outcomes": {"ok": 3, "55P03": 1}, "invariants": inv}}
         assert (claim.judge(busy) or {}).get("held") is True

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from lab.claims import judge_trials
+from lab.claims import Record, judge_trials
 from lab.pinned import trace
 from lab.profiles import profile_settings
 from lab.servers import Servers
@@ -109,7 +109,8 @@ async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:
             v for v in SCENARIO.variants if any(c.trials >= k and v in c.variants for c in claims)
         ]
         trials.append(await run_scenario(SCENARIO, need, seed=k, **quick))
-    verdicts = {(c.id, c.text): judge_trials(c, trials[: c.trials]) for c in claims}
+    runs = cast("list[dict[str, Record]]", trials)  # a runner's records, as verify judges them
+    verdicts = {(c.id, c.text): judge_trials(c, runs[: c.trials]) for c in claims}
     not_exercised = {key for key, v in verdicts.items() if v is None}
     assert {cid for cid, _ in not_exercised} <= {"DL-9"}, not_exercised  # needs amount > balance
     failed = [v for v in verdicts.values() if v is not None and not v["held"]]

@@ -14,6 +14,7 @@ import pytest
 
 from lab.errors import LabError
 from lab.pinned import trace
+from lab.records import Record
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.upsert_idempotency import KEY, SCENARIO
@@ -91,7 +92,7 @@ def test_merge_claims_are_not_judged_before_postgresql_17() -> None:
     which it answered needs_pg17 (an older server), never held and never not held."""
     merge = [c for c in SCENARIO.claims if "buggy-merge" in c.variants]
     assert len(merge) == 3
-    old = {"variant": "buggy-merge", "by_isolation": {"read_committed": {"outcomes": {"s1=needs_pg17 s2=needs_pg17": 132}}}}  # fmt: skip
+    old: Record = {"variant": "buggy-merge", "by_isolation": {"read_committed": {"outcomes": {"s1=needs_pg17 s2=needs_pg17": 132}}}}  # fmt: skip
     for c in merge:
         verdict = c.judge({"buggy-merge": old, "fixed": {}})
         assert verdict is not None and verdict.get("not_judged"), c.text

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from rich.console import Console
@@ -21,6 +21,7 @@ from rich.console import Console
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.errors import LabError
 from lab.profiles import claims_for, profile_settings
+from lab.records import Verdict
 from lab.results import write_record
 from lab.scenario import Defaults, Scenario
 from lab.servers import Servers
@@ -136,10 +137,10 @@ def trial(seed: int, buggy: Mapping[str, int], fixed: Mapping[str, int] | None =
     recs = {"buggy": make_record("buggy", buggy, seed=seed)}
     if fixed is not None:
         recs["fixed"] = make_record("fixed", fixed, seed=seed)
-    return Trial(seed, recs)
+    return Trial(seed, cast("dict[str, Record]", recs))  # as verify reads a runner's records
 
 
-def by_text(verdicts: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def by_text(verdicts: list[Verdict]) -> dict[str, Verdict]:
     return {v["text"]: v for v in verdicts}
 
 
@@ -423,7 +424,7 @@ def test_cases_run_only_the_variants_their_claims_need() -> None:
 
 def test_merge_cases_keeps_every_verdict_under_its_scenario() -> None:
     """Views keyed by scenario (the HTML report) see a case's verdicts, tagged with the case."""
-    v = {"id": "DL-2", "text": "deadlocks", "held": True, "status": "held"}
+    v: Verdict = {"id": "DL-2", "text": "deadlocks", "held": True, "status": "held"}
     base = ScenarioVerdicts("s", "t", "quick", {}, {}, 1, [v])
     case = ScenarioVerdicts("s", "t", "quick", {}, {}, 1, [v], case="rr")
     (merged,) = merge_cases([base, case])
@@ -469,7 +470,7 @@ def test_claims_across_cases_are_judged_on_both_cases_records() -> None:
     assert verify_plan([toy], "quick") == [(toy, ""), (toy, "short"), (toy, "long")]
     runs = [
         ScenarioVerdicts("toy-deadlock", "t", "quick", {}, {}, 1, [], case=case,
-                         records={"buggy": make_record("buggy", {"40P01": 2}, wall_ms=ms)})
+                         records={"buggy": cast(Record, make_record("buggy", {"40P01": 2}, wall_ms=ms))})
         for case, ms in (("short", 500.0), ("long", 2000.0))
     ]  # fmt: skip
     across = judge_across(toy, "quick", runs)
@@ -554,7 +555,7 @@ def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
     from lab.verify import held_word
 
     gap = wall_not_reproduced("DL-7", "buggy", 400_000, 0.5, "node", "the buggy transfer")
-    rows = [
+    rows: list[Verdict] = [
         {"id": "DL-7", "text": gap.text, "held": True, "status": "held"},
         {"id": "DL-1", "text": "plain", "held": True, "status": "held"},
     ]
@@ -568,7 +569,7 @@ def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
 
 def test_the_summary_counts_scenarios_not_their_cases_and_explores() -> None:
     """A scenario's own settings, a case and its explore are three results, one scenario."""
-    rows = [{"id": "DL-1", "text": "plain", "held": True, "status": "held"}]
+    rows: list[Verdict] = [{"id": "DL-1", "text": "plain", "held": True, "status": "held"}]
     results = [
         ScenarioVerdicts("toy", "", "quick", {}, {}, 1, rows, case=case)
         for case in ("", "slow", "explore")
