@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -65,7 +67,7 @@ async def test_scale_runs_each_n_on_both_sides(servers: Servers) -> None:
 
 def test_scale_curve_marks_each_n_against_its_target() -> None:
     """n=200 is held to 1.05, every other n to 1.10; the line says ok or ABOVE."""
-    pts = [
+    pts: list[Mapping[str, Any]] = [
         {"n": 200, "via": "direct", "lab_median_ms": 1070.0, "pgbench_median_ms": 1000.0,
          "ratio": 1.07, "target_ratio": 1.05},
         {"n": 1000, "via": "pgbouncer-transaction", "lab_median_ms": 1070.0,

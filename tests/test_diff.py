@@ -160,6 +160,6 @@ def test_a_temp_file_left_by_a_killed_writer_is_not_a_record(
         temps.append(src)
         real_replace(src, dst)
 
-    monkeypatch.setattr(results.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)  # what lab.results calls
     results.write_text(tmp_path / "s.buggy.json", "{}")
     assert len(temps) == 1 and not temps[0].endswith(".json")

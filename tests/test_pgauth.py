@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import urllib.parse
+from typing import Any
 
 import asyncpg
 import pytest
@@ -51,13 +52,18 @@ async def test_auth_method_is_what_the_server_says_it_used(servers: Servers) -> 
         await admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{scram_verifier('pw-1', 4096)}'")
         socket_dir = str(await admin.fetchval("SHOW unix_socket_directories")).split(",")[0]
         port = await admin.fetchval("SHOW port")
-        ways = [(dsn, {})]  # (the probe's DSN, connect kwargs of the same login)
+        # (the probe's DSN, connect kwargs of the same login)
+        ways: list[tuple[str, dict[str, Any]]] = [(dsn, {})]
         if socket_dir.strip().startswith("/"):
             at = {"host": socket_dir.strip(), "port": port}
             ways.append((f"{dsn.split('@')[0]}@/{database}?{urllib.parse.urlencode(at)}", at))
+        logins: list[tuple[str, dict[str, Any]]] = [
+            ("", {}),
+            (role, {"user": role, "password": "pw-1"}),
+        ]
         seen = []
         for probe, where in ways:
-            for user, login in (("", {}), (role, {"user": role, "password": "pw-1"})):
+            for user, login in logins:
                 conn = await asyncpg.connect(dsn, **where, **login)
                 used = await conn.fetchval("SELECT system_user")
                 await conn.close()

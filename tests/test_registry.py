@@ -14,7 +14,8 @@ def _modules_after(code: str) -> list[str]:
         f"import sys\n{code}\nprint(sorted(m for m in sys.modules if m.startswith('scenarios.')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    return eval(out.stdout)  # a list literal printed by the probe
+    modules: list[str] = eval(out.stdout)  # a list literal printed by the probe
+    return modules
 
 
 def test_every_entry_names_its_scenario() -> None:

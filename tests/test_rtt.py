@@ -86,7 +86,7 @@ def test_the_proxy_starts_when_the_lab_holds_over_1024_descriptors() -> None:
     if hard != resource.RLIM_INFINITY and hard < 1200:
         pytest.skip(f"RLIMIT_NOFILE hard limit {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
-    held = []
+    held: list[int] = []
     try:
         while not held or held[-1] < 1100:
             held.append(os.open(os.devnull, os.O_RDONLY))

@@ -165,13 +165,13 @@ def test_a_cache_others_may_write_is_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A template folder with group/other access is not trusted: initdb runs instead."""
-    from lab.servers import pgtemplate
+    from lab.servers import lifecycle, pgtemplate
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = pgtemplate.cache_root() / "k"
     (folder / "data").mkdir(parents=True)
     (folder / "data" / "PG_VERSION").write_text("17\n")
-    pgtemplate.write_private_json(folder / pgtemplate.MARKER, {"key": "k"})
+    lifecycle.write_private_json(folder / pgtemplate.MARKER, {"key": "k"})
     for p in (pgtemplate.cache_root(), folder):
         p.chmod(0o700)
     assert pgtemplate.find("k") == folder / "data"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +120,12 @@ async def test_timed_steps_run_in_time_order_each_after_the_one_before() -> None
     order: list[str] = []
     ends = {name: asyncio.Event() for name in ("first", "second")}
 
-    def act(name: str) -> Any:
-        return lambda: (order.append(name), ends[name].set())
+    def act(name: str) -> Callable[[], None]:
+        def start() -> None:
+            order.append(name)
+            ends[name].set()
+
+        return start
 
     steps = [Step(5.0, "second", act("second"), ends["second"]),
              Step(0.0, "first", act("first"), ends["first"])]  # fmt: skip
