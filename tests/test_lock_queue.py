@@ -76,7 +76,8 @@ def test_buggy_tree_rooted_at_the_idle_transaction(runs: dict[str, PinnedResult]
         assert f"{r} read" in run.waited
     assert run.evidence["terminate"] == [{"who": "root", "terminated": True}]
     assert run.evidence["after"] == []
-    assert run.outcomes == {**dict.fromkeys(SCENARIO.pinned.sessions, "ok"), "root": "idle"}  # type: ignore[union-attr]
+    assert SCENARIO.pinned is not None
+    assert run.outcomes == {**dict.fromkeys(SCENARIO.pinned.sessions, "ok"), "root": "idle"}
     verdicts = judged("buggy", run)
     assert len(verdicts) == 4 and all(held for held, _ in verdicts.values()), verdicts
 

@@ -9,13 +9,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
 
 from lab import netdelay
 from lab.aio import within
+from lab.claims import Claim, Record
 from lab.errors import LabError
 from lab.seconds import share_near, wall_not_reproduced, wall_within
 from lab.servers import Servers
@@ -310,7 +310,9 @@ def test_no_proxy_survives_in_this_process() -> None:
     assert not left
 
 
-def _rec(variant: str, wall_ms: float, outcomes: dict[str, int], rtt: float = 20.0) -> Any:
+def _rec(
+    variant: str, wall_ms: float, outcomes: dict[str, int], rtt: float = 20.0
+) -> dict[str, Record]:
     return {
         variant: {
             "variant": variant,
@@ -322,18 +324,25 @@ def _rec(variant: str, wall_ms: float, outcomes: dict[str, int], rtt: float = 20
     }
 
 
+def _held(claim: Claim, records: dict[str, Record]) -> bool:
+    """Whether the claim held on `records` (it must judge them: None is "not exercised")."""
+    verdict = claim.judge(records)
+    assert verdict is not None
+    return verdict["held"]
+
+
 def test_seconds_claims_judge_the_wall_time_and_keep_the_gap() -> None:
     """wall_within holds inside the tolerance only; wall_not_reproduced holds while the gap
     is there and turns not held once a run reaches the published seconds."""
     near = wall_within("DL-3", "fixed", 10_000, 0.3, "node-200", "sorted")
-    assert near.judge(_rec("fixed", 12_900, {"ok": 200}))["held"]  # type: ignore[index]
-    assert not near.judge(_rec("fixed", 13_100, {"ok": 200}))["held"]  # type: ignore[index]
-    assert not near.judge(_rec("fixed", 6_900, {"ok": 200}))["held"]  # type: ignore[index]
+    assert _held(near, _rec("fixed", 12_900, {"ok": 200}))
+    assert not _held(near, _rec("fixed", 13_100, {"ok": 200}))
+    assert not _held(near, _rec("fixed", 6_900, {"ok": 200}))
     gap = wall_not_reproduced("DL-7", "buggy", 400_000, 0.5, "node", "buggy transfer")
     assert gap.text.startswith("NOT REPRODUCED")
-    assert gap.judge(_rec("buggy", 60_000, {"ok": 12, "40P01": 28}))["held"]  # type: ignore[index]
-    assert not gap.judge(_rec("buggy", 390_000, {"ok": 12}))["held"]  # type: ignore[index]
+    assert _held(gap, _rec("buggy", 60_000, {"ok": 12, "40P01": 28}))
+    assert not _held(gap, _rec("buggy", 390_000, {"ok": 12}))
     share = share_near("DL-3", "buggy", "40P01", {"ok": 4, "40P01": 196}, 0.15, "x", "carts")
-    assert share.judge(_rec("buggy", 1, {"ok": 26, "40P01": 174}))["held"]  # type: ignore[index]
-    assert not share.judge(_rec("buggy", 1, {"ok": 50, "40P01": 150}))["held"]  # type: ignore[index]
+    assert _held(share, _rec("buggy", 1, {"ok": 26, "40P01": 174}))
+    assert not _held(share, _rec("buggy", 1, {"ok": 50, "40P01": 150}))
     assert near.profiles == ("published",) and near.cases == ("node-200",)
