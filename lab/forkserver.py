@@ -212,10 +212,11 @@ class Forked:
 
 
 async def start(
-    script: str, cwd: str, preload: Sequence[str] = (), limit: int = 2**16
+    script: str, cwd: str, preload: Sequence[str] = (), limit: int = 2**16, *, module: bool = False
 ) -> tuple[Forked, int]:
     """Fork ``python script SERVER_PID`` in `cwd` (run_child's argv: the PID of the parent
-    its death signal follows); (the child, that PID). OSError when the server cannot."""
+    its death signal follows), or with `module` ``python -m script``; (the child, that
+    PID). `limit`: of its stdout's and stderr's lines. OSError when the server cannot."""
     loop = asyncio.get_running_loop()
     srv = server()
     child = Forked(loop)
@@ -223,8 +224,8 @@ async def start(
     theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
     ours = [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]
     try:
-        req = {"script": script, "args": [str(srv.pid)], "cwd": cwd, "env": dict(os.environ),
-               "preload": [*BASE_PRELOAD, *PRELOAD, *preload]}  # fmt: skip
+        req = {"script": script, "module": module, "args": [] if module else [str(srv.pid)],
+               "cwd": cwd, "env": dict(os.environ), "preload": [*BASE_PRELOAD, *PRELOAD, *preload]}  # fmt: skip
         srv.request(req, theirs)
     except BaseException:
         for fd in ours:
@@ -284,7 +285,8 @@ def _write(fd: int, line: str) -> None:
 
 
 def _run_child(req: Mapping[str, Any], fds: Sequence[int]) -> None:
-    """In the forked child: become ``python script args`` and never return."""
+    """In the forked child: become ``python script args`` (``python -m script``) and never
+    return."""
     import runpy
 
     code = 1
@@ -300,10 +302,14 @@ def _run_child(req: Mapping[str, Any], fds: Sequence[int]) -> None:
         os.environ.update(req["env"])
         script = str(req["script"])
         sys.argv = [script, *req["args"]]
-        _retitle([sys.executable, *sys.argv])
-        sys.path[0] = os.path.dirname(script)
+        _retitle([sys.executable, *(["-m"] if req.get("module") else []), *sys.argv])
         try:
-            runpy.run_path(script, run_name="__main__")
+            if req.get("module"):
+                sys.path[0] = os.getcwd()
+                runpy.run_module(script, run_name="__main__", alter_sys=True)
+            else:
+                sys.path[0] = os.path.dirname(script)
+                runpy.run_path(script, run_name="__main__")
             code = 0
         except SystemExit as exc:
             if exc.code is None or isinstance(exc.code, int):
