@@ -293,6 +293,7 @@ def _run_child(req: Mapping[str, Any], fds: Sequence[int]) -> None:
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh python's
         os.setsid()
         for target, fd in zip((0, 1, 2), fds[:3], strict=True):
             os.dup2(fd, target)

@@ -31,7 +31,8 @@ async def test_a_forked_worker_runs_its_script_as_python_would(
 ) -> None:
     """Forked: its parent is the fork server (the lab's child, also recorded in the worker's
     folder), argv[1] is the server's PID, it runs as __main__ from the script's folder, in
-    its own session and lab folder, with the lab's environment of the moment."""
+    its own session and lab folder, with the lab's environment of the moment, and a Ctrl-C
+    raises KeyboardInterrupt in it as in a fresh python (the server ignores SIGINT)."""
     monkeypatch.setenv("FORK_PROBE", "set after the server started")
     w = await Worker.spawn(PROBE, {}, name="probe", fork=True)
     try:
@@ -40,7 +41,7 @@ async def test_a_forked_worker_runs_its_script_as_python_would(
         assert server != os.getpid() and ppid_of(server) == os.getpid()
         assert probe["argv"] == [str(server)] and probe["name"] == "__main__"
         assert probe["path0"] == str(DATA) and probe["cwd"] == str(w.folder) and probe["sid"]
-        assert probe["env"] == "set after the server started"
+        assert probe["env"] == "set after the server started" and probe["sigint"]
         assert w.folder is not None
         assert {w.pid, server} <= set(lifecycle.folder_processes(w.folder))
         w.grant("end")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import sys
 
 from lab.workers import Child, run_child
@@ -12,7 +13,8 @@ from lab.workers import Child, run_child
 async def main(child: Child) -> str:
     child.emit("probe", ppid=os.getppid(), argv=sys.argv[1:], cwd=os.getcwd(),
                path0=sys.path[0], name=__name__, env=os.environ.get("FORK_PROBE", ""),
-               rand=random.random(), sid=os.getsid(0) == os.getpid())  # fmt: skip
+               rand=random.random(), sid=os.getsid(0) == os.getpid(),
+               sigint=signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL))  # fmt: skip
     await child.step("end")
     if child.config.get("exit"):
         raise SystemExit(int(child.config["exit"]))
