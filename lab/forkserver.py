@@ -34,6 +34,7 @@ import asyncio
 import atexit
 import contextlib
 import functools
+import gc
 import importlib
 import json
 import os
@@ -294,6 +295,7 @@ def _run_child(req: Mapping[str, Any], fds: Sequence[int]) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)  # a fresh python's
+        gc.enable()
         os.setsid()
         for target, fd in zip((0, 1, 2), fds[:3], strict=True):
             os.dup2(fd, target)
@@ -338,6 +340,7 @@ def serve(lab_pid: int, ctl_fd: int) -> None:
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # its own session: only the lab ends it
+    gc.disable()  # until each fork: the imports' objects stay put (gc.freeze, in _fork)
     _import(BASE_PRELOAD)
     status: dict[int, int] = {}  # child pid -> write end of its status pipe
     sel = selectors.DefaultSelector()
@@ -363,6 +366,7 @@ def _fork(req: Mapping[str, Any], fds: list[int], status: dict[int, int]) -> Non
         return
     try:
         _import(req.get("preload", ()))
+        gc.freeze()  # what the child inherits is never scanned there: no copy-on-write for it
         pid = os.fork()
     except BaseException as exc:
         _write(fds[3], f"error {type(exc).__name__}: {exc}")

@@ -32,7 +32,8 @@ async def test_a_forked_worker_runs_its_script_as_python_would(
     """Forked: its parent is the fork server (the lab's child, also recorded in the worker's
     folder), argv[1] is the server's PID, it runs as __main__ from the script's folder, in
     its own session and lab folder, with the lab's environment of the moment, and a Ctrl-C
-    raises KeyboardInterrupt in it as in a fresh python (the server ignores SIGINT)."""
+    raises KeyboardInterrupt in it as in a fresh python (the server ignores SIGINT); its
+    garbage collector runs (the server's is off)."""
     monkeypatch.setenv("FORK_PROBE", "set after the server started")
     w = await Worker.spawn(PROBE, {}, name="probe", fork=True)
     try:
@@ -42,6 +43,7 @@ async def test_a_forked_worker_runs_its_script_as_python_would(
         assert probe["argv"] == [str(server)] and probe["name"] == "__main__"
         assert probe["path0"] == str(DATA) and probe["cwd"] == str(w.folder) and probe["sid"]
         assert probe["env"] == "set after the server started" and probe["sigint"]
+        assert probe["gc"]
         assert w.folder is not None
         assert {w.pid, server} <= set(lifecycle.folder_processes(w.folder))
         w.grant("end")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import random
 import signal
@@ -14,7 +15,8 @@ async def main(child: Child) -> str:
     child.emit("probe", ppid=os.getppid(), argv=sys.argv[1:], cwd=os.getcwd(),
                path0=sys.path[0], name=__name__, env=os.environ.get("FORK_PROBE", ""),
                rand=random.random(), sid=os.getsid(0) == os.getpid(),
-               sigint=signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL))  # fmt: skip
+               sigint=signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, signal.SIG_DFL),
+               gc=gc.isenabled())  # fmt: skip
     await child.step("end")
     if child.config.get("exit"):
         raise SystemExit(int(child.config["exit"]))
