@@ -24,8 +24,11 @@ so the chain lab -> server -> child ends every child with the lab. The lab signa
 by its PID, only while /proc shows the process it recorded (lifecycle.still_ours).
 ``LOCKLAB_FORK_SERVER=0`` makes every worker a fresh interpreter again.
 
-The server imports only the standard library before it forks (then what a request names):
-it starts no thread and no event loop, so a child starts from a quiet process.
+The server starts no thread and no event loop, so a child starts from a quiet process; it
+imports what the requests name (each module once), keeps its garbage collector off and
+freezes what it holds at each fork (gc.freeze), so a child neither scans nor copies it.
+Its own output goes nowhere: what goes wrong with a request goes to that request's
+status pipe, and the lab starts the worker as a fresh interpreter instead.
 """
 
 from __future__ import annotations
