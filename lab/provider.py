@@ -127,7 +127,7 @@ class Provider:
     async def start(cls, late_reply_s: float, late_replies: int = 1) -> Provider:
         """Start the process; return once it listens (``close`` it in a finally)."""
         cfg = {"late_replies": late_replies, "late_reply_s": late_reply_s}
-        worker = await Worker.spawn(PROVIDER, cfg, name="provider")
+        worker = await Worker.spawn(PROVIDER, cfg, name="provider", fork=True)
         try:
             port = int((await worker.wait_for("listening")).fields["port"])
         except BaseException:

@@ -47,7 +47,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lab.aio import within
 from lab.errors import LabError, ScenarioFailure
@@ -55,10 +55,14 @@ from lab.procstat import peak_rss_mb
 from lab.scenario import Env, Scenario
 from lab.workload import ActorsResult, Knobs, run_actors
 
+if TYPE_CHECKING:
+    from lab.forkserver import Forked
+
 READY_TIMEOUT_S = 120.0  # a worker opens its connections in this time, or the run fails
 START_AHEAD_S = 0.05  # the start instant sent with "go" lies this far ahead
 EXIT_GRACE_S = 5.0
 PR_SET_PDEATHSIG = 1
+LINE_LIMIT = 2**26  # a worker's result is one JSON line
 
 
 def resolve_procs(scenario: Scenario, knobs: Knobs) -> int:
@@ -101,8 +105,29 @@ def merge_into(env: Env, results: Sequence[Mapping[str, Any]]) -> ActorsResult:
     return ActorsResult(outcomes, wall_ms, latencies)
 
 
+async def _start(module: str) -> tuple[asyncio.subprocess.Process | Forked, int]:
+    """A worker process, and the PID its death signal follows: forked by the fork server
+    (lab/forkserver.py) with the lab's modules and the scenario's imported there, or, when
+    that is off or fails, a fresh ``python -m lab.shard`` (the lab's PID)."""
+    from lab import forkserver
+
+    if forkserver.enabled():
+        preload = ("lab.shard", "lab.runner", "uvloop", module)
+        with contextlib.suppress(OSError):
+            return await forkserver.start(
+                "lab.shard", os.getcwd(), preload, LINE_LIMIT, module=True
+            )
+        forkserver.fallbacks += 1
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "lab.shard",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, limit=LINE_LIMIT,
+    )  # fmt: skip
+    return proc, os.getpid()
+
+
 class _Worker:
-    def __init__(self, index: int, proc: asyncio.subprocess.Process) -> None:
+    def __init__(self, index: int, proc: asyncio.subprocess.Process | Forked) -> None:
         self.index = index
         self.proc = proc
         self.stderr_tail: list[str] = []
@@ -150,11 +175,7 @@ async def run_sharded(
     drains: list[asyncio.Task[None]] = []
     try:
         for index, mine in enumerate(deal(knobs.n, procs)):
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "lab.shard",
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, limit=2**26,
-            )  # fmt: skip
+            proc, parent = await _start(module)
             worker = _Worker(index, proc)
             workers.append(worker)
             drains.append(asyncio.create_task(worker.drain_stderr()))
@@ -170,7 +191,7 @@ async def run_sharded(
                         "indices": mine,
                         "worker": index,
                         "uses_pg": uses_pg,
-                        "parent": os.getpid(),
+                        "parent": parent,
                     }
                 }
             )

@@ -223,7 +223,7 @@ class Stage:
         config = {**proc.config, "pinned": True}
         a.worker = await Worker.spawn(
             proc.script, config, name=f"{self.label} {a.name}",
-            on_event=lambda ev: self._on_event(a, ev),
+            on_event=lambda ev: self._on_event(a, ev), fork=True, preload=("lab.stage",),
         )  # fmt: skip
 
     async def _fault(self, a: _Actor, step: str, fault: Fault) -> None:

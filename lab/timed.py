@@ -140,7 +140,9 @@ class ProcessActor:
     ) -> ProcessActor:
         """Start `script` with `cfg`; returns once it is connected and waits for ``go``."""
         self = cls(env, actor)
-        self.w = await workers.Worker.spawn(script, cfg, name=self._name(), on_event=self._on_event)
+        self.w = await workers.Worker.spawn(
+            script, cfg, name=self._name(), on_event=self._on_event, fork=True
+        )
         try:
             await self.w.wait_for("step")  # at "go": ready for its first step
         except BaseException:
@@ -149,7 +151,7 @@ class ProcessActor:
         return self
 
     @property
-    def proc(self) -> asyncio.subprocess.Process:
+    def proc(self) -> workers.Proc:
         assert self.w is not None
         return self.w.proc
 

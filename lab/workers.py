@@ -49,7 +49,7 @@ import traceback
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from lab.aio import within
 from lab.errors import ScenarioFailure
@@ -87,13 +87,38 @@ def proc_state(pid: int) -> str:
         return "?"
 
 
+class Pipe(Protocol):
+    """The lab's end of a worker's stdin: asyncio's StreamWriter, or a pipe transport."""
+
+    def write(self, data: bytes) -> None: ...
+    def is_closing(self) -> bool: ...
+    def close(self) -> None: ...
+
+
+class Proc(Protocol):
+    """What the harness uses of a worker's process: asyncio's, or one the fork server
+    forked (lab/forkserver.py)."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def stdin(self) -> Pipe | None: ...
+    @property
+    def stdout(self) -> asyncio.StreamReader | None: ...
+    @property
+    def stderr(self) -> asyncio.StreamReader | None: ...
+    async def wait(self) -> int: ...
+
+
 class Worker:
     """The lab's handle on one worker process (``spawn`` it; ``close`` it in a finally)."""
 
     def __init__(
         self,
         name: str,
-        proc: asyncio.subprocess.Process,
+        proc: Proc,
         folder: Path | None,
         on_event: Callable[[Event], None] | None,
     ) -> None:
@@ -123,24 +148,26 @@ class Worker:
         name: str,
         on_event: Callable[[Event], None] | None = None,
         ready_s: float | None = READY_S,
+        fork: bool = False,
+        preload: Sequence[str] = (),
     ) -> Worker:
         """Start ``python script LAB_PID``, send `config` (on stdin: secrets stay out of argv)
         and return once it reported ``ready`` (`ready_s` None: at once, the caller waits for
-        ``ready``, so several workers can start together). `on_event` sees every event."""
+        ``ready``, so several workers can start together). `on_event` sees every event.
+        `fork`: forked by the fork server (lab/forkserver.py) with the modules in `preload`
+        imported there, instead of a fresh interpreter (its argv[1] is then the server's
+        PID, the parent its death signal follows); a fresh one should the server fail."""
         from lab.servers import lifecycle  # stdlib only; kept out of the child's imports
 
         path, folder = _prepare(script)
         try:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, path, str(os.getpid()),
-                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=folder,
-                start_new_session=True,  # a Ctrl-C is the lab's to handle, not the worker's
-            )  # fmt: skip
+            proc, parent = await _start(path, folder, fork, preload)
         except BaseException:
             lifecycle.remove_folder(folder)
             raise
         lifecycle.register(folder, proc.pid, sys.executable, signal.SIGKILL)
+        if parent != os.getpid():  # the fork server: the reaper stops it with its children
+            lifecycle.register(folder, parent, sys.executable, signal.SIGKILL)
         self = cls(name, proc, folder, on_event)
         try:
             self._write(dict(config), "its config")
@@ -282,7 +309,7 @@ class Worker:
 
     def terminate(self) -> None:
         """SIGTERM: a worker that handles it ends its work and cleans up; ``close`` follows."""
-        if self.proc.returncode is None:
+        if self.proc.returncode is None and _ours(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGTERM)
 
@@ -297,7 +324,7 @@ class Worker:
             ) from None
 
     def _signal(self, sig: signal.Signals) -> None:
-        if self.proc.returncode is not None:
+        if self.proc.returncode is not None or not _ours(self.pid):
             raise WorkerError(f"worker {self.name}: cannot send {sig.name}: {self.status()}")
         os.kill(self.pid, sig)
 
@@ -305,7 +332,7 @@ class Worker:
         """Stop the process by its PID (if still running), reap it, remove its lab folder."""
         from lab.servers import lifecycle
 
-        if self.proc.returncode is None:
+        if self.proc.returncode is None and lifecycle.still_ours(self.pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)  # also ends a stopped process
         with contextlib.suppress(TimeoutError):
@@ -318,6 +345,8 @@ class Worker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.proc.stdin is not None:
             self.proc.stdin.close()
+        if (close := getattr(self.proc, "close", None)) is not None:
+            close()  # a forked process: the lab's ends of its pipes
         if self.folder is not None:
             lifecycle.remove_folder(self.folder)
             self.folder = None
@@ -364,6 +393,33 @@ async def next_of(
     except TimeoutError:
         names = ", ".join(w.name for w in workers)
         raise WorkerError(f"workers {names}: no event within {seconds:g} s") from None
+
+
+async def _start(path: str, folder: Path, fork: bool, preload: Sequence[str]) -> tuple[Proc, int]:
+    """The worker's process, and the PID its death signal follows (the lab's, or the fork
+    server's)."""
+    if fork:
+        from lab import forkserver
+
+        if forkserver.enabled():
+            try:
+                return await forkserver.start(path, str(folder), preload)
+            except OSError:
+                forkserver.fallbacks += 1  # a fresh interpreter instead, as without `fork`
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, path, str(os.getpid()),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, cwd=folder,
+        start_new_session=True,  # a Ctrl-C is the lab's to handle, not the worker's
+    )  # fmt: skip
+    return proc, os.getpid()
+
+
+def _ours(pid: int) -> bool:
+    """Whether `pid` is still the process the lab started (not a reused PID)."""
+    from lab.servers import lifecycle
+
+    return lifecycle.still_ours(pid)
 
 
 def _prepare(script: str | Path) -> tuple[str, Path]:

@@ -302,8 +302,9 @@ def _wait_for_children(proc: subprocess.Popen[str], marker: str, errfile: Path) 
 
 
 def _children(parent: int) -> list[tuple[int, str]]:
-    """(pid, command line) of each child of `parent`."""
-    found = []
+    """(pid, command line) of each descendant of `parent` (a forked worker is the child of
+    the lab's fork server, lab/forkserver.py)."""
+    procs: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -312,8 +313,15 @@ def _children(parent: int) -> list[tuple[int, str]]:
             args = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # exited meanwhile
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:  # field 4, after "(comm)"
-            found.append((int(entry.name), args))
+        procs[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), args)  # field 4: ppid
+    found = []
+    for pid, (ppid, args) in procs.items():
+        seen = {pid}
+        while ppid not in (parent, 0, 1) and ppid in procs and ppid not in seen:
+            seen.add(ppid)
+            ppid = procs[ppid][0]
+        if ppid == parent:
+            found.append((pid, args))
     return found
 
 

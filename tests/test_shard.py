@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from lab import forkserver
 from lab.errors import ScenarioFailure
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Env, Scenario
@@ -50,7 +51,8 @@ def _plan(variant: str, n: int, procs: int) -> RunPlan:
 
 
 def _children() -> list[int]:
-    """PIDs of this test process's children that run lab.shard."""
+    """PIDs of this test process's children that run lab.shard, or of its fork servers'."""
+    parents = {os.getpid(), *(s.pid for s in forkserver._servers.values())}
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -58,7 +60,7 @@ def _children() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid == os.getpid() and b"lab.shard" in cmdline:
+        if ppid in parents and b"lab.shard" in cmdline:
             found.append(int(stat.parent.name))
     return found
 
@@ -79,6 +81,7 @@ async def test_every_actor_ends_once_across_processes(servers: Servers) -> None:
     assert all(rec["counters"][f"actor-{i}"] == 1 for i in range(n))
     assert rec["load"]["procs"] == 3 and sum(w["actors"] for w in rec["load"]["workers"]) == n
     assert len(set(rec["evidence"]["pids"])) == 3 and os.getpid() not in rec["evidence"]["pids"]
+    assert forkserver.fallbacks == 0  # forked by the fork server, as they are by default
     starts = sorted(rec["samples"]["start_ms"][k] for k in ("min", "max"))
     offsets = start_offsets(ARRIVAL, n, 1)
     assert starts[0] >= 0 and starts[1] >= offsets[-1] * 1000 - 1  # the last one waited its turn

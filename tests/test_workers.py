@@ -20,10 +20,11 @@ ECHO = DATA / "echo_worker.py"
 GONE_S = 10.0  # a SIGKILLed process is reaped by the kernel well within this
 
 
-@pytest.fixture
-async def echo() -> AsyncIterator[Worker]:
+@pytest.fixture(params=[False, True], ids=["exec", "fork"])
+async def echo(request: pytest.FixtureRequest) -> AsyncIterator[Worker]:
+    """The echo worker, a fresh interpreter or forked by the fork server: the same protocol."""
     seen: list[Event] = []
-    w = await Worker.spawn(ECHO, {"who": "A"}, name="A", on_event=seen.append)
+    w = await Worker.spawn(ECHO, {"who": "A"}, name="A", on_event=seen.append, fork=request.param)
     try:
         yield w
     finally:
@@ -200,10 +201,12 @@ async def test_close_stops_it_and_removes_its_folder(echo: Worker) -> None:
     assert not lifecycle.alive(echo.pid) and not folder.exists()
 
 
-def test_the_child_dies_with_a_killed_lab() -> None:
-    """SIGKILL the lab while its worker is stopped: the worker dies too, and its folder goes."""
+@pytest.mark.parametrize("how", ["exec", "fork"])
+def test_the_child_dies_with_a_killed_lab(how: str) -> None:
+    """SIGKILL the lab while its worker is stopped: the worker dies too (a forked one with
+    its fork server), and its folder goes."""
     lab = subprocess.Popen(
-        [sys.executable, str(DATA / "lab_parent.py")],
+        [sys.executable, str(DATA / "lab_parent.py"), how],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -213,11 +216,12 @@ def test_the_child_dies_with_a_killed_lab() -> None:
         assert lab.stdout is not None
         line = lab.stdout.readline()
         assert line, lab.stderr.read() if lab.stderr else ""
-        pid, folder = int(line.split()[0]), Path(line.split()[1])
+        pid, folder, parent = int(line.split()[0]), Path(line.split()[1]), int(line.split()[2])
         assert proc_state(pid) in ("T", "t")
+        assert (parent == lab.pid) == (how == "exec")  # forked: the server is its parent
         os.kill(lab.pid, signal.SIGKILL)
         lab.wait(GONE_S)
-        assert gone_within(pid, GONE_S)
+        assert gone_within(pid, GONE_S) and gone_within(parent, GONE_S)
         deadline = time.monotonic() + GONE_S  # the reaper removes the folder after
         while folder.exists() and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -83,7 +83,8 @@ class Pod:
         """Start the process; a `lazy` pod connects only when granted its first step."""
         # The job goes over stdin, so a password never shows in argv or the environment.
         config = {"dsn": env.dsn, "login": dict(login), "job": asdict(job), "lazy": lazy}
-        worker = await workers.Worker.spawn(POD, config, name=job.pod, ready_s=None)
+        # forked by the fork server (lab/forkserver.py): a process of its own all the same
+        worker = await workers.Worker.spawn(POD, config, name=job.pod, ready_s=None, fork=True)
         return cls(env, job, worker, lazy)
 
     async def started(self) -> None:

@@ -106,7 +106,7 @@ async def _run(env: Env, orders: Sequence[Sequence[str]]) -> None:
         for name, order in zip(SERVICES, orders, strict=True):
             cfg = {"redis_url": env.redis_url, "token": tokens[name],
                    "keys": [env.key(k) for k in order]}  # fmt: skip
-            workers.append(await Worker.spawn(WORKER, cfg, name=name, ready_s=None,
+            workers.append(await Worker.spawn(WORKER, cfg, name=name, ready_s=None, fork=True,
                                               on_event=_tracer(env, name)))  # fmt: skip
         for w in workers:
             await w.wait_for("ready")
