@@ -32,10 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
+
 PUBLIC = "'public'::regnamespace"
 
-# What a step's DDL could change in public: a hash of the catalog rows, without the columns
-# VACUUM and ANALYZE write (pg_class's statistics and xid horizons).
+# What a step's DDL could change in public: a hash of the catalog rows' versions (a row
+# made, changed or dropped changes its (xmin, ctid) set), and of pg_class's columns bar
+# those VACUUM, ANALYZE and the reset write. $1: the relations the schema made, whose
+# rows are found by index; a relation made since shows in pg_class.
 FINGERPRINT = f"""
 SELECT md5(concat_ws('|',
   (SELECT oid FROM pg_namespace WHERE nspname = 'public'),
@@ -44,33 +48,30 @@ SELECT md5(concat_ws('|',
      relhassubclass, relrowsecurity, relforcerowsecurity, relreplident, relispartition,
      relowner, relam, relacl, reloptions), ';' ORDER BY oid)
    FROM pg_class WHERE relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY attrelid, attnum) FROM pg_attribute x
-   JOIN pg_class c ON c.oid = x.attrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY x.oid) FROM pg_attrdef x
-   JOIN pg_class c ON c.oid = x.adrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY oid) FROM pg_constraint x
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY attrelid, attnum) FROM pg_attribute x
+   WHERE attrelid = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_attrdef x WHERE adrelid = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_constraint x
    WHERE connamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY indexrelid) FROM pg_index x
-   JOIN pg_class c ON c.oid = x.indrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY x.oid) FROM pg_trigger x
-   JOIN pg_class c ON c.oid = x.tgrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY x.oid) FROM pg_rewrite x
-   JOIN pg_class c ON c.oid = x.ev_class WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY x.oid) FROM pg_policy x
-   JOIN pg_class c ON c.oid = x.polrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY seqrelid) FROM pg_sequence x
-   JOIN pg_class c ON c.oid = x.seqrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY inhrelid, inhseqno) FROM pg_inherits x
-   JOIN pg_class c ON c.oid = x.inhrelid WHERE c.relnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY oid) FROM pg_proc x WHERE pronamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY oid) FROM pg_type x WHERE typnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY x.oid) FROM pg_enum x
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY indexrelid) FROM pg_index x
+   WHERE indrelid = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_trigger x WHERE tgrelid = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_rewrite x WHERE ev_class = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_policy x WHERE polrelid = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY seqrelid) FROM pg_sequence x
+   WHERE seqrelid = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY inhrelid, inhseqno) FROM pg_inherits x
+   WHERE inhrelid = ANY($1::oid[]) OR inhparent = ANY($1::oid[])),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_proc x WHERE pronamespace = {PUBLIC}),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_type x WHERE typnamespace = {PUBLIC}),
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY x.oid) FROM pg_enum x
    JOIN pg_type t ON t.oid = x.enumtypid WHERE t.typnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY oid) FROM pg_operator x
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_operator x
    WHERE oprnamespace = {PUBLIC}),
-  (SELECT string_agg(x::text, ';' ORDER BY oid) FROM pg_statistic_ext x
+  (SELECT string_agg(concat(x.xmin, x.ctid), ';' ORDER BY oid) FROM pg_statistic_ext x
    WHERE stxnamespace = {PUBLIC})
 ))"""
+OWN = f"SELECT array_agg(oid) FROM pg_class WHERE relnamespace = {PUBLIC}"
 
 # Why the fast path cannot stand for the DDL path in this database (NULL: it can).
 UNUSUAL = f"""
@@ -112,15 +113,17 @@ SELECT c.oid, c.relkind, format('%I', c.relname) AS name, c.relpages, c.reltuple
        c.relallvisible, c.relnamespace = {PUBLIC} AS own
 FROM pg_class c JOIN rels USING (oid) ORDER BY c.oid"""
 
-# One round trip after the VACUUM: the heaps' sizes (0 pages each, or the full path), the
+# One round trip after the VACUUM: the catalog as the schema left it (the fingerprint, on
+# the statement's snapshot: before its own UPDATE), the heaps' sizes (0 pages each), the
 # pg_class statistics back, pg_statistic emptied, the counters zeroed, the sequences set.
-RESTORE = """
+RESTORE = f"""
 WITH stats AS (
   UPDATE pg_class c SET relpages = s.pages, reltuples = s.tuples, relallvisible = s.vis
   FROM unnest($2::oid[], $3::int[], $4::real[], $5::int[]) AS s(rel, pages, tuples, vis)
   WHERE c.oid = s.rel RETURNING 1),
 gone AS (DELETE FROM pg_statistic WHERE starelid = ANY($2::oid[]) RETURNING 1)
-SELECT (SELECT coalesce(bool_and(pg_relation_size(h) = 0), true) FROM unnest($1::oid[]) h),
+SELECT ({FINGERPRINT.replace("$1::oid[]", "$9::oid[]")}) = $10
+       AND (SELECT coalesce(bool_and(pg_relation_size(h) = 0), true) FROM unnest($1::oid[]) h),
        (SELECT count(*) FROM stats), (SELECT count(*) FROM gone),
        (SELECT count(pg_stat_reset_single_table_counters(t)) FROM unnest($1::oid[]) t),
        (SELECT count(setval(q::regclass, v, called))
@@ -132,6 +135,7 @@ class Baseline:
     """public right after the schema ran: what a fast reset brings the database back to."""
 
     key: str  # what the schema was run for (the reset's caller decides: variant, params)
+    own: tuple[int, ...]  # every relation in public
     fingerprint: str
     tables: tuple[str, ...]  # quoted names
     heaps: tuple[int, ...]  # the tables and their TOAST tables: 0 pages after the VACUUM
@@ -153,9 +157,11 @@ async def baseline(conn: Any, key: str) -> Baseline | str:  # conn: a pool's con
         if r["relkind"] == b"S":
             row = await conn.fetchrow(f"SELECT last_value, is_called FROM {r['name']}")
             seqs.append((r["oid"], row["last_value"], row["is_called"]))
+    own_oids = await conn.fetchval(OWN) or []
     return Baseline(
         key=key,
-        fingerprint=await conn.fetchval(FINGERPRINT),
+        own=tuple(own_oids),
+        fingerprint=await conn.fetchval(FINGERPRINT, own_oids),
         tables=tuple(r["name"] for r in tables),
         heaps=tuple([r["oid"] for r in tables] + toast),
         stats=tuple((r["oid"], r["relpages"], r["reltuples"], r["relallvisible"]) for r in rels),
@@ -164,17 +170,21 @@ async def baseline(conn: Any, key: str) -> Baseline | str:  # conn: a pool's con
 
 
 async def fast_reset(conn: Any, base: Baseline) -> bool:
-    """Bring public back to `base`; False when the full path must run instead (the catalog
-    changed, or VACUUM left a table with pages)."""
-    if await conn.fetchval(FINGERPRINT) != base.fingerprint:
-        return False
-    if base.tables:
-        async with conn.transaction():
-            await conn.execute(
-                "SET LOCAL session_replication_role = replica; "
-                + "; ".join(f"DELETE FROM {t}" for t in base.tables)
-            )
-        await conn.execute(f"VACUUM {', '.join(base.tables)}")
+    """Bring public back to `base`; False when the full path must run instead: the catalog
+    changed (checked after the emptying, so that it all takes three round trips; the full
+    path then drops whatever the emptying did), or VACUUM left a table with pages."""
     stats = [[r[i] for r in base.stats] for i in range(4)]
     seqs = [[q[i] for q in base.sequences] for i in range(3)]
-    return bool(await conn.fetchval(RESTORE, list(base.heaps), *stats, *seqs))
+    deletes = "".join(f"DELETE FROM {t}; " for t in base.tables)
+    try:
+        if base.tables:
+            await conn.execute(
+                f"BEGIN; SET LOCAL session_replication_role = replica; {deletes}COMMIT"
+            )
+            await conn.execute(f"VACUUM {', '.join(base.tables)}")
+        fp = (list(base.own), base.fingerprint)
+        return bool(await conn.fetchval(RESTORE, list(base.heaps), *stats, *seqs, *fp))
+    except asyncpg.PostgresError:  # a table a step dropped or renamed: the full path
+        if not conn.is_closed() and conn.is_in_transaction():
+            await conn.execute("ROLLBACK")
+        return False

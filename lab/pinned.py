@@ -230,8 +230,11 @@ class PinnedDatabase:
         assert self.pool is not None
         base, self._base = self._base, None  # a reset that fails leaves the full path next
         fast = False
+        # the watch pool: a reset leaves no session state (its SET is LOCAL), so the round
+        # trip of the main pool's reset-on-release buys nothing
+        tables = self.watch or self.pool
         if schema is not None and base is not None and base.key == key:
-            async with self.pool.acquire() as conn:
+            async with tables.acquire() as conn:
                 fast = await fast_reset(conn, base)
         if fast:
             self.fast_resets += 1
@@ -241,7 +244,7 @@ class PinnedDatabase:
             base = None
             if schema is not None:
                 await schema()
-                async with self.pool.acquire() as conn:
+                async with tables.acquire() as conn:
                     got = await baseline(conn, key)
                 base, self.slow_why = (None, got) if isinstance(got, str) else (got, "")
         if self.redis is not None:

@@ -135,3 +135,17 @@ async def test_what_the_fast_path_does_not_cover_keeps_the_full_path(
         await _reset(pinned_db, schema)
     assert "relkind p" in pinned_db.slow_why
     assert (pinned_db.full_resets, pinned_db.fast_resets) == (2, 0)
+
+
+@pytest.mark.parametrize(
+    "ddl",
+    ["DROP TABLE child", "ALTER TABLE parent ADD COLUMN extra int", "CREATE INDEX ON child (v)"],
+)
+async def test_a_changed_catalog_is_made_again(pinned_db: PinnedDatabase, ddl: str) -> None:
+    """DDL between two runs (a table dropped, a column or an index added) sends the next
+    reset down the full path, which leaves the schema's state again."""
+    assert pinned_db.pool is not None
+    made = await _reset(pinned_db)
+    await pinned_db.pool.execute(ddl)
+    assert await _reset(pinned_db) == made
+    assert (pinned_db.full_resets, pinned_db.fast_resets) == (2, 0)
