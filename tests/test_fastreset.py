@@ -5,14 +5,18 @@ for (a step's DDL, a snapshot that keeps the deleted rows) takes the full path."
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
 
+from lab.fastreset import fast_reset
 from lab.pinned import PinnedDatabase, expected_dir, pinned_lab
 from lab.scenario import Scenario
 from lab.servers import Servers
 from lab.servers.base import with_database
+from lab.steps import Session
+from lab.testing import every_interleaving
 from scenarios import SCENARIOS
 from tests.test_pinned import GOLDEN_DEADLOCK_MS, _parts
 
@@ -149,3 +153,47 @@ async def test_a_changed_catalog_is_made_again(pinned_db: PinnedDatabase, ddl: s
     await pinned_db.pool.execute(ddl)
     assert await _reset(pinned_db) == made
     assert (pinned_db.full_resets, pinned_db.fast_resets) == (2, 0)
+
+
+async def _stock(db: asyncpg.Pool) -> None:
+    await db.execute("CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL)")
+
+
+async def _one_left(db: asyncpg.Pool) -> None:
+    await db.execute("INSERT INTO stock VALUES ('A-1', 1)")
+
+
+async def _both(db: asyncpg.Pool) -> None:
+    await _stock(db)
+    await _one_left(db)
+
+
+async def _buyer(s: Session) -> str:
+    async with s.transaction():
+        if await s.fetchval("read", "SELECT qty FROM stock WHERE sku = 'A-1'") < 1:
+            return "out_of_stock"
+        await s.execute("take", "UPDATE stock SET qty = qty - 1 WHERE sku = 'A-1'")
+    return "ok"
+
+
+async def test_every_interleaving_takes_a_schema_the_same_way(
+    servers: Servers, database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lab.testing's every_interleaving with `schema=` (tables once, emptied between
+    runs) prints the same transcripts as with the DDL in its setup."""
+    emptyings: list[bool] = []
+
+    async def counted(conn: Any, base: Any) -> bool:  # the real one, counted
+        emptyings.append(await fast_reset(conn, base))
+        return emptyings[-1]
+
+    monkeypatch.setattr("lab.pinned.fast_reset", counted)
+    assert servers.pg is not None
+    dsn = with_database(servers.pg.dsn, database)
+    steps = {"s1": ("read", "take", "commit"), "s2": ("read", "take", "commit")}
+    sessions = {"s1": _buyer, "s2": _buyer}
+    made = await every_interleaving(dsn, _both, sessions, steps)
+    emptied = await every_interleaving(dsn, _one_left, sessions, steps, schema=_stock)
+    assert [r.transcript for r in emptied] == [r.transcript for r in made]
+    assert len(made.ran) > 1
+    assert emptyings == [True] * (len(emptied.results) - 1)  # all but the first run
