@@ -1,7 +1,9 @@
 """Pinned runs: one schedule (`locklab trace`) or every interleaving (`locklab explore`).
 
 One database serves a whole command: before each run its ``public`` schema is dropped
-and the scenario's setup runs again, each session gets a fresh connection, and after the
+and the scenario's setup runs again (a scenario with a ``schema`` has its tables emptied
+instead, while nothing changed them: lab/fastreset.py), each session gets a fresh
+connection, and after the
 run the sessions' backends are terminated (waiting until they are gone, so no lock of one
 run outlives it). The scenario's invariants are checked after every run, as after a load.
 
@@ -34,6 +36,7 @@ from rich.table import Table
 from lab import __version__
 from lab.claims import Claim, Record
 from lab.errors import LabError, ScenarioFailure
+from lab.fastreset import Baseline, baseline, fast_reset
 from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
 from lab.runner import GONE, admin_connect, database_name, probe_pg, redis_client
 from lab.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
@@ -209,17 +212,48 @@ class PinnedDatabase:
         self._idle: list[asyncpg.Connection] = []  # session connections free for a run
         self._all: list[asyncpg.Connection] = []
         self._pids: dict[int, int] = {}  # id(connection) -> its backend's pid
+        self._base: Baseline | None = None  # public right after the schema ran (fast reset)
+        self.full_resets = 0  # resets that dropped public and ran the schema again
+        self.fast_resets = 0  # resets that emptied the tables back to the schema's state
+        self.slow_why = ""  # why the schema's database cannot take the fast path ("" if it can)
 
-    async def reset(self, setup: Callable[[], Awaitable[object]] | None = None) -> None:
-        """Drop what the last run made, then run `setup`."""
+    async def reset(
+        self,
+        setup: Callable[[], Awaitable[object]] | None = None,
+        schema: Callable[[], Awaitable[object]] | None = None,
+        key: str = "",
+    ) -> None:
+        """Drop what the last run made, then run `schema` and `setup`. With a `schema`, a
+        database whose public schema is still as `schema` (run for the same `key`) left it
+        is only emptied back to that state (lab/fastreset.py); otherwise public is dropped
+        and made again."""
         assert self.pool is not None
-        await self.pool.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+        base, self._base = self._base, None  # a reset that fails leaves the full path next
+        fast = False
+        # the watch pool: a reset leaves no session state (its SET is LOCAL), so the round
+        # trip of the main pool's reset-on-release buys nothing
+        tables = self.watch or self.pool
+        if schema is not None and base is not None and base.key == key:
+            async with tables.acquire() as conn:
+                fast = await fast_reset(conn, base)
+        if fast:
+            self.fast_resets += 1
+        else:
+            self.full_resets += 1
+            await self.pool.execute("DROP SCHEMA IF EXISTS public CASCADE; CREATE SCHEMA public")
+            base = None
+            if schema is not None:
+                await schema()
+                async with tables.acquire() as conn:
+                    got = await baseline(conn, key)
+                base, self.slow_why = (None, got) if isinstance(got, str) else (got, "")
         if self.redis is not None:
             keys = [k async for k in self.redis.scan_iter(match=f"{self.prefix}*", count=1000)]
             if keys:
                 await self.redis.delete(*keys)
         if setup is not None:
             await setup()
+        self._base = base
 
     async def session(self, name: str) -> asyncpg.Connection:
         """An idle session connection from an earlier clean run, or a new one."""
@@ -273,12 +307,9 @@ class PinnedLab(PinnedDatabase):
         self.database = database_name(run_id, scenario.id, f"pinned{lane}")
         self.prefix = f"locklab:{run_id}:pinned{lane}:"
 
-    async def run(
-        self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
-    ) -> PinnedResult:
-        """Reset, set up, run the sessions under `schedule`, check the invariants."""
+    async def prepare(self, variant: str, isolation: str) -> Env:
+        """The run's env, the database reset and set up for it."""
         sc, pinned = self.scenario, pinned_of(self.scenario)
-        assert self.pool is not None
         params = {**sc.params, **pinned.params}
         if "isolation" in params:
             params["isolation"] = isolation
@@ -287,8 +318,21 @@ class PinnedLab(PinnedDatabase):
             redis=self.redis, prefix=self.prefix, params=params, seed=1, n=len(pinned.sessions),
             redis_url=self.servers.redis.url if self.servers.redis is not None else "",
         )  # fmt: skip
-        setup = sc.setup
-        await self.reset(None if setup is None else lambda: setup(env))
+        setup, schema = sc.setup, sc.schema
+        await self.reset(
+            None if setup is None else lambda: setup(env),
+            None if schema is None else lambda: schema(env),
+            key=f"{variant} {sorted(params.items())!r}",  # a new run of the schema for each
+        )
+        return env
+
+    async def run(
+        self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
+    ) -> PinnedResult:
+        """Reset, set up, run the sessions under `schedule`, check the invariants."""
+        sc, pinned = self.scenario, pinned_of(self.scenario)
+        assert self.pool is not None
+        env = await self.prepare(variant, isolation)
         res = PinnedResult(variant, tuple(schedule), isolation, name)
         conns: list[asyncpg.Connection] = []
         clean = False

@@ -475,6 +475,8 @@ async def _run_variant(
             pgbouncer={m: with_database(d, database) for m, d in servers.pgbouncer.items()},
         )
         env.commands = commands
+        if scenario.schema is not None:  # a fresh database: the DDL, then the rows
+            await scenario.schema(env)
         if scenario.setup is not None:
             await scenario.setup(env)
         if scenario.worker_setup is not None and procs == 1:

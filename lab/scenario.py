@@ -44,6 +44,16 @@ Setup = Callable[["Env"], Awaitable[None]]
 Invariant = Callable[["Env"], Awaitable[list["Check"]]]
 
 
+def executes(*statements: str) -> Setup:
+    """A setup (or schema) that runs these SQL statements on the run's database, in order."""
+
+    async def run(env: Env) -> None:
+        for sql in statements:
+            await env.db.execute(sql)
+
+    return run
+
+
 @dataclass(frozen=True)
 class Observer:
     """Something that watches a run from the side (a sampler, a MONITOR, a poller of
@@ -120,7 +130,10 @@ class Scenario:
     # variant -> the runs the documents published, as numbers (lab.published); the
     # record keeps them, claims and the report read them
     measured: Mapping[str, tuple[Measured, ...]] = field(default_factory=dict)
-    setup: Setup | None = None
+    setup: Setup | None = None  # every run: the rows (and, without `schema`, the DDL)
+    # The DDL (tables, indexes, functions), when declared apart from `setup`: a load runs it
+    # before setup; pinned runs once per database, then empty the tables (lab/fastreset.py)
+    schema: Setup | None = None
     invariant: Invariant | None = None
     defaults: Defaults = Defaults()
     params: Mapping[str, Any] = field(default_factory=dict)  # scenario knobs and defaults

@@ -21,7 +21,9 @@ each session takes::
                                     invariant=stock_never_negative)
     runs.assert_kept()  # fails naming the first interleaving that broke it, with its transcript
 
-Before every run the database's ``public`` schema is dropped and `setup` runs again; each
+Before every run the database's ``public`` schema is dropped and `setup` runs again (given
+a ``schema=`` coroutine with the DDL, `every_interleaving` makes the tables once and
+empties them between runs instead, as ``locklab explore`` does: lab/fastreset.py); each
 session gets a fresh connection, whose backend is ended after the run. The invariant is an
 ``async (db, outcomes) -> bool | None``: False or a failed ``assert`` in it breaks it.
 An interleaving that asks a blocked session for its next step is invalid (skipped and
@@ -115,9 +117,12 @@ class _Runner(PinnedDatabase):
     the server for the sequencer. Every run's sessions are ended after it: a user's code may
     leave session state (a SET, a session advisory lock) that must not reach the next run."""
 
-    def __init__(self, dsn: str, pool: asyncpg.Pool, setup: Setup | None) -> None:
+    def __init__(
+        self, dsn: str, pool: asyncpg.Pool, setup: Setup | None, schema: Setup | None = None
+    ) -> None:
         super().__init__("locklab/testing", dsn, pool)
         self.setup = setup
+        self.schema = schema
 
     async def run(
         self,
@@ -126,9 +131,12 @@ class _Runner(PinnedDatabase):
         invariant: Invariant | None,
         header: str,
     ) -> ScheduleResult:
-        db, setup = self.pool, self.setup
+        db, setup, schema = self.pool, self.setup, self.schema
         assert db is not None
-        await self.reset(None if setup is None else lambda: setup(db))
+        await self.reset(
+            None if setup is None else lambda: setup(db),
+            None if schema is None else lambda: schema(db),
+        )
         res = ScheduleResult(tuple(schedule))
         conns: list[asyncpg.Connection] = []
         try:
@@ -172,9 +180,11 @@ async def _judge(
 
 
 @asynccontextmanager
-async def _runner(dsn: str, setup: Setup | None) -> AsyncIterator[_Runner]:
+async def _runner(
+    dsn: str, setup: Setup | None, schema: Setup | None = None
+) -> AsyncIterator[_Runner]:
     pool = await asyncpg.create_pool(dsn, min_size=1, max_size=3)
-    runner = _Runner(dsn, pool, setup)
+    runner = _Runner(dsn, pool, setup, schema)
     try:
         runner.watch = await watch_pool(dsn)
         yield runner
@@ -204,15 +214,17 @@ async def every_interleaving(
     sessions: Mapping[str, SessionCode],
     steps: Mapping[str, Sequence[str]],
     invariant: Invariant | None = None,
+    schema: Setup | None = None,
 ) -> Interleavings:
     """Run `sessions` under every interleaving of their `steps` (name -> the steps that
-    session takes, in order); each run's result, invalid ones included."""
+    session takes, in order); each run's result, invalid ones included. With `schema`
+    (the DDL apart from `setup`'s rows) the tables are made once and emptied between runs."""
     missing = set(sessions) ^ set(steps)
     if missing:
         raise ValueError(f"sessions and steps name different sessions: {sorted(missing)}")
     out = Interleavings({n: tuple(s) for n, s in steps.items()})
     dead: list[tuple[str, ...]] = []  # beginnings known to be invalid
-    async with _runner(dsn, setup) as runner:
+    async with _runner(dsn, setup, schema) as runner:
         for sched in interleavings(out.steps):
             if _prefixed(sched, dead):
                 out.pruned += 1
@@ -245,5 +257,6 @@ class LocklabInterleavings:
         sessions: Mapping[str, SessionCode],
         steps: Mapping[str, Sequence[str]],
         invariant: Invariant | None = None,
+        schema: Setup | None = None,
     ) -> Interleavings:
-        return await every_interleaving(self.dsn, setup, sessions, steps, invariant)
+        return await every_interleaving(self.dsn, setup, sessions, steps, invariant, schema)

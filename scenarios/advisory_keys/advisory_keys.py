@@ -48,8 +48,11 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError(f"advisory-keys runs two jobs, A and B: -n {len(COLLIDING)}")
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE job_names (id int PRIMARY KEY, name text UNIQUE NOT NULL)")
+
+
+async def setup(env: Env) -> None:
     await env.db.executemany("INSERT INTO job_names VALUES ($1, $2)", list(enumerate(COLLIDING, 1)))
 
 

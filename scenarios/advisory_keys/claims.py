@@ -93,6 +93,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "lock_busy"),
     claims=CLAIMS,
     published={"buggy": COLLIDES, "fixed": "pg_advisory_xact_lock(1, tenant_id)"},
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),

@@ -38,8 +38,11 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError("-p step_pause_ms must be >= 0")
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)")
+
+
+async def setup(env: Env) -> None:
     await env.db.executemany(
         "INSERT INTO inventory VALUES ($1, $2)", [(s, INITIAL_QTY) for s in SKUS]
     )

@@ -184,6 +184,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "40P01", "40001"),
     claims=CLAIMS,
     measured=MEASURED,
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=300, run_timeout_s=900),

@@ -93,6 +93,7 @@ SCENARIO = Scenario(
         "buggy": "SET lock_timeout = '5s' to prevent permanent deadlock",
         "fixed": "one lock order: no cycle",
     },
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, run_timeout_s=120),

@@ -46,8 +46,11 @@ Settings = Sequence[Mapping[str, str]]  # each session's SET LOCALs, s1 first
 TRACED: Settings = ({"lock_timeout": f"{DP8_TIMEOUTS_MS[0]}ms"},) * 2  # trace / explore
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE accounts (id text PRIMARY KEY, balance int NOT NULL)")
+
+
+async def setup(env: Env) -> None:
     await env.db.executemany("INSERT INTO accounts VALUES ($1, 1000)", [(r,) for r in ROWS])
 
 

@@ -53,6 +53,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "40P01"),
     claims=CLAIMS,
     published={"buggy": "死锁会随着流量增加而增多"},
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=code.SIZES[-1], arrival="burst", actor_timeout_s=120, run_timeout_s=300),

@@ -25,9 +25,9 @@ from lab.scenario import Env
 from lab.steps import Session
 
 # checkout-deadlock's table, stock and invariant: the same checkout, only more carts at once
-from scenarios.checkout_deadlock.checkout_deadlock import SKUS, STEP, TAKE, invariant, setup
+from scenarios.checkout_deadlock.checkout_deadlock import SKUS, STEP, TAKE, invariant, schema, setup
 
-__all__ = ["CASES", "POINTS", "SIZES", "buggy", "fixed", "invariant", "setup"]
+__all__ = ["CASES", "POINTS", "SIZES", "buggy", "fixed", "invariant", "schema", "setup"]
 
 STEP_PAUSE_S = 0.005  # the document's 5 ms of "other logic" between the two updates
 SIZES = (10, 20, 40, 100, 200)  # carts; the last is the scenario's own setting

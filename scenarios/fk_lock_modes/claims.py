@@ -131,6 +131,7 @@ SCENARIO = Scenario(
     outcomes=("paid", "ok", "40P01"),
     claims=CLAIMS,
     published=PUBLISHED,
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", deadlock_timeout_ms=1000, run_timeout_s=60),

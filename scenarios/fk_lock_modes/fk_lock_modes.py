@@ -47,17 +47,20 @@ PAY = "UPDATE orders SET status = 'paid' WHERE id = $1"
 RENAME = "UPDATE customers SET name = 'An Nguyen' WHERE id = $1"
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     for ddl in (
         "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)",
         "CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES"
         " customers (id), status text NOT NULL DEFAULT 'new')",
         "CREATE TABLE order_items (id serial PRIMARY KEY,"
         " order_id int NOT NULL REFERENCES orders (id), sku text NOT NULL)",
-        f"INSERT INTO customers VALUES ({CUSTOMER}, 'An')",
-        f"INSERT INTO orders (id, customer_id) VALUES ({ORDER}, {CUSTOMER})",
     ):
         await env.db.execute(ddl)
+
+
+async def setup(env: Env) -> None:
+    await env.db.execute(f"INSERT INTO customers VALUES ({CUSTOMER}, 'An')")
+    await env.db.execute(f"INSERT INTO orders (id, customer_id) VALUES ({ORDER}, {CUSTOMER})")
 
 
 async def _request(s: Session, clause: str) -> str:

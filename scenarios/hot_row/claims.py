@@ -68,6 +68,7 @@ SCENARIO = Scenario(
         "buggy": "mọi cách lock đều xếp hàng tuần tự trên row đó (no numbers published)",
         "fixed": "10 row mỗi row 100 chiếc, request chọn ngẫu nhiên (no numbers published)",
     },
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=60, run_timeout_s=120),

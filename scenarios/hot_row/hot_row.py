@@ -47,12 +47,15 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError("-p buckets must be >= 1, stock >= buckets, work_ms >= 0")
 
 
-async def setup(env: Env) -> None:
-    k = buckets_of(env)
+async def schema(env: Env) -> None:
     await env.db.execute(
         "CREATE TABLE inventory_buckets (product_id int, bucket int, stock int NOT NULL,"
         " PRIMARY KEY (product_id, bucket))"
     )
+
+
+async def setup(env: Env) -> None:
+    k = buckets_of(env)
     share, extra = divmod(env.params["stock"], k)
     await env.db.executemany(
         "INSERT INTO inventory_buckets VALUES ($1, $2, $3)",

@@ -40,6 +40,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "40P01"),
     claims=CLAIMS,
     published={"buggy": PUBLISHED},
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=20, arrival="burst", actor_timeout_s=120, run_timeout_s=300),

@@ -30,8 +30,11 @@ LOCK_BOTH = "SELECT id FROM accounts WHERE id = ANY($1) ORDER BY id FOR UPDATE"
 TOUCH = "UPDATE accounts SET balance = balance + $2 WHERE id = ANY($1)"
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL)")
+
+
+async def setup(env: Env) -> None:
     await env.db.executemany("INSERT INTO accounts VALUES ($1, $2)", [(i, INITIAL) for i in IDS])
 
 

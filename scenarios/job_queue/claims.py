@@ -153,6 +153,7 @@ SCENARIO = Scenario(
         "buggy": "(not shown) 'không chờ worker-1': without SKIP LOCKED worker-2 would wait",
         "buggy-no-lock": "(not shown) 'không lấy trùng': without a lock workers take the same jobs",
     },
+    schema=code.schema,
     setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=3, arrival="burst", actor_timeout_s=30, run_timeout_s=60),

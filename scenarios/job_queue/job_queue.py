@@ -29,7 +29,7 @@ from functools import partial
 import asyncpg
 
 from lab.errors import ScenarioFailure
-from lab.scenario import Env
+from lab.scenario import Env, executes
 from lab.steps import Pinned, Session, as_actor, show_sql
 
 FIRST_JOB = 1001
@@ -41,6 +41,7 @@ CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind text
 CREATE INDEX jobs_ready_idx ON jobs (run_at) WHERE status IN ('pending', 'running');
 CREATE TABLE runs (job_id bigint NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 """
+schema = executes(SCHEMA)  # once per database; `setup` fills the jobs each run
 ENQUEUE = """INSERT INTO jobs (id, kind, payload, run_at) OVERRIDING SYSTEM VALUE
 SELECT i, 'email', jsonb_build_object('n', i), now() - interval '1 hour' + (i - $1) * interval '1 millisecond'
 FROM generate_series($1::bigint, $2::bigint) AS i"""  # CLAIM: the document's, only {locking} varies
@@ -60,7 +61,6 @@ CLAIMED, EMPTY, DIED = "claimed", "empty", "died"
 
 
 async def setup(env: Env) -> None:
-    await env.db.execute(SCHEMA)
     await env.db.execute(ENQUEUE, FIRST_JOB, FIRST_JOB + env.params["jobs"] - 1)
 
 

@@ -22,12 +22,13 @@ import asyncpg
 import redis.asyncio as aioredis
 
 from lab.redislock import COMPARE_AND_DELETE
-from lab.scenario import Env
+from lab.scenario import Env, executes
 from lab.steps import Session
 
 INVOICE_ID = 42  # the published timings (ttl_ms, pause_ms, ...) are the params, claims.py
 KEY = f"lock:invoice:{INVOICE_ID}"  # under the run's prefix: env.key(KEY)
 RELEASES = {"del": "plain DEL", "cad": "compare-and-delete", "get-del": "GET-then-DEL"}
+schema = executes("CREATE TABLE invoices (id int PRIMARY KEY, body text NOT NULL, fence bigint NOT NULL)")  # fmt: skip
 WRITE_PLAIN = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42"
 WRITE_FENCED = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42 AND fence < $1"
 
@@ -145,6 +146,4 @@ VARIANTS = {
 
 
 async def setup(env: Env) -> None:
-    await env.db.execute(f"""
-        CREATE TABLE invoices (id int PRIMARY KEY, body text NOT NULL, fence bigint NOT NULL);
-        INSERT INTO invoices VALUES ({INVOICE_ID}, 'draft', 0);""")  # fmt: skip
+    await env.db.execute(f"INSERT INTO invoices VALUES ({INVOICE_ID}, 'draft', 0)")

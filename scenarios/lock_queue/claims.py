@@ -181,6 +181,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "55P03", "idle"),
     claims=CLAIMS,
     published=dict(PUBLISHED),
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=1, run_timeout_s=60),

@@ -24,12 +24,13 @@ import time
 
 import asyncpg
 
-from lab.scenario import Check, Env
+from lab.scenario import Check, Env, executes
 from lab.steps import Pinned, Session
 
+schema = executes("CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)")
 ROOT_SQL = "SELECT * FROM orders WHERE id=42 FOR UPDATE"
 UPDATE_SQL = "UPDATE orders SET status='paid' WHERE id=42"
-ALTER_SQL = "ALTER TABLE orders ADD COLUMN note text"
+ALTER_SQL = "ALTER TABLE orders ADD COLUMN note text"  # DDL: the next reset remakes orders
 READ_SQL = "SELECT * FROM orders WHERE id = 77"
 DML_SQL = "UPDATE orders SET status = 'packed' WHERE id = $1"
 DML_ROWS = (90, 91)
@@ -48,7 +49,6 @@ WHERE l.relation = 'orders'::regclass ORDER BY 1, 2"""
 
 
 async def setup(env: Env) -> None:
-    await env.db.execute("CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)")
     await env.db.execute("INSERT INTO orders SELECT unnest($1::int[]), 'new'", [42, 77, *DML_ROWS])
 
 

@@ -132,6 +132,7 @@ SCENARIO = Scenario(
         "buggy": "lock_timeout = 100ms toàn cục: checkout lỗi (55P03) khi có contention",
         "fixed": "SET LOCAL lock_timeout = '3s' trong withTx",
     },
+    schema=code.schema,
     setup=code.setup,
     invariant=checkout.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=60, run_timeout_s=300),

@@ -67,6 +67,9 @@ def validate(n: int, p: Mapping[str, object]) -> None:
         raise LabError("-p step_pause_ms must be >= 0")
 
 
+schema = checkout.schema  # the same inventory table
+
+
 async def setup(env: Env) -> None:
     await checkout.setup(env)
     # "global": every new session of this database starts with it (the actors connect later)

@@ -143,6 +143,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "55P03"),
     claims=CLAIMS,
     published=PUBLISHED,
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", run_timeout_s=60),

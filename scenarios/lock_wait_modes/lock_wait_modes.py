@@ -55,10 +55,13 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         )
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL)")
-    await env.db.execute("INSERT INTO inventory VALUES ($1, 1)", PRODUCT)
     await env.db.execute("CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)")
+
+
+async def setup(env: Env) -> None:
+    await env.db.execute("INSERT INTO inventory VALUES ($1, 1)", PRODUCT)
 
 
 async def _holder(env: Env, s: Session) -> str:

@@ -88,6 +88,7 @@ SCENARIO = Scenario(
         "thứ tự",
         "fixed": "FOR UPDATE SKIP LOCKED: chấp nhận được với queue",
     },
+    schema=code.schema,
     setup=code.setup,
     defaults=Defaults(n=3, arrival="burst", run_timeout_s=60),  # one writer, two readers
     sources=("LC",),

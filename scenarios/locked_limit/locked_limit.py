@@ -54,10 +54,13 @@ FORMS = ("top", "subquery")  # s2's and s3's form
 IN_ORDER, OUT_OF_ORDER, SHORT, WROTE = "ok", "out_of_order", "short", "wrote"
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute(
         "CREATE TABLE jobs (id int PRIMARY KEY, prio int NOT NULL, status text NOT NULL)"
     )
+
+
+async def setup(env: Env) -> None:
     await env.db.execute("INSERT INTO jobs SELECT i, i * 10, 'new' FROM generate_series(1, 6) i")
 
 

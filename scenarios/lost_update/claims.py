@@ -114,6 +114,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "out_of_stock", "conflict", "40001"),
     claims=CLAIMS,
     published=PUBLISHED,
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),

@@ -58,11 +58,14 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError("-p stock must be >= 0 and qty >= 1")
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute(
         "CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL,"
         " version int NOT NULL)"
     )
+
+
+async def setup(env: Env) -> None:
     await env.db.execute(
         "INSERT INTO inventory VALUES ($1, $2, $3)", PRODUCT, env.params["stock"], INITIAL_VERSION
     )

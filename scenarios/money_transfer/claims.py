@@ -310,6 +310,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "duplicate", "insufficient_funds", "40P01", "40001", "23514"),
     claims=CLAIMS,
     measured=MEASURED,
+    schema=code.schema,
     setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=600, run_timeout_s=900),

@@ -46,9 +46,12 @@ def transfer_of(env: Env, i: int) -> tuple[str, int, int, int]:
     return f"transfer-{req}", src, dst, env.params["amount"]
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))")  # fmt: skip
     await env.db.execute("CREATE TABLE transfers (id bigserial PRIMARY KEY, idem_key text NOT NULL UNIQUE, from_id int NOT NULL, to_id int NOT NULL, amount bigint NOT NULL)")  # fmt: skip
+
+
+async def setup(env: Env) -> None:
     await env.db.executemany("INSERT INTO accounts VALUES ($1, $2)", [(a, INITIAL_BALANCE) for a in ACCOUNTS])  # fmt: skip
 
 

@@ -147,6 +147,7 @@ SCENARIO = Scenario(
         "buggy": "UPDATE ... FROM (VALUES ...): thứ tự khoá phụ thuộc vào plan",
         "fixed": "SELECT ... ORDER BY ... FOR UPDATE: khoá theo thứ tự row được trả về",
     },
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", run_timeout_s=60),

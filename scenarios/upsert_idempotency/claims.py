@@ -305,7 +305,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "in_progress", "replayed", "key_reused", "23505", NEEDS_17),
     claims=CLAIMS,
     published=PUBLISHED,
-    setup=code.setup,
+    schema=code.schema,  # no rows: every run starts from empty tables
     invariant=invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
     sources=("LC",),

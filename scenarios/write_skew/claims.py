@@ -176,6 +176,7 @@ SCENARIO = Scenario(
     outcomes=("ok", "refused", "40001"),
     claims=CLAIMS,
     published={"buggy": code.INVARIANT, "fixed-lock-shift": PUBLISHED},
+    schema=code.schema,
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),

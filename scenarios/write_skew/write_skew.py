@@ -46,12 +46,15 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError("write-skew needs -n 2 or more: one doctor has no colleague to rely on")
 
 
-async def setup(env: Env) -> None:
+async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE shifts (id int PRIMARY KEY, day date NOT NULL)")
     await env.db.execute(
         "CREATE TABLE doctors (name text PRIMARY KEY,"
         " shift_id int NOT NULL REFERENCES shifts, on_call bool NOT NULL)"
     )
+
+
+async def setup(env: Env) -> None:
     await env.db.execute("INSERT INTO shifts VALUES ($1, '2026-12-01')", SHIFT)
     await env.db.executemany(
         "INSERT INTO doctors VALUES ($1, $2, true)", [(doctor(i), SHIFT) for i in range(env.n)]
