@@ -54,9 +54,6 @@ if TYPE_CHECKING:
     from lab.steps import Pinned, SessionCode
 
 POLL_S = 0.002  # between two looks at the server while a step settles
-# how long a session between two steps (running its own code: BEGIN, a retry's loop) may
-# take to reach its next step point before the server is asked whether it is blocked
-BETWEEN_S = 0.02
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
 
 
@@ -380,9 +377,10 @@ class Sequencer:
                 if name not in grace or grace[name][0] != st.epoch:
                     # it just moved: its step granted, or its step ended and its code
                     # goes on to the next step point (BEGIN, a retry), which it mostly
-                    # reaches within the grace; asking the server sooner would find it
-                    # running (3 of 4 looks did, between two steps)
-                    grace[name] = (st.epoch, now + (POLL_S if st.running else BETWEEN_S))
+                    # reaches within POLL_S; asking the server sooner would find it
+                    # running (3 of 4 looks did, between two steps). Not longer: code
+                    # between steps may block too, and would be seen blocked late
+                    grace[name] = (st.epoch, now + POLL_S)
                 if (left := grace[name][1] - now) > 0:
                     graces.append(left)
             if graces:
