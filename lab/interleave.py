@@ -3,8 +3,8 @@
 A scenario that must show "B runs its statement while A's transaction is still open"
 cannot use a plain barrier: B may block *inside* that statement (on A's row lock) and
 never reach the barrier, so A would wait for B while B waits for A. The helpers here treat
-a session the server reports as waiting on a lock (``pg_stat_activity.wait_event_type =
-'Lock'``, with ``pg_blocking_pids()`` naming who holds it) as having gone as far as it can:
+a session the server reports as waiting on a lock (``pg_blocking_pids()`` naming who holds
+it, or is queued ahead of it) as having gone as far as it can:
 
 * ``lock_waiters(db, pids)``: which of these backends wait on a lock, and on whom;
 * ``done_or_blocked(db, pid, done)``: wait until an event is set or the backend blocks;
@@ -27,13 +27,17 @@ from lab.aio import within
 from lab.errors import ScenarioFailure
 
 TIMEOUT_S = 10.0  # a forced step that has not happened by then will not happen
-POLL_S = 0.002  # between two looks at pg_stat_activity
+POLL_S = 0.002  # between two looks at the server
 
+# pg_blocking_pids() reads the lock table itself: non-empty only while the backend waits
+# for a heavyweight lock someone holds or is queued for ahead of it (granted: empty at
+# once, where pg_stat_activity's wait_event_type may still say 'Lock'). Asked for the
+# given pids only: pg_stat_activity would copy every backend slot's status on each look
+# (max_connections of them), many times a step.
 WAITERS = """
-SELECT pid, pg_blocking_pids(pid) AS blocked_by, wait_event
-FROM pg_stat_activity
-WHERE pid = ANY($1::int[]) AND wait_event_type = 'Lock'
-  AND cardinality(pg_blocking_pids(pid)) > 0  -- still waiting, not just granted
+SELECT pid, blocked_by
+FROM unnest($1::int[]) AS pid, pg_blocking_pids(pid) AS blocked_by
+WHERE cardinality(blocked_by) > 0
 """
 
 

@@ -3,9 +3,9 @@
 The sequencer runs K sessions' code concurrently. Each step point (``lab.steps``) asks
 for a grant; the sequencer grants the schedule's next step, then waits until every
 session has settled: it asks for its next grant, it has ended, or the server reports it
-waiting on a lock (``pg_blocking_pids()`` / ``wait_event_type = 'Lock'``, the isolation
+waiting on a lock (a non-empty ``pg_blocking_pids()``, the isolation
 tester's ``pg_isolation_test_session_is_blocked``; a Redis step declares its own test).
-No sleep decides an order: a bounded poll of ``pg_stat_activity`` does.
+No sleep decides an order: a bounded poll of ``pg_blocking_pids()`` does.
 
 As in PostgreSQL's isolation tester:
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from lab.scenario import Env
     from lab.steps import Pinned, SessionCode
 
-POLL_S = 0.002  # between two looks at pg_stat_activity while a step settles
+POLL_S = 0.002  # between two looks at the server while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
 
 
@@ -365,18 +365,31 @@ class Sequencer:
         """Until every live session asks for a grant, has ended, or is blocked."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
-        first = True
+        grace: dict[str, tuple[int, float]] = {}  # session -> (its epoch, grace ends at)
         while True:
             busy = [st for st in self.states.values() if not st.ended and st.pending is None]
-            if first and any(not st.blocked for st in busy):
-                # a step just granted mostly ends within a poll interval: give it that long
-                # before asking the server (which a step that ended would make a wasted look)
-                first = False
+            now = loop.time()
+            graces = []
+            for st in busy:
+                if st.blocked:
+                    continue
+                name = st.session.name
+                if name not in grace or grace[name][0] != st.epoch:
+                    # it just moved: its step granted, or its step ended and its code
+                    # goes on to the next step point (BEGIN, a retry), which it mostly
+                    # reaches within POLL_S; asking the server sooner would find it
+                    # running (3 of 4 looks did, between two steps). Not longer: code
+                    # between steps may block too, and would be seen blocked late
+                    grace[name] = (st.epoch, now + POLL_S)
+                if (left := grace[name][1] - now) > 0:
+                    graces.append(left)
+            if graces:
+                # each wait ends at the next change: the server, not this wait, still
+                # says who is blocked
                 self._changed.clear()
                 with contextlib.suppress(TimeoutError):
-                    await within(self._changed.wait(), POLL_S)
+                    await within(self._changed.wait(), min(graces))
                 continue
-            first = False
             if busy:
                 epochs = [st.epoch for st in busy]
                 before = self._epochs()
