@@ -17,7 +17,7 @@ from typing import Any, cast
 import asyncpg
 
 from lab import __version__
-from lab.aio import within
+from lab.aio import until, within
 from lab.claims import judge_all
 from lab.errors import LabError, ScenarioFailure
 from lab.evidence import (
@@ -168,6 +168,13 @@ async def _take_spare(admin: asyncpg.Connection, servers: Servers, database: str
     return False
 
 
+CREATES_S = 10.0  # a CREATE DATABASE takes 40-300 ms here
+CREATING = (
+    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active'"
+    " AND query ILIKE 'CREATE DATABASE%' AND position($1 in query) > 0"
+)
+
+
 async def drop_run_databases(servers: Servers, run_id: str) -> list[str]:
     """Drop every database of the run `run_id` still on the server (a lane process killed
     mid-run cannot drop its own); the names dropped."""
@@ -176,6 +183,14 @@ async def drop_run_databases(servers: Servers, run_id: str) -> list[str]:
     prefix = database_name(run_id, "", "")[: -len("__")] + "_"
     admin = await admin_connect(servers)
     try:
+        # a CREATE DATABASE the killed process sent goes on without it: wait until none of
+        # the run's is under way, or the database it makes would outlive this sweep
+        async def no_creates() -> bool:
+            busy = await admin.fetchval(CREATING, prefix)
+            return not busy
+
+        with contextlib.suppress(ScenarioFailure):
+            await until(no_creates, CREATES_S, "the run's CREATE DATABASE to end", every=0.02)
         names = [
             str(r["datname"])
             for r in await admin.fetch(
