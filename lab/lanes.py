@@ -39,8 +39,9 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from secrets import token_urlsafe
 from typing import Any
 
 from lab.aio import within
@@ -190,23 +191,28 @@ def pick(
     return None
 
 
-def lane_redis(servers: Servers, count: int, stops: list[Callable[[], None]]) -> list[RedisServer]:
-    """`count` more Redis servers of the lab's own build, for lanes of their own (their
-    stops appended to `stops`); none when the lab's Redis is not one it runs (a user's,
-    Docker's) or the build found now is another."""
+def lane_redis(servers: Servers, count: int, own: Servers) -> list[RedisServer]:
+    """`count` more Redis servers of the lab's own build, for lanes of their own (stopped
+    by `own.close()`); none when the lab's Redis is not one it runs (a user's, Docker's)
+    or the build found now is another."""
     main = servers.redis
-    if main is None or main.info.kind != "embedded":
+    if main is None or main.info.kind != "embedded" or count < 1:
         return []
     from lab.servers.embedded import EmbeddedRedis, make_base_dir, remove_base_dir
 
     base = make_base_dir()
-    stops.append(lambda: remove_base_dir(base))
+    own.stops.append(lambda: remove_base_dir(base))
+    first = EmbeddedRedis.create(base, name="lane-2")  # finds the binary and its version once
+    if (first.source, first.version) != (main.info.source, main.info.version):
+        return []  # lanes share the lab's Redis, one Redis run at a time
     out = []
     for i in range(count):
-        redis = EmbeddedRedis.create(base, name=f"lane-{i + 2}")
-        if (redis.source, redis.version) != (main.info.source, main.info.version):
-            return []  # lanes share the lab's Redis, one Redis run at a time
-        stops.append(redis.stop)
+        redis = (
+            first
+            if i == 0
+            else replace(first, name=f"lane-{i + 2}", port=0, pid=0, password=token_urlsafe(24))
+        )
+        own.stops.append(redis.stop)
         redis.start()
         out.append(redis.server())
     return out
@@ -316,7 +322,7 @@ async def run_lanes(
         "results": str(results_root().resolve()),
     }  # fmt: skip
     workers: list[Worker] = []
-    stops: list[Callable[[], None]] = []  # the lanes' own Redis servers
+    own = Servers()  # the lanes' own Redis servers
     loads: dict[int, ScenarioVerdicts] = {}
     parts: dict[str, dict[int, dict[str, Any]]] = {}
     errors: dict[str, str] = {}
@@ -342,7 +348,7 @@ async def run_lanes(
     try:
         count = min(lanes, len(jobs))
         if count > 1 and any(j.redis for j in jobs):
-            own_redis = lane_redis(servers, count - 1, stops)
+            own_redis = lane_redis(servers, count - 1, own)
         for i in range(count):
             cfg = config
             if own_redis and i > 0:  # lane 1 keeps the lab's own
@@ -418,9 +424,7 @@ async def run_lanes(
         with contextlib.suppress(Exception):
             await within(drop_run_databases(servers, run_id), DROP_S)
         lifecycle.remove_folder(folder)
-        while stops:
-            with contextlib.suppress(Exception):
-                stops.pop()()
+        own.close()
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, previous)
     out: list[Any] = [loads[i] for i in sorted(loads)]
