@@ -8,6 +8,7 @@ may pass any function of the records.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -19,6 +20,20 @@ from lab.records import Verdict as Verdict
 # mode the run left off): the claim is then not judged, as when a variant is missing.
 Check = Callable[[Mapping[str, Record]], tuple[bool, str] | None]
 PROFILES = ("quick", "published")
+NOT_REPRODUCED = "NOT REPRODUCED"  # how a gap claim's text starts (lab.seconds)
+
+# What a claim is judged on a second time to show it can fail (lab/counterfactual.py):
+# None = the records of the variants it does not speak of (buggy <-> fixed, a comparison
+# with its sides swapped); a mapping = that swap, named; a function = the claim's own
+# records with the quantity it reads changed (for claims meant to hold on every variant);
+# a string = why it has no counterfactual (shown as "none: <why>").
+Mutation = Callable[[Mapping[str, Record]], Mapping[str, Record]]
+Counterfactual = Mapping[str, str] | Mutation | str | None
+
+# A verdict's status, one word each, counted the same by run, compare, verify and report:
+# only "held" counts as held. "fitted": held, but a knob was chosen to match the number it
+# checks; "not reproduced": the lab misses the published number and keeps the gap.
+STATUSES = ("held", "not held", "fitted", "not reproduced", "not judged", "not exercised")
 
 
 class NotJudged(Exception):
@@ -52,19 +67,39 @@ class Claim:
     # variant, its `by_isolation` cells.
     explore: bool = False
     levels: tuple[str, ...] = ()  # the isolation levels an explore claim reads
+    # Provenance. `fitted`: a knob of this claim's setting was chosen to match the very
+    # number it checks (its verdict is FITTED, never held). `setup`: "" = derived from the
+    # run (the document's settings, or "scaled: ..." naming what differs); a claim may
+    # state its own.
+    fitted: bool = False
+    setup: str = ""
+    gap: bool = False  # a published number the lab does not reproduce (lab.seconds)
+    counterfactual: Counterfactual = None
+    # Parts of the sentence no check judges (listed in docs/claims.md).
+    unjudged: tuple[str, ...] = ()
 
     def needed(self, trials: int) -> int:
         """How many of `trials` trials must hold for the claim to hold."""
         return max(1, math.ceil(self.required * trials - 1e-9))
 
-    def _bare(self) -> Verdict:
+    def bare(self) -> Verdict:
+        """The verdict's fields that come from the claim alone."""
         return {
             "id": self.id,
             "text": self.text,
             "variants": list(self.variants),
             "published": self.published,
             "profiles": list(self.profiles),
+            "fitted": self.fitted,
+            "gap": self.gap,
         }
+
+    def status(self, held: bool) -> str:
+        """The status of a judged verdict: a held fit is "fitted", a held gap "not
+        reproduced"; neither is ever counted as held."""
+        if not held:
+            return "not held"
+        return "fitted" if self.fitted else "not reproduced" if self.gap else "held"
 
     def judge(self, records: Mapping[str, Record]) -> Verdict | None:
         """The verdict, or None when the run lacks a variant or does not exercise the claim."""
@@ -73,18 +108,21 @@ class Claim:
         try:
             verdict = self.check(records)
         except NotJudged as exc:
-            return {**self._bare(), "held": False, "not_judged": True, "measured": str(exc)}
+            return {
+                **self.bare(),
+                "held": False,
+                "not_judged": True,
+                "status": "not judged",
+                "measured": str(exc),
+            }
         if verdict is None:
             return None
         held, measured = verdict
         return {
-            "id": self.id,
-            "text": self.text,
-            "variants": list(self.variants),
-            "held": bool(held),
+            **self.bare(),
+            "held": bool(held) and self.status(bool(held)) == "held",
+            "status": self.status(bool(held)),
             "measured": measured,
-            "published": self.published,
-            "profiles": list(self.profiles),
         }
 
 
@@ -110,29 +148,31 @@ def judge_trials(
             v = claim.judge(records)
         except Exception as exc:  # a record without what the check reads: not held, say why
             v = {
-                "id": claim.id,
-                "text": claim.text,
-                "variants": list(claim.variants),
+                **claim.bare(),
                 "held": False,
+                "status": "not held",
                 "measured": f"check failed: {type(exc).__name__}: {exc}",
-                "published": claim.published,
-                "profiles": list(claim.profiles),
             }
         if v is not None:
             per.append((seeds[i] if i < len(seeds) else None, v))
     if not per:
         return None
     count = len(per)
-    held = sum(1 for _, v in per if v["held"])
+    held = sum(1 for _, v in per if v["status"] != "not held" and not v.get("not_judged"))
     need = claim.needed(count)
     verdict: Verdict = {**per[0][1]}
     if count > 1:
-        shown = next((v for _, v in per if not v["held"]), per[0][1])
+        shown = next((v for _, v in per if v["status"] == "not held"), per[0][1])
         verdict["measured"] = f"held in {held}/{count} trials; e.g. {shown['measured']}"
     if any(v.get("not_judged") for _, v in per):  # a trial that could not judge it
         verdict["not_judged"] = True
-    verdict["held"] = held >= need and not verdict.get("not_judged")
-    verdict["trials"] = [{"seed": s, "held": v["held"], "measured": v["measured"]} for s, v in per]
+        verdict["status"] = "not judged"
+    else:
+        verdict["status"] = claim.status(held >= need)
+    verdict["held"] = verdict["status"] == "held"
+    verdict["trials"] = [
+        {"seed": s, "held": v["status"] != "not held", "measured": v["measured"]} for s, v in per
+    ]
     verdict["trials_held"] = held
     verdict["trials_needed"] = need
     return verdict
@@ -193,8 +233,27 @@ def deadlocks(cid: str, variant: str, text: str, *, expect: bool, published: str
     return Claim(cid, text, (variant,), check, published)
 
 
+def mutation(variant: str, change: Callable[[Record], None]) -> Mutation:
+    """A counterfactual that changes one quantity of `variant`'s record (a deep copy)."""
+
+    def mutate(records: Mapping[str, Record]) -> Mapping[str, Record]:
+        rec = copy.deepcopy(records[variant])
+        change(rec)
+        return {**records, variant: rec}
+
+    return mutate
+
+
+def _one_invariant_broken(rec: Record) -> None:
+    """What a run that, say, sold one item twice would report: its first invariant broken."""
+    invs = rec.get("invariants") or []
+    if invs:
+        invs[0] = {**invs[0], "held": False, "detail": "mutated: as a double write would read"}
+
+
 def invariants_hold(cid: str, variant: str, text: str, published: str = "") -> Claim:
-    """Every invariant of `variant`'s run held."""
+    """Every invariant of `variant`'s run held. Meant to hold on every variant that keeps
+    them, so its counterfactual is a mutation: the same record with one invariant broken."""
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         invs = records[variant].get("invariants", [])
@@ -202,7 +261,14 @@ def invariants_hold(cid: str, variant: str, text: str, published: str = "") -> C
         seen = f"{variant}: " + (f"violated {', '.join(failed)}" if failed else f"{len(invs)} held")
         return bool(invs) and not failed, seen
 
-    return Claim(cid, text, (variant,), check, published)
+    return Claim(
+        cid,
+        text,
+        (variant,),
+        check,
+        published,
+        counterfactual=mutation(variant, _one_invariant_broken),
+    )
 
 
 def invariant_broken(cid: str, variant: str, name: str, text: str, published: str = "") -> Claim:

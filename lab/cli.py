@@ -824,9 +824,17 @@ def verify(
     lanes: Annotated[
         str,
         typer.Option(
-            help="Runs side by side in lane processes: auto (quick: 4, published: 1) or K."
+            help="Runs side by side in lane processes: auto (quick: 5, published: 1) or K."
         ),
     ] = "auto",
+    counterfactual: Annotated[
+        bool,
+        typer.Option(
+            "--counterfactual",
+            help="Also run the variants each claim's counterfactual reads, and exit 1 if a "
+            "claim holds on its counterfactual too (it cannot fail).",
+        ),
+    ] = False,
 ) -> None:
     """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
 
@@ -871,7 +879,7 @@ def verify(
             results = verify_recorded(recorded, by_id(), profile, only, trials)
         else:
             run_id = new_run_id()
-            total = sum(steps(s, profile, trials) for s in chosen)
+            total = sum(steps(s, profile, trials, counterfactual) for s in chosen)
             results = []
             modes = [profile_settings(s, profile)[0].connect for s in chosen]
             bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
@@ -888,9 +896,10 @@ def verify(
                         bar.describe(f"verify {profile} on {width} lanes")
                         results = asyncio.run(
                             run_lanes(
-                                plan_jobs(chosen, profile, trials), width, srv, profile=profile,
-                                run_id=run_id, seed=seed, trials=trials, write=not no_record,
-                                on_step=bar.advance, schedule=schedule,
+                                plan_jobs(chosen, profile, trials, counterfactual), width, srv,
+                                profile=profile, run_id=run_id, seed=seed, trials=trials,
+                                write=not no_record, on_step=bar.advance, schedule=schedule,
+                                counterfactual=counterfactual,
                             )
                         )  # fmt: skip
                         for res in results:
@@ -899,7 +908,8 @@ def verify(
                                           f"{res.error}", markup=False)  # fmt: skip
                     else:
                         results = _verify_here(chosen, profile, srv, bar, log, run_id=run_id,
-                                               seed=seed, trials=trials, write=not no_record)  # fmt: skip
+                                               seed=seed, trials=trials, write=not no_record,
+                                               counterfactual=counterfactual)  # fmt: skip
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)
@@ -926,7 +936,7 @@ def verify(
             if run_id and not no_record:
                 console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
             print_summary(console, summary, wall, lanes=width)
-        if not summary.ok:
+        if not summary.ok or (counterfactual and summary.cannot_fail):
             raise typer.Exit(1)
 
     guarded(body)
@@ -943,6 +953,7 @@ def _verify_here(
     seed: int,
     trials: int | None,
     write: bool,
+    counterfactual: bool = False,
 ) -> list[Any]:
     """verify in the lab's own process (one lane): the loads one after another, then the
     explores, EXPLORES_AT_ONCE parts side by side (lab/verify.py)."""
@@ -957,7 +968,7 @@ def _verify_here(
             verify_scenario(
                 sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
                 write=write, on_step=bar.advance, case=case,
-                spare=i + 1 < len(runs),
+                spare=i + 1 < len(runs), counterfactual=counterfactual,
             )
         )  # fmt: skip
         if res.error:
@@ -968,7 +979,15 @@ def _verify_here(
     if explored:
         bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
     for ex in asyncio.run(
-        verify_explores(explored, profile, srv, run_id=run_id, write=write, on_step=bar.advance)
+        verify_explores(
+            explored,
+            profile,
+            srv,
+            run_id=run_id,
+            write=write,
+            on_step=bar.advance,
+            counterfactual=counterfactual,
+        )
     ):
         if ex.error:
             log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")

@@ -101,7 +101,9 @@ class Job:
         }
 
 
-def plan_jobs(scenarios: Sequence[Scenario], profile: str, trials: int | None) -> list[Job]:
+def plan_jobs(
+    scenarios: Sequence[Scenario], profile: str, trials: int | None, counterfactual: bool = False
+) -> list[Job]:
     """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
     from lab.profiles import profile_settings
     from lab.runner import pg_connections
@@ -110,14 +112,14 @@ def plan_jobs(scenarios: Sequence[Scenario], profile: str, trials: int | None) -
     jobs: list[Job] = []
     for sc, case in verify_plan(scenarios, profile, trials):
         knobs, _ = profile_settings(sc, profile, 1, case)
-        runs = variant_runs(sc, profile, trials, case)
+        runs = variant_runs(sc, profile, trials, case, counterfactual)
         jobs.append(
             Job(len(jobs), sc, case, connections=pg_connections(sc, knobs),
                 redis="redis" in sc.uses, alone=case in sc.alone, timed=case in sc.timed,
                 runs=runs)
         )  # fmt: skip
     for sc in scenarios:
-        claims, plan = explore_plan(sc, profile)
+        claims, plan = explore_plan(sc, profile, counterfactual)
         if claims:
             for i, part in enumerate(explore_parts(sc, plan)):
                 jobs.append(Job(len(jobs), sc, part=i, variants=tuple(part),
@@ -299,6 +301,7 @@ async def run_lanes(
     write: bool,
     on_step: Callable[[str], None] | None = None,
     schedule: list[dict[str, Any]] | None = None,
+    counterfactual: bool = False,
 ) -> list[Any]:
     """Run `jobs` on `lanes` lane processes; the ScenarioVerdicts in verify's order (loads
     in the plan's order, then each scenario's explore). LabError (bad input, a server
@@ -318,6 +321,7 @@ async def run_lanes(
     config = {
         "servers": servers_json(servers), "profile": profile, "run_id": run_id, "seed": seed,
         "trials": trials, "write": write, "outdir": str(outdir),
+        "counterfactual": counterfactual,
         # a lane runs in a lab folder of its own: the records go where the lab's would
         "results": str(results_root().resolve()),
     }  # fmt: skip
@@ -509,12 +513,19 @@ async def _run_job(
         res = await verify_scenario(
             sc, cfg["profile"], servers, run_id=cfg["run_id"], seed=cfg["seed"],
             trials=cfg["trials"], write=cfg["write"], case=job["case"], spare=True,
+            counterfactual=cfg.get("counterfactual", False),
             on_step=lambda text: child.emit("progress", text=text),
         )  # fmt: skip
         return {"verdicts": res.to_json(), "records": res.records}
     try:
         record = await explore_part(
-            sc, cfg["profile"], servers, job["variants"], run_id=cfg["run_id"], part=job["part"]
+            sc,
+            cfg["profile"],
+            servers,
+            job["variants"],
+            run_id=cfg["run_id"],
+            part=job["part"],
+            counterfactual=cfg.get("counterfactual", False),
         )
     except LabError:
         raise

@@ -24,7 +24,7 @@ import re
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lab import __version__
-from lab.claims import Claim, Record
+from lab.claims import Claim, Record, mutation
 from lab.errors import LabError, ScenarioFailure
 from lab.fastreset import Baseline, baseline, fast_reset
 from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
@@ -688,13 +688,22 @@ def _explored(
 def kept_in_all(
     cid: str, variant: str, text: str, levels: Sequence[str] = (RC,), published: str = ""
 ) -> Claim:
-    """`variant` keeps every invariant in every interleaving that ran, at each level."""
+    """`variant` keeps every invariant in every interleaving that ran, at each level.
+    Its counterfactual is a mutation: the same cells with one interleaving broken."""
 
     def check(cells: dict[str, Any]) -> tuple[bool, str]:
         seen = "; ".join(f"{lv}: kept {c['kept']}/{c['ran']}" for lv, c in cells.items())
         return all(c["ran"] > 0 and c["broke"] == 0 for c in cells.values()), seen
 
-    return _explored(cid, variant, text, levels, check, published)
+    def one_broken(rec: Record) -> None:
+        for lv in levels:
+            cell = rec["by_isolation"].get(lv)
+            if cell and cell.get("ran"):
+                cell.update(kept=cell["kept"] - 1, broke=cell["broke"] + 1)
+                return
+
+    claim = _explored(cid, variant, text, levels, check, published)
+    return replace(claim, counterfactual=mutation(variant, one_broken))
 
 
 def broke_in_some(

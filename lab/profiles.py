@@ -94,6 +94,23 @@ def profile_settings(
     return Knobs(**knobs), params
 
 
+def setup_of(scenario: Scenario, knobs: Mapping[str, Any], params: Mapping[str, Any]) -> str:
+    """ "document" when a run had the scenario's published settings (its defaults, which
+    are the documents'), else "scaled: " and what differs, e.g. "n 200 -> 40"."""
+    base_knobs, base_params = profile_settings(scenario, "published")
+    diffs = [
+        f"{k} {getattr(base_knobs, k)!s} -> {knobs[k]!s}"
+        for k in MEASURED_KNOBS
+        if k in knobs and str(knobs[k]) != str(getattr(base_knobs, k))
+    ]
+    diffs += [
+        f"{k} {base_params.get(k)!s} -> {v!s}"
+        for k, v in params.items()
+        if str(v) != str(base_params.get(k))
+    ]
+    return "scaled: " + ", ".join(diffs) if diffs else "document"
+
+
 def claims_for(
     scenario: Scenario, profile: str, trials: int | None = None, case: str = ""
 ) -> tuple[list[Claim], list[Claim]]:

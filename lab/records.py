@@ -71,5 +71,10 @@ class Verdict(TypedDict, total=False):
     trials_needed: int
     trials_asked: int
     judged: bool
-    status: str  # held | not held | not judged | not exercised
+    status: str  # one of lab.claims.STATUSES; only "held" counts as held
     note: str
+    fitted: bool  # a knob was chosen to match the number this claim checks
+    gap: bool  # a published number the lab does not reproduce
+    setup: str  # "document" | "scaled: <what differs from the document's settings>"
+    counterfactual: str  # "failed" | "held" | "none: <why>" (verify --counterfactual)
+    counterfactual_measured: str  # what the check measured on the counterfactual

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record
+from lab.claims import NOT_REPRODUCED, Claim, Record
 from lab.outcome import notation
-
-NOT_REPRODUCED = "NOT REPRODUCED"  # how a gap claim's text starts; verify marks it by this
 
 
 def setting(rec: Record) -> str:
@@ -84,6 +82,9 @@ def wall_not_reproduced(
         published=f"{published_ms:.0f} ms",
         profiles=("published",),
         cases=(case,),
+        gap=True,
+        counterfactual="a gap is the lab's own finding, not the document's: it is NOT "
+        "REPRODUCED whatever it measures, never counted held",
     )
 
 

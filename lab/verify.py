@@ -25,14 +25,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from lab import counterfactual as cf
 from lab.catalogue import document_counts
-from lab.claims import Claim, Record, Verdict, judge_trials
+from lab.claims import NOT_REPRODUCED, Claim, Record, Verdict, judge_trials
 from lab.errors import LabError
-from lab.profiles import check_profile, claims_for, profile_settings
+from lab.profiles import check_profile, claims_for, profile_settings, setup_of
 from lab.results import read_record, results_root, run_folder, write_json, write_record
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
-from lab.seconds import NOT_REPRODUCED
 from lab.servers import Servers
 
 # How many claims each source document makes (every id is listed in lab/catalogue.py).
@@ -99,6 +99,8 @@ class Summary:
     scenarios: int
     profile: str
     gaps: int = 0  # held claims on a published number the lab does not reproduce: not in held
+    fitted: int = 0  # held on a number a knob was fitted to: not in held
+    cannot_fail: int = 0  # held on their counterfactual too (verify --counterfactual)
 
     @property
     def ok(self) -> bool:
@@ -108,8 +110,12 @@ class Summary:
         """`12 claims held, 0 not held`, then what else a reader must know."""
         text = f"{self.held} claims held, {self.not_held} not held"
         extra = []
+        if self.fitted:
+            extra.append(f"{self.fitted} FITTED (a knob was fitted to the number they check)")
         if self.gaps:
             extra.append(f"{self.gaps} published number(s) NOT REPRODUCED, only their gap held")
+        if self.cannot_fail:
+            extra.append(f"{self.cannot_fail} held on their counterfactual too: cannot fail")
         if self.not_judged:
             extra.append(f"{self.not_judged} not judged")
         if self.not_exercised:
@@ -134,6 +140,8 @@ class Summary:
             "scenarios": self.scenarios,
             "profile": self.profile,
             "gaps": self.gaps,
+            "fitted": self.fitted,
+            "cannot_fail": self.cannot_fail,
             "line": self.line(),
         }
 
@@ -166,6 +174,7 @@ def judge_across(
         for variant, rec in r.records.items()
     }
     cases = sorted({c for claim in claims for c in claim.cases})
+    setup = "scaled: compares the cases " + " vs ".join(c or "defaults" for c in cases)
     return ScenarioVerdicts(
         scenario=scenario.id,
         title=scenario.title,
@@ -173,7 +182,7 @@ def judge_across(
         knobs={},
         params={},
         trials=1,
-        verdicts=evaluate(claims, [Trial(0, combined)]),
+        verdicts=evaluate(claims, [Trial(0, combined)], tuple(scenario.variants), setup),
         case=" vs ".join(c or "profile" for c in cases),
     )
 
@@ -193,13 +202,20 @@ def variants_for_trial(
     return [v for v in scenario.variants if v in need]
 
 
-def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[Verdict]:
+def evaluate(
+    claims: Sequence[Claim],
+    trials: Sequence[Trial],
+    variants: Sequence[str] = (),
+    setup: str = "",
+) -> list[Verdict]:
     """Every claim's verdict over the trials it asks for (pure: records in, verdicts out).
 
-    Each verdict has a `status`: "held", "not held", "not judged" (a variant's record is
-    missing, or fewer trials than the claim asks for) or "not exercised" (the check says
-    this run's settings do not exercise it, e.g. a failure mode left off). Nothing is
-    silently dropped.
+    Each verdict has a `status`: "held", "not held", "fitted" and "not reproduced" (held,
+    but not counted so), "not judged" (a variant's record is missing, or fewer trials than
+    the claim asks for) or "not exercised" (the check says this run's settings do not
+    exercise it, e.g. a failure mode left off). Nothing is silently dropped. Given the
+    scenario's `variants`, each judged verdict also gets its `counterfactual`
+    (lab/counterfactual.py); `setup` says whose settings the run had.
     """
     out: list[Verdict] = []
     for c in claims:
@@ -218,12 +234,19 @@ def evaluate(claims: Sequence[Claim], trials: Sequence[Trial]) -> list[Verdict]:
             verdict = {**verdict, "held": False, "status": "not judged", "measured": why}
         elif verdict.get("not_judged"):  # the check said the run could not judge it
             verdict = {**verdict, "held": False, "status": "not judged"}
-        else:
-            verdict["status"] = "held" if verdict["held"] else "not held"
-        verdict["judged"] = verdict["status"] in ("held", "not held")
+        verdict["judged"] = verdict["status"] in JUDGED
         verdict["trials_asked"] = c.trials
+        verdict["setup"] = c.setup or setup or "document"
+        if variants and verdict["judged"]:
+            said, there = cf.judge(c, [t.records for t in runs], variants)
+            verdict["counterfactual"] = said
+            if there:
+                verdict["counterfactual_measured"] = there
         out.append(verdict)
     return out
+
+
+JUDGED = ("held", "not held", "fitted", "not reproduced")
 
 
 def status_of(v: Mapping[str, Any]) -> str:
@@ -233,24 +256,21 @@ def status_of(v: Mapping[str, Any]) -> str:
 
 def is_gap(v: Mapping[str, Any]) -> bool:
     """A claim that a published number is not reproduced (lab.seconds.wall_not_reproduced)."""
-    return str(v.get("text", "")).startswith(NOT_REPRODUCED)
+    return bool(v.get("gap")) or str(v.get("text", "")).startswith(NOT_REPRODUCED)
 
 
 def _bare(c: Claim) -> Verdict:
-    return {
-        "id": c.id,
-        "text": c.text,
-        "variants": list(c.variants),
-        "published": c.published,
-        "profiles": list(c.profiles),
-    }
+    return c.bare()
 
 
 def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
     verdicts = [v for r in results for v in r.verdicts]
-    gaps = sum(1 for v in verdicts if status_of(v) == "held" and is_gap(v))
+    # records written before "not reproduced" was a status said "held" with a gap's text
+    gaps = sum(1 for v in verdicts if status_of(v) in ("held", "not reproduced") and is_gap(v))
     return Summary(
-        held=sum(1 for v in verdicts if status_of(v) == "held") - gaps,
+        held=sum(1 for v in verdicts if status_of(v) == "held" and not is_gap(v)),
+        fitted=sum(1 for v in verdicts if status_of(v) == "fitted"),
+        cannot_fail=sum(1 for v in verdicts if v.get("counterfactual") == "held"),
         gaps=gaps,
         not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
         not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
@@ -322,29 +342,49 @@ def verify_plan(
 
 
 def run_variants(
-    scenario: Scenario, profile: str, claims: Sequence[Claim], k: int, case: str
+    scenario: Scenario,
+    profile: str,
+    claims: Sequence[Claim],
+    k: int,
+    case: str,
+    counterfactual: bool = False,
 ) -> list[str]:
-    """The variants trial k of (scenario, case) runs: its claims' and cross-case claims'."""
+    """The variants trial k of (scenario, case) runs: its claims' and cross-case claims',
+    and with `counterfactual` the variants their counterfactuals read."""
     need = set(variants_for_trial(scenario, claims, k, case))
     if k == 1:
         need |= across_variants(scenario, profile, case)
+    if counterfactual:
+        names = tuple(scenario.variants)
+        need |= {v for c in claims if c.trials >= k for v in cf.swapped_variants(c, names)}
+        if k == 1:
+            need |= {
+                v.split("@")[0]
+                for c in across_claims(scenario, profile)
+                for v in cf.swap_names(c, names)
+                if v.endswith(f"@{case}")
+            }
     return [v for v in scenario.variants if v in need]
 
 
-def variant_runs(scenario: Scenario, profile: str, trials: int | None, case: str) -> int:
+def variant_runs(
+    scenario: Scenario, profile: str, trials: int | None, case: str, counterfactual: bool = False
+) -> int:
     """How many variant runs verify makes for one (scenario, case), every trial counted."""
     claims, _ = claims_for(scenario, profile, trials, case)
     return sum(
-        len(run_variants(scenario, profile, claims, k, case))
+        len(run_variants(scenario, profile, claims, k, case, counterfactual))
         for k in range(1, trial_count(claims) + 1)
     )
 
 
-def steps(scenario: Scenario, profile: str, trials: int | None = None) -> int:
+def steps(
+    scenario: Scenario, profile: str, trials: int | None = None, counterfactual: bool = False
+) -> int:
     """How many variant runs verify makes for `scenario`, cases included (progress bar)."""
     total = 1 if explore_claims(scenario, profile) else 0
     for sc, case in verify_plan([scenario], profile, trials):
-        total += variant_runs(sc, profile, trials, case)
+        total += variant_runs(sc, profile, trials, case, counterfactual)
     return total
 
 
@@ -360,8 +400,10 @@ async def verify_scenario(
     on_step: Callable[[str], None] | None = None,
     case: str = "",
     spare: bool = False,
+    counterfactual: bool = False,
 ) -> ScenarioVerdicts:
-    """Run the trials `scenario`'s claims need under `profile`, then judge them.
+    """Run the trials `scenario`'s claims need under `profile`, then judge them (with
+    `counterfactual`, also the variants the claims' counterfactuals read).
 
     `spare`: another run follows; its first database is made during this one's last
     variant (lab.runner.RunPlan.spare_after). Trials after the first take one too.
@@ -390,7 +432,7 @@ async def verify_scenario(
     )
     try:
         for k in range(1, k_max + 1):
-            variants = run_variants(scenario, profile, claims, k, case)
+            variants = run_variants(scenario, profile, claims, k, case, counterfactual)
             trial_knobs = replace(knobs, seed=seed + k - 1)
             rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
             plan = RunPlan(
@@ -429,7 +471,9 @@ async def verify_scenario(
         ]  # fmt: skip
         result.wall_s = time.perf_counter() - started
         return result
-    result.verdicts = evaluate(claims, done)
+    result.verdicts = evaluate(
+        claims, done, tuple(scenario.variants), setup_of(scenario, result.knobs, params)
+    )
     result.wall_s = time.perf_counter() - started
     return result
 
@@ -462,7 +506,12 @@ def _explore_verdicts(
             "deadlock_timeout_ms": record.get("deadlock_timeout_ms"),
         },
         trials=1,
-        verdicts=evaluate(claims, [Trial(1, record.get("variants", {}))]),
+        verdicts=evaluate(
+            claims,
+            [Trial(1, record.get("variants", {}))],
+            tuple(scenario.variants),
+            setup_of(scenario, {"deadlock_timeout_ms": record.get("deadlock_timeout_ms")}, {}),
+        ),
         case=EXPLORE_CASE,
     )
 
@@ -490,16 +539,24 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
     return parts
 
 
-def explore_plan(scenario: Scenario, profile: str) -> tuple[list[Claim], dict[str, list[str]]]:
+def explore_plan(
+    scenario: Scenario, profile: str, counterfactual: bool = False
+) -> tuple[list[Claim], dict[str, list[str]]]:
     """The scenario's explore claims under `profile` and what they need explored: each
-    variant they name, at the isolation levels they name it at."""
+    variant they name (with `counterfactual`, also each variant their counterfactuals
+    read), at the isolation levels they name it at."""
     from lab.steps import ISOLATION_LEVELS
 
     claims = explore_claims(scenario, profile)
+    names = tuple(scenario.variants)
+
+    def reads(c: Claim) -> set[str]:
+        return set(c.variants) | (cf.swapped_variants(c, names) if counterfactual else set())
+
     plan = {
-        v: [lv for lv in ISOLATION_LEVELS if any(lv in c.levels for c in claims if v in c.variants)]
+        v: [lv for lv in ISOLATION_LEVELS if any(lv in c.levels for c in claims if v in reads(c))]
         for v in scenario.variants
-        if any(v in c.variants for c in claims)
+        if any(v in reads(c) for c in claims)
     }
     return claims, plan
 
@@ -512,13 +569,14 @@ async def explore_part(
     *,
     run_id: str,
     part: int,
+    counterfactual: bool = False,
 ) -> dict[str, Any]:
     """One part of a scenario's explore (explore_parts): its variants' explore record, at
     the profile's deadlock_timeout, on a database of its own."""
     from lab.pinned import explore, pinned_of
 
     pinned_of(scenario)
-    _, plan = explore_plan(scenario, profile)
+    _, plan = explore_plan(scenario, profile, counterfactual)
     knobs, _ = profile_settings(scenario, profile)
     return await explore(
         scenario, servers, {v: plan[v] for v in variants}, run_id=run_id,
@@ -566,6 +624,7 @@ async def verify_explore(
     write: bool = True,
     on_step: Callable[[str], None] | None = None,
     gate: asyncio.Semaphore | None = None,
+    counterfactual: bool = False,
 ) -> ScenarioVerdicts | None:
     """Run explore for the variants the scenario's explore claims name (at its isolation
     axis and the profile's deadlock_timeout), then judge those claims on the record.
@@ -573,7 +632,7 @@ async def verify_explore(
     Each variant is explored on a database of its own, holding `gate` (lanes shared with
     other scenarios' explores) while it runs; the parts merge into one explore record.
     Its wall time counts from its first part's start: not the wait for a lane."""
-    claims, plan = explore_plan(scenario, profile)
+    claims, plan = explore_plan(scenario, profile, counterfactual)
     if not claims:
         return None
     lanes = gate or asyncio.Semaphore(1)
@@ -582,7 +641,15 @@ async def verify_explore(
     async def part(i: int, variants: Sequence[str]) -> dict[str, Any]:
         async with lanes:
             began.append(time.perf_counter())
-            return await explore_part(scenario, profile, servers, variants, run_id=run_id, part=i)
+            return await explore_part(
+                scenario,
+                profile,
+                servers,
+                variants,
+                run_id=run_id,
+                part=i,
+                counterfactual=counterfactual,
+            )
 
     try:
         async with asyncio.TaskGroup() as group:
@@ -610,6 +677,7 @@ async def verify_explores(
     write: bool = True,
     on_step: Callable[[str], None] | None = None,
     at_once: int = EXPLORES_AT_ONCE,
+    counterfactual: bool = False,
 ) -> list[ScenarioVerdicts]:
     """verify_explore for each scenario, `at_once` variant explores side by side (of any
     scenarios); the results in the scenarios' order (those with no explore claim give none).
@@ -625,7 +693,14 @@ async def verify_explores(
             tasks = [
                 group.create_task(
                     verify_explore(
-                        sc, profile, servers, run_id=run_id, write=write, on_step=on_step, gate=gate
+                        sc,
+                        profile,
+                        servers,
+                        run_id=run_id,
+                        write=write,
+                        on_step=on_step,
+                        gate=gate,
+                        counterfactual=counterfactual,
                     )
                 )
                 for sc in scenarios
@@ -725,7 +800,12 @@ def verify_recorded(
                 knobs=dict(first.get("knobs", {})),
                 params=dict(first.get("params", {})),
                 trials=len(runs),
-                verdicts=evaluate(claims, runs),
+                verdicts=evaluate(
+                    claims,
+                    runs,
+                    tuple(scenario.variants),
+                    setup_of(scenario, first.get("knobs", {}), first.get("params", {})),
+                ),
                 records=runs[0].records,
                 skipped=[{**_bare(c), "trials_asked": c.trials} for c in skipped],
             )
@@ -797,11 +877,20 @@ def load_verdicts(folder: Path) -> list[ScenarioVerdicts] | None:
 
 
 def held_word(v: Mapping[str, Any]) -> str:
-    """The verdict as a word (colour is a bonus: NO_COLOR and pipes keep the word)."""
-    if status_of(v) == "held" and is_gap(v):
+    """The verdict as a word (colour is a bonus: NO_COLOR and pipes keep the word); a
+    claim that held on its counterfactual too says it cannot fail."""
+    word = _status_word(v)
+    if v.get("counterfactual") == "held":
+        word += "\n[red]CANNOT FAIL[/red]"
+    return word
+
+
+def _status_word(v: Mapping[str, Any]) -> str:
+    if status_of(v) in ("held", "not reproduced") and is_gap(v):
         return "[yellow]gap held, NOT REPRODUCED[/yellow]"
     return {
         "held": "[green]held[/green]",
+        "fitted": "[yellow]FITTED[/yellow]",
         "not held": "[red]NOT HELD[/red]",
         "not judged": "[yellow]NOT JUDGED[/yellow]",
         "not exercised": "[dim]not exercised[/dim]",
