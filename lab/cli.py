@@ -463,9 +463,9 @@ def run(
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
     args = dict(locals())
-    if Path(scenario).is_dir() and not _in_catalogue(scenario):  # a folder: each file in turn
-        from lab.loader import scenario_files
+    from lab.loader import is_folder, scenario_files
 
+    if is_folder(scenario) and not _in_catalogue(scenario):  # a folder: each file in turn
         for path in guarded(lambda: scenario_files(scenario)):
             run(**{**args, "scenario": str(path)})
         return

@@ -17,14 +17,29 @@ from lab.errors import LabError
 from lab.scenario import Scenario
 
 
+def is_folder(name: str) -> bool:
+    """Whether `name` is a folder; False for names the system cannot look up at all (too
+    long, a NUL byte): those are bad scenario names, which the caller reports in one line."""
+    try:
+        return Path(name).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def looks_like_path(name: str) -> bool:
     """Whether a scenario argument names a file or folder rather than a catalogue id."""
-    return name.endswith(".py") or "/" in name or name in (".", "..") or Path(name).is_dir()
+    return name.endswith(".py") or "/" in name or name in (".", "..") or is_folder(name)
 
 
 def scenario_files(name: str) -> list[Path]:
     """The scenario files a path names: the file, or the folder's *.py (not _private.py)."""
     path = Path(name)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{name[:60]}...: not a usable path ({exc.__class__.__name__})") from None
     if path.is_dir():
         files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
         if not files:

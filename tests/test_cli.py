@@ -52,6 +52,8 @@ def assert_one_line_error(
             r"unknown scenario 'checkout-deadlok'; did you mean 'checkout-deadlock'",
         ),
         (["run", "nonsense"], r"unknown scenario 'nonsense'"),
+        (["run", "x" * 300], r"unknown scenario 'x{300}'"),
+        (["run", "x" * 300 + ".py"], r"x{60}\.\.\.: not a usable path"),
         (["run", "checkout-deadlock", "-n", "0"], r"-n 0: a run needs at least one actor"),
         (["run", "checkout-deadlock", "-n", "-5"], r"-n -5"),
         (["run", "checkout-deadlock", "--variant", "fastest"], r"no variant 'fastest'"),
