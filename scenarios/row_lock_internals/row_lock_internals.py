@@ -15,11 +15,11 @@ Published:  "Row lock được ghi ngay trong tuple header (trường xmax cùng
             "MultiXact bùng nổ: nhiều transaction cùng FOR SHARE/FOR KEY SHARE một row cha
             nóng (mỗi insert con), tạo nhiều MultiXact." No numbers (PostgreSQL 17.11)
             — locking-concurrency-control.vi.txt, "Row-level lock", "Edge cases"
-See:        claims LC-28, LC-29 in claims.py; row-lock-modes (the modes, LC-34). WAL bytes
-            are pg_current_wal_lsn() after COMMIT minus before BEGIN; the probe of how many
-            rows another session can still lock (SKIP LOCKED, which locks them itself) runs
-            in a second, unmeasured pass. WAL is cluster-wide: on a busy shared server the
-            plain read's 0 bytes can see others' records. The MultiXact counter is mxid_age()
+See:        claims LC-28, LC-29 in claims.py; row-lock-modes (the modes, LC-34). WAL is the
+            statement's own, as EXPLAIN (ANALYZE, WAL) reports it (its records and bytes,
+            not the cluster's LSN, which every backend and autovacuum moves); the probe of
+            how many rows another session can still lock (SKIP LOCKED, which locks them
+            itself) runs in a second, unmeasured pass. The MultiXact counter is mxid_age()
             of the parents' relminmxid read at the start: live, no CHECKPOINT needed.
             Overlap is forced by the server's report: each insert has returned and
             pg_stat_activity shows every inserter idle in transaction before any commits.
@@ -27,6 +27,7 @@ See:        claims LC-28, LC-29 in claims.py; row-lock-modes (the modes, LC-34).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from lab.scenario import Env
@@ -34,9 +35,8 @@ from lab.scenario import Env
 ROWS = 100_000  # the batch the document's "millions of rows" stands for
 HOT_INSERTS = 20  # overlapping child inserts
 MIN_WAL_PER_ROW = 40  # bytes: one heap-lock record per row (56 measured on 17.10)
-MAX_IDLE_WAL = 1024  # bytes a batch without locks may see (background records)
 MXID_AGE = "SELECT mxid_age($1::text::xid)"
-WAL_POSITION = "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"  # in bytes
+EXPLAIN_WAL = "EXPLAIN (ANALYZE, WAL, TIMING OFF, FORMAT JSON) "  # runs it, reports its WAL
 
 
 async def setup(env: Env) -> None:
@@ -68,15 +68,14 @@ async def lock_batch(env: Env, clause: str) -> dict[str, Any]:
     s = await env.connect()
     batch = f"SELECT count(*) FROM (SELECT id FROM items {clause}) b"
     try:
-        before = await s.fetchval(WAL_POSITION)
         await s.execute("BEGIN")
-        rows = await s.fetchval(batch)  # step lock: the batch
+        plan = json.loads(await s.fetchval(EXPLAIN_WAL + batch))[0]["Plan"]  # step lock
+        rows = plan["Plans"][0]["Actual Rows"]  # the subquery's rows, under the count
         locks = await env.db.fetch(  # step look: what pg_locks holds for it (writes nothing)
             "SELECT locktype, mode, relation::regclass::text AS rel FROM pg_locks WHERE pid = $1",
             s.get_server_pid(),
         )
         await s.execute("COMMIT")  # step commit
-        wal = await s.fetchval(WAL_POSITION) - before
         await s.execute("BEGIN")  # again, and another session counts the rows it can lock
         await s.execute(batch)
         free = await env.db.fetchval(
@@ -89,7 +88,8 @@ async def lock_batch(env: Env, clause: str) -> dict[str, Any]:
     return {
         "clause": clause,
         "rows": rows,
-        "wal_bytes": int(wal),
+        "wal_bytes": int(plan["WAL Bytes"]),
+        "wal_records": int(plan["WAL Records"]),
         "free_rows": free,
         "pg_locks": [dict(r) for r in locks],
     }
