@@ -1,9 +1,9 @@
 """lock-timeouts: what the documents claim, how each claim is judged, and the assembly.
 
 The claims are judged on loads of the code in lock_timeouts.py: the `slow-holder` case
-(12 carts, each holding its rows past the global timeout) for the mechanism, the
-document's load (200 carts, published profile, over trials) for what holds on any
-machine, with the 55P03 count shown. The same carts run pinned (`locklab trace
+(12 carts, each holding its rows past the global timeout) for the mechanism; at the
+document's load (200 carts, published profile, over trials) the sentence does not
+reproduce on an idle machine, and the gap is kept as NOT REPRODUCED with the 55P03 counts. The same carts run pinned (`locklab trace
 lock-timeouts`, expected/): s2 queued behind s1, who holds its rows HOLD_MS each.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from lab.claims import Claim, Record, invariants_hold, repeated
+from lab.claims import NOT_REPRODUCED, Claim, Record, invariants_hold, repeated
 from lab.outcome import notation
 from lab.scenario import Defaults, Scenario
 from scenarios.checkout_deadlock import checkout_deadlock as checkout
@@ -35,30 +35,23 @@ def _seen(rec: Record) -> str:
     )
 
 
-def _under(rec: Record, timeout: str) -> bool:
-    return set(rec["counters"]) == {f"lock_timeout={timeout}"}
-
-
 def _fails(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["buggy"]
     out = rec["outcomes"]
-    timed_out = out.get("55P03", 0) * 2 > sum(out.values())
-    return timed_out and not out.get("40P01") and _under(rec, GLOBAL_TIMEOUT), _seen(rec)
+    return out.get("55P03", 0) * 2 > sum(out.values()) and not out.get("40P01"), _seen(rec)
 
 
 def _all_ok(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["fixed"]
-    return set(rec["outcomes"]) == {"ok"} and _under(rec, TX_TIMEOUT), _seen(rec)
+    return set(rec["outcomes"]) == {"ok"}, _seen(rec)
 
 
-def _at_load(records: Mapping[str, Record]) -> tuple[bool, str]:
-    """What holds on any machine; how many carts fail is shown: it takes a stalled holder."""
-    rec = records["buggy"]
-    out = rec["outcomes"]
+def _load_gap(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """The gap at the document's load: fewer than half the sorted carts fail with 55P03
+    (the sentence says they fail; here they do only when a holder stalls past 100 ms)."""
+    out = records["buggy"]["outcomes"]
     failed = out.get("55P03", 0)
-    shown = f"55P03 for {failed} of {sum(out.values())} carts (shown, not judged)"
-    held = set(out) <= {"ok", "55P03"} and _under(rec, GLOBAL_TIMEOUT)
-    return held, f"{_seen(rec)}; {shown}"
+    return failed * 2 <= sum(out.values()), f"{_seen(records['buggy'])}; 55P03 for {failed}"
 
 
 CLAIMS = (
@@ -81,37 +74,23 @@ CLAIMS = (
         cases=(SLOW,),
     ),
     # At 200 carts a run fails carts only when some holder stalls past 100 ms (a busy event
-    # loop or CPU): 0 to 198 of 200 per run, depending on the machine's load. Over trials.
+    # loop or CPU): 0 to 198 of 200 per run, depending on the machine's load. The sentence
+    # is not reproduced at that load; the gap is kept (it turns NOT HELD the day most carts
+    # fail), and no claim on fixed at that load: with buggy failing none it could not fail.
     repeated(
         Claim(
             "LC-27",
-            f"buggy at the document's load (200 sorted carts, 5 ms between updates): under "
-            f"the global {GLOBAL_TIMEOUT} a cart fails only with 55P03, never with 40P01; "
-            "how many fail depends on a holder stalling past it, so the count is shown",
+            f"{NOT_REPRODUCED} at the document's load (200 sorted carts, 5 ms between updates) "
+            f"most checkouts fail under the global {GLOBAL_TIMEOUT}: what is reproduced is the "
+            "gap, at most half fail (they fail only when a holder stalls past it)",
             ("buggy",),
-            _at_load,
+            _load_gap,
             published="đặt 100 ms toàn cục làm checkout lỗi mỗi khi có contention bình thường",
             profiles=("published",),
+            gap=True,
+            counterfactual="a gap is the lab's own finding: NOT REPRODUCED, never counted held",
         ),
         trials=LOAD_TRIALS,
-    ),
-    repeated(
-        Claim(
-            "LC-27",
-            "fixed at the document's load: every checkout succeeds in every trial",
-            ("fixed",),
-            _all_ok,
-            published="await c.query(\"SET LOCAL lock_timeout = '3s'\")",
-            profiles=("published",),
-        ),
-        trials=LOAD_TRIALS,
-    ),
-    Claim(
-        "LC-27",
-        "fixed at the quick load: every checkout succeeds",
-        ("fixed",),
-        _all_ok,
-        profiles=("quick",),
     ),
     *(
         replace(invariants_hold("LC-27", v, f"{v}: stock moved once per commit"), cases=("", SLOW))

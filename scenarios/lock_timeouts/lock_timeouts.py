@@ -33,9 +33,8 @@ See:        claim LC-27 in claims.py; expected/ has the pinned schedule's transc
             trials of one `make verify PROFILE=published` on a busier machine, but 0 of 200
             in all five trials of one on an idle machine; SET LOCAL 3 s had {"ok":200} in
             every run. So the document's "fails whenever there is normal contention" does not
-            reproduce at its own load on an idle machine. The published profile judges over 5
-            trials what holds on any machine (a failure is only ever 55P03, never 40P01; none
-            with 3 s) and shows the 55P03 count. The `slow-holder` case shows the mechanism without
+            reproduce at its own load on an idle machine: the published profile keeps it as a
+            gap over 5 trials (NOT REPRODUCED, never counted held) with the 55P03 counts. The `slow-holder` case shows the mechanism without
             chance: 60 ms of other logic after each update (12 carts) fails nearly every
             queued cart under the global setting and none under SET LOCAL 3 s.
 """
