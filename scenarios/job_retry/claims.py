@@ -13,11 +13,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record
+from lab.claims import Claim, Record, mutation
 from lab.scenario import Defaults, Env, Observer, Scenario
 from scenarios.job_retry import job_retry as code
-from scenarios.job_retry.job_retry import BACKOFF_UNIT_MS, MAX_ATTEMPTS, POISON, STUCK
+from scenarios.job_retry.job_retry import BACKOFF_UNIT_MS, POISON, STUCK
 
+# The document's number, not the code's constant: the check must not follow the code it judges.
+ATTEMPTS = 5  # "const failed = job.attempts >= 5"
 MS = "extract(epoch FROM at - (SELECT min(at) FROM job_log)) * 1000"
 
 
@@ -64,12 +66,12 @@ async def evidence(env: Env) -> None:
 
 def _poison_failed(records: Mapping[str, Record]) -> tuple[bool, str]:
     p = records["fixed"]["evidence"]["poison"]
-    due = [2**a * BACKOFF_UNIT_MS for a in range(1, MAX_ATTEMPTS)]
+    due = [2**a * BACKOFF_UNIT_MS for a in range(1, ATTEMPTS)]
     # Judged from below only (a loaded machine may run an attempt late by any amount): each
     # gap is at least its backoff, and so longer than the backoff before it, which doubles.
     timely = all(g >= d for g, d in zip(p["gaps_ms"], due, strict=False))
     growing = all(g > d for g, d in zip(p["gaps_ms"][1:], due, strict=False))
-    held = p["status"] == "failed" and p["attempts"] == MAX_ATTEMPTS == len(p["at_ms"])
+    held = p["status"] == "failed" and p["attempts"] == ATTEMPTS == len(p["at_ms"])
     return held and timely and growing and len(p["gaps_ms"]) == len(due), (
         f"fixed: poison job {p['status']} after {p['attempts']} attempts; gaps "
         f"{p['gaps_ms']} ms (backoff {due} ms)"
@@ -78,12 +80,12 @@ def _poison_failed(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 def _retried_forever(records: Mapping[str, Record]) -> tuple[bool, str]:
     p = records["buggy"]["evidence"]["poison"]
-    first = sum(p["gaps_ms"][: MAX_ATTEMPTS - 1])  # shown, not judged: an upper time bound
-    held = p["status"] != "failed" and p["attempts"] > 2 * MAX_ATTEMPTS
+    first = sum(p["gaps_ms"][: ATTEMPTS - 1])  # shown, not judged: an upper time bound
+    held = p["status"] != "failed" and p["attempts"] > 2 * ATTEMPTS
     return held, (
         f"buggy: poison job still {p['status']} after {p['attempts']} attempts in the "
-        f"{code.RUN_WINDOW_MS} ms run (the backoff allows {MAX_ATTEMPTS} in "
-        f"{code.SCHEDULE_MS} ms); its first {MAX_ATTEMPTS} came within {first:.1f} ms"
+        f"{code.RUN_WINDOW_MS} ms run (the backoff allows {ATTEMPTS} in "
+        f"{code.SCHEDULE_MS} ms); its first {ATTEMPTS} came within {first:.1f} ms"
     )
 
 
@@ -97,7 +99,22 @@ def _flow(variant: str) -> Claim:
             f"after coming due; {h['during_retries']} of them between the poison job's attempts"
         )
 
-    return Claim("LC-30", f"{variant}: the other jobs keep flowing", (variant,), check)
+    def one_stuck(rec: Record) -> None:  # what a queue that stalls behind the poison job shows
+        rec["evidence"]["healthy"]["done"] -= 1
+
+    # SKIP LOCKED keeps the other jobs flowing in both variants (the retry policy is the
+    # fix, not the flow): the counterfactual is the record with one healthy job not done.
+    return Claim(
+        "LC-30",
+        f"{variant}: the other jobs keep flowing",
+        (variant,),
+        check,
+        counterfactual=mutation(variant, one_stuck),
+    )
+
+
+def _alert_missed(rec: Record) -> None:  # an alert that does not see the stuck job
+    rec["evidence"]["alert"].update(id=None, running_ms=None)
 
 
 def _alert(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -121,7 +138,7 @@ def _alert(records: Mapping[str, Record]) -> tuple[bool, str]:
 CLAIMS = (
     Claim(
         "LC-30",
-        f"fixed: a poison job is failed after exactly {MAX_ATTEMPTS} attempts, each gap at "
+        f"fixed: a poison job is failed after exactly {ATTEMPTS} attempts, each gap at "
         "least 2^attempts × the backoff unit, so longer than the backoff before it",
         ("fixed",),
         _poison_failed,
@@ -130,7 +147,7 @@ CLAIMS = (
     Claim(
         "LC-30",
         "buggy: retried at once and without a cap, it is never failed and is attempted more "
-        f"than {2 * MAX_ATTEMPTS} times (the fixed path stops at {MAX_ATTEMPTS})",
+        f"than {2 * ATTEMPTS} times (the document's path stops at {ATTEMPTS})",
         ("buggy",),
         _retried_forever,
     ),
@@ -143,6 +160,9 @@ CLAIMS = (
         ("fixed",),
         _alert,
         published="Cần alert trên tuổi của job running lâu nhất.",
+        # both variants run the same alert query on the same stuck job: its counterfactual
+        # is the alert that misses it
+        counterfactual=mutation("fixed", _alert_missed),
     ),
 )
 
