@@ -106,6 +106,7 @@ async def fixed(env: Env, conn: object, actor: int) -> str:
     elif await stale(env):
         return "stale"  # the stale copy answers waiters at once
     budget = env.params["max_polls"] * env.params["poll_ms"] / 1000 * env.rng(actor).uniform(1, 2)
+    env.add("waited_for_rebuild")
     try:
         await within(asyncio.shield(flight), budget)
     except TimeoutError:
