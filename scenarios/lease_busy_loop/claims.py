@@ -9,11 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record
+from lab.claims import Claim, Record, mutation
 from lab.scenario import Defaults, Scenario
 from scenarios import lease_gc_pause
-from scenarios._paused_holder import event, fence_claims
+from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.lease_busy_loop import lease_busy_loop as code
+
+
+def _b_after_a(rec: Record) -> None:
+    """B gets the lock only once A has released it: the beliefs, recomputed, never meet."""
+    event(rec, "B", "got lock")["t_ms"] = event(rec, "A", "release")["t_ms"] + 1
+    rec["evidence"]["beliefs"] = beliefs(rec["trace"])
 
 
 def _overlap(variant: str) -> Claim:
@@ -22,10 +28,14 @@ def _overlap(variant: str) -> Claim:
         busy, idle = event(rec, "A", "busy"), event(rec, "A", "idle")
         got_b, b = event(rec, "B", "got lock"), rec["evidence"].get("beliefs", {})
         state = rec["evidence"].get("a_state_after_b_write")
-        held = (bool(busy and idle and got_b) and not event(rec, "A", "stall")
-                and busy["t_ms"] < got_b["t_ms"] < idle["t_ms"]
-                and idle["busy_ms"] > rec["params"]["ttl_ms"]
-                and state == "R" and b.get("both_ms", 0) > 0)  # fmt: skip
+        held = (
+            bool(busy and idle and got_b)
+            and not event(rec, "A", "stall")
+            and busy["t_ms"] < got_b["t_ms"] < idle["t_ms"]
+            and idle["busy_ms"] > rec["params"]["ttl_ms"]
+            and state == "R"
+            and b.get("both_ms", 0) > 0
+        )
         return held, (
             f"{variant}: A's loop busy {idle.get('busy_ms')} ms in json.loads of "
             f"{busy.get('chars', 0) / 1e6:.1f} MB (TTL {rec['params']['ttl_ms']} ms, no "
@@ -34,10 +44,15 @@ def _overlap(variant: str) -> Claim:
         )
 
     return Claim(
-        "DL-25", f"{variant}: the lease expires under a holder busy in its own event loop, "
-        "and a second client takes it while the first still believes", (variant,), check,
+        "DL-25",
+        f"{variant}: the lease expires under a holder busy in its own event loop, "
+        "and a second client takes it while the first still believes",
+        (variant,),
+        check,
         PUBLISHED,
-    )  # fmt: skip
+        # both variants busy A alike: the counterfactual is B taking it after A's release
+        counterfactual=mutation(variant, _b_after_a),
+    )
 
 
 PUBLISHED = "event loop block bởi JSON lớn; lease nào cũng có cửa sổ này"
@@ -45,10 +60,12 @@ CLAIMS = (
     _overlap("buggy"),
     _overlap("fixed"),
     *fence_claims(
-        "DL-25", "busy", "fixed: the storage's fence stops the busy holder's write (0 rows)",
+        "DL-25",
+        "busy",
+        "fixed: the storage's fence stops the busy holder's write (0 rows)",
         "fencing token ở storage để chặn write cũ",
     ),
-)  # fmt: skip
+)
 
 SCENARIO = Scenario(
     id="lease-busy-loop",

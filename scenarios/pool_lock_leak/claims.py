@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record
+from lab.claims import Claim, Record, mutation
 from lab.scenario import Defaults, Scenario
 from scenarios.pool_lock_leak import pool_lock_leak as code
 from scenarios.pool_lock_leak.pool_lock_leak import FAILED, LATER_RUNS, RAN, SKIPPED
@@ -24,9 +24,11 @@ def _leak_of(records: Mapping[str, Record], variant: str) -> dict[str, Any]:
 def _never_again(records: Mapping[str, Record]) -> tuple[bool, str]:
     lk = _leak_of(records, "buggy")
     held = (
-        lk["first"] == FAILED and lk["locks_after_failure"] == [lk["pod1_pid"]]
-        and lk["later"] == [SKIPPED] * LATER_RUNS and lk["after_restart"] == RAN
-    )  # fmt: skip
+        lk["first"] == FAILED
+        and lk["locks_after_failure"] == [lk["pod1_pid"]]
+        and lk["later"] == [SKIPPED] * LATER_RUNS
+        and lk["after_restart"] == RAN
+    )
     return held, (
         f"buggy: pod-1 run {lk['first']}; pg_locks advisory held by pid "
         f"{lk['locks_after_failure']} (pod-1's pooled backend {lk['pod1_pid']}); pod-2's "
@@ -61,6 +63,12 @@ def _asyncpg_hides(records: Mapping[str, Record]) -> tuple[bool, str]:
     )
 
 
+def _asyncpg_without_reset(rec: Record) -> None:
+    """asyncpg's pool as the no-reset pool: the lock that pool leaked stays after release."""
+    ev = rec["evidence"]
+    ev["asyncpg_default"]["locks_after_failure"] = list(ev["leak"]["locks_after_failure"])
+
+
 CLAIMS = (
     Claim(
         "LC-24",
@@ -77,6 +85,8 @@ CLAIMS = (
         "leak needs a pool that does not reset, as node-postgres's and pgx's",
         ("buggy",),
         _asyncpg_hides,
+        # every variant runs the same asyncpg job: the counterfactual is that pool without reset
+        counterfactual=mutation("buggy", _asyncpg_without_reset),
     ),
     _fixed_runs("fixed"),
     _fixed_runs("fixed-xact"),

@@ -20,11 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record
+from lab.claims import Claim, Record, mutation
 from lab.scenario import Defaults, Scenario
 from scenarios import lease_gc_pause
-from scenarios._paused_holder import event, fence_claims
+from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.redlock import redlock as code
+
+
+def _b_after_a(rec: Record) -> None:
+    """B gets the lock only once A has released it: the beliefs, recomputed, never meet."""
+    event(rec, "B", "got lock")["t_ms"] = event(rec, "A", "release")["t_ms"] + 1
+    rec["evidence"]["beliefs"] = beliefs(rec["trace"])
 
 
 def _both_believe(variant: str) -> Claim:
@@ -32,8 +38,13 @@ def _both_believe(variant: str) -> Claim:
         rec = records[variant]
         qa, qb = event(rec, "A", "quorum"), event(rec, "B", "quorum")
         frozen, b = event(rec, "A", "resume"), rec["evidence"].get("beliefs", {})
-        held = (bool(qa and qb) and qa["won"] and qb["won"] and b.get("both_ms", 0) > 0
-                and frozen.get("frozen_ms", 0) > qa["validity_ms"])  # fmt: skip
+        held = (
+            bool(qa and qb)
+            and qa["won"]
+            and qb["won"]
+            and b.get("both_ms", 0) > 0
+            and frozen.get("frozen_ms", 0) > qa["validity_ms"]
+        )
         return held, (
             f"{variant}: A won {qa.get('votes')}/{qa.get('nodes')} nodes, validity "
             f"{qa.get('validity_ms')} ms, frozen {frozen.get('frozen_ms')} ms by SIGSTOP; B won "
@@ -42,10 +53,15 @@ def _both_believe(variant: str) -> Claim:
         )
 
     return Claim(
-        "DL-24", f"{variant}: a holder frozen past its validity and a second client that "
-        "took the quorum both believe they hold the Redlock", (variant,), check,
+        "DL-24",
+        f"{variant}: a holder frozen past its validity and a second client that "
+        "took the quorum both believe they hold the Redlock",
+        (variant,),
+        check,
         PUBLISHED_TIMING,
-    )  # fmt: skip
+        # both variants freeze A alike: the counterfactual is B's quorum after A's release
+        counterfactual=mutation(variant, _b_after_a),
+    )
 
 
 def _release_deleted_none(rec: Record) -> tuple[bool, str]:
@@ -60,12 +76,14 @@ CLAIMS = (
     _both_believe("buggy"),
     _both_believe("fixed"),
     *fence_claims(
-        "DL-24", "resumed",
+        "DL-24",
+        "resumed",
         "fixed: with the storage's fence the resumed holder's write changes 0 rows",
-        PUBLISHED_FENCE, buggy_published="Kleppmann: không có fencing token thì không an toàn",
+        PUBLISHED_FENCE,
+        buggy_published="Kleppmann: không có fencing token thì không an toàn",
         also=_release_deleted_none,
     ),
-)  # fmt: skip
+)
 
 SCENARIO = Scenario(
     id="redlock",
