@@ -47,7 +47,7 @@ def _victim(records: Mapping[str, Record]) -> tuple[bool, str]:
     ev = records["buggy"]["evidence"]
     trials = ev["victims"]
     won = [p["ends"] == ["ok", "40P01"] for p in trials]
-    times = [p["after_ms"][1] for p in trials]
+    times = [t for p in trials if (t := p["after_ms"][1]) is not None]  # None: no victim
     held = bool(trials) and all(won) and ev["superuser"]
     return held, (
         f"buggy: the later waiter (deadlock_timeout {SHORT_DT_MS} ms) was the victim in "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from lab.claims import Claim, Record
+from lab.claims import Claim, Record, mutation
 from lab.scenario import Defaults, Scenario
 from scenarios.row_lock_modes import row_lock_modes as code
 from scenarios.row_lock_modes.row_lock_modes import CONFLICTS
@@ -30,6 +30,13 @@ def _parent(variant: str, blocks: bool) -> Judge:
         return held, f"{variant}: UPDATE parents SET {p['change']} open; child INSERT {seen}"
 
     return check
+
+
+def _one_pair_flipped(rec: Record) -> None:
+    cell = next(c for c in rec["evidence"]["matrix"] if c["held"] != c["asked"])
+    cell["nowait"] = "ok" if cell["nowait"] == "55P03" else "55P03"
+    holder = rec["evidence"]["holder"]
+    cell["blocked_by"] = [] if holder in (cell["blocked_by"] or []) else [holder]
 
 
 def _matrix(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -68,6 +75,9 @@ CLAIMS = (
         "matrix: the 16 pairs of row-lock modes block as documented",
         ("matrix",),
         _matrix,
+        # the matrix is PostgreSQL's, whatever the variant: its counterfactual is a server
+        # whose FOR KEY SHARE conflicted with FOR SHARE (one pair that blocks otherwise)
+        counterfactual=mutation("matrix", _one_pair_flipped),
         published="FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR KEY SHARE; FOR KEY SHARE chỉ "
         "xung đột với FOR UPDATE",
     ),
