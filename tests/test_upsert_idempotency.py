@@ -49,7 +49,7 @@ async def test_fixed_under_a_load_charges_once_and_counts_every_view(run_scenari
     assert g["same_key_twice_in_one_statement"] == (
         "21000: ON CONFLICT DO UPDATE command cannot affect row a second time"
     )
-    assert claims_of(rec)["LC-19"] == [True]
+    assert claims_of(rec)["LC-19"] == [True, True, True]  # no row, id gap, 21000
     assert_all_held(rec["claims"])
 
 

@@ -12,11 +12,12 @@ same schedule, timed, and judges the invariants.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, invariants_hold
+from lab.claims import Claim, Mutation, Record, invariants_hold, mutation
 from lab.errors import LabError
-from lab.pinned import on_canonical
+from lab.pinned import RC, on_canonical
 from lab.scenario import Defaults, Scenario
 from lab.sequencer import scripted
 from scenarios.lock_queue import lock_queue as code
@@ -25,8 +26,10 @@ SCHEDULE = "queue"
 TIMEOUT_TEXT = "canceling statement due to lock timeout"
 READERS = tuple(s for s in code.SESSIONS if code.STEPS[s] == ("read",))
 PUBLISHED_TREE = (
-    "8123 | {}         | idle in transaction | 00:14:02 | SELECT * FROM orders WHERE id=42 FOR UPDATE; "
-    "8200 | {8123}     | active              | 00:03:10 | UPDATE orders SET status='paid' WHERE id=42; "
+    "8123 | {}         | idle in transaction | 00:14:02 | "
+    "SELECT * FROM orders WHERE id=42 FOR UPDATE; "
+    "8200 | {8123}     | active              | 00:03:10 | "
+    "UPDATE orders SET status='paid' WHERE id=42; "
     "8305 | {8123}     | active              | 00:00:41 | ALTER TABLE orders ADD COLUMN note text; "
     "8400 | {8305}     | active              | 00:00:39 | SELECT * FROM orders WHERE id = 77"
 )
@@ -51,18 +54,37 @@ def _tree(run: Run) -> dict[str, dict[str, Any]]:
     return {r["who"]: r for r in run["evidence"].get("tree", [])}
 
 
-def _claim(variant: str, text: str, check: Callable[[Run], tuple[bool, str]], published: str) -> Claim:  # fmt: skip
+def _on_queue(variant: str, change: Callable[[Run], None]) -> Mutation:
+    """A counterfactual: `variant`'s canonical run with `change` made to it (a copy)."""
+
+    def edit(rec: Record) -> None:
+        change(rec["by_isolation"][RC]["canonical"][SCHEDULE])
+
+    return mutation(variant, edit)
+
+
+def _claim(
+    variant: str,
+    text: str,
+    check: Callable[[Run], tuple[bool, str]],
+    published: str,
+    counterfactual: Mutation | None = None,
+) -> Claim:
     """LC-10 judged by `check` on `variant`'s canonical schedule."""
-    return on_canonical("LC-10", variant, SCHEDULE, text, check, published=published)
+    claim = on_canonical("LC-10", variant, SCHEDULE, text, check, published=published)
+    return replace(claim, counterfactual=counterfactual)
 
 
 def _readers_queue(run: Run) -> tuple[bool, str]:
     tree, kill = _tree(run), _kill(run)
     ddl = tree.get("ddl", {}).get("blocked_by", [])
-    held = all(
-        tree.get(r, {}).get("blocked_by") == ["ddl"] and f"{r} read" in run["waited"] and _at(run, r) > kill
+    queued = all(
+        tree.get(r, {}).get("blocked_by") == ["ddl"]
+        and f"{r} read" in run["waited"]
+        and _at(run, r) > kill
         for r in READERS
-    ) and "root" in ddl  # fmt: skip
+    )
+    held = queued and "root" in ddl
     return held, (
         f"{len(READERS)} SELECTs blocked by "
         f"{sorted({','.join(tree.get(r, {}).get('blocked_by', [])) for r in READERS})} (the "
@@ -74,23 +96,40 @@ def _root_found(run: Run) -> tuple[bool, str]:
     tree = _tree(run)
     roots = [r for r in tree.values() if not r["blocked_by"]]
     held = [r["who"] for r in roots] == ["root"] and roots[0]["state"] == "idle in transaction"
-    rows = "; ".join(f"{r['who']} {{{','.join(r['blocked_by'])}}} {r['state']} {r['query']}" for r in tree.values())  # fmt: skip
+    rows = "; ".join(
+        f"{r['who']} {{{','.join(r['blocked_by'])}}} {r['state']} {r['query']}"
+        for r in tree.values()
+    )
     return held, rows
+
+
+def _second_root(run: Run) -> None:
+    """A tree with a second session blocked by nobody: the updater's blocked_by emptied."""
+    for row in run["evidence"].get("tree", []):
+        if row["who"] == "upd":
+            row["blocked_by"] = []
 
 
 def _terminate_frees(run: Run) -> tuple[bool, str]:
     ev, kill = run["evidence"], _kill(run)
     freed = [s for s in code.SESSIONS if s not in ("dba", "root") and _at(run, s) > kill]
     killed = ev.get("terminate") == [{"who": "root", "terminated": True}]
-    held = killed and ev.get("after") == [] and bool(freed) and len(run["outcomes"]) == len(code.SESSIONS)  # fmt: skip
-    return held, f"pg_terminate_backend(root) freed {', '.join(freed)}; the tree after: {ev.get('after')}"  # fmt: skip
+    ended, after = len(run["outcomes"]) == len(code.SESSIONS), ev.get("after")
+    held = killed and after == [] and bool(freed) and ended
+    return held, f"pg_terminate_backend(root) freed {', '.join(freed)}; the tree after: {after}"
+
+
+def _tree_stays(run: Run) -> None:
+    """The dba's second look still finds the sessions the root blocked, each still waiting."""
+    run["evidence"]["after"] = [r for r in run["evidence"].get("tree", []) if r["who"] != "root"]
 
 
 def _ddl_gives_up(run: Run) -> tuple[bool, str]:
     kill, lines = _kill(run), run["transcript"].splitlines()
     answer = lines[_at(run, "ddl")]
     early = all(0 <= _at(run, r) < kill and f"{r} read" not in run["waited"] for r in READERS)
-    held = run["outcomes"]["ddl"] == "55P03" and TIMEOUT_TEXT in answer and run["kept"] and early and not set(READERS) & set(_tree(run))  # fmt: skip
+    timed_out = run["outcomes"]["ddl"] == "55P03" and TIMEOUT_TEXT in answer
+    held = timed_out and run["kept"] and early and not set(READERS) & set(_tree(run))
     got = answer.split("ERROR", 1)[-1].strip()
     return held, (
         f"ALTER {run['outcomes']['ddl']} ({got}), no sooner than lock_timeout (invariants "
@@ -107,11 +146,12 @@ def _dml_beside_dml(variant: str) -> Claim:
             ("dml2", "RowExclusiveLock"),
             ("root", "RowShareLock"),
         }
-        held = want <= granted and not {"dml1 update", "dml2 update"} & set(run["waited"])
+        waited = sorted({"dml1 update", "dml2 update"} & set(run["waited"]))
+        held = want <= granted and not waited
         modes = ", ".join(f"{w} {m}" for w, m in sorted(granted))
-        return held, f"granted on orders at once: {modes}; neither UPDATE waited"
+        return held, f"granted on orders at once: {modes}; waited: {', '.join(waited) or 'neither'}"
 
-    return on_canonical(
+    claim = on_canonical(
         "LC-9",
         variant,
         SCHEDULE,
@@ -120,6 +160,16 @@ def _dml_beside_dml(variant: str) -> Claim:
         check,
         published="DML thường (ROW EXCLUSIVE) không xung đột với nhau",
     )
+    # both variants run the same two UPDATEs: the counterfactual is what a conflict shows
+    return replace(claim, counterfactual=_on_queue(variant, _dml_conflict))
+
+
+def _dml_conflict(run: Run) -> None:
+    """As if ROW EXCLUSIVE conflicted with itself: dml2's lock pending, its UPDATE waited."""
+    for row in run["evidence"].get("locks", []):
+        if row["who"] == "dml2":
+            row["granted"] = False
+    run["waited"] = [*run["waited"], "dml2 update"]
 
 
 VARIANTS = ("buggy", "fixed")
@@ -136,6 +186,8 @@ CLAIMS = (
             f"{v}: the only session with an empty blocked_by is the idle-in-transaction root",
             _root_found,
             "gốc là 8123 với blocked_by rỗng",
+            # both variants have one root: the counterfactual is a tree with a second one
+            _on_queue(v, _second_root),
         )
         for v in VARIANTS
     ),
@@ -145,6 +197,8 @@ CLAIMS = (
             f"{v}: terminating the root frees the whole tree",
             _terminate_frees,
             "SELECT pg_terminate_backend(8123) gỡ cả cây.",
+            # both variants free their tree: the counterfactual is a tree still there after
+            _on_queue(v, _tree_stays),
         )
         for v in VARIANTS
     ),

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 import asyncpg
 
-from lab.claims import Claim, NotJudged, Record, invariants_hold
+from lab.claims import Claim, NotJudged, Record, invariants_hold, mutation
 from lab.errors import LabError
 from lab.pinned import RC, broke_in_some, kept_in_all, on_canonical
 from lab.scenario import Check, Defaults, Env, Scenario
@@ -176,17 +176,54 @@ def _fixed_under_load(records: Mapping[str, Record]) -> tuple[bool, str]:
     )
 
 
-def _gaps(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["fixed"]
-    c, g = rec["counters"], rec["evidence"].get("gotchas", {})
-    held = (
-        c.get("claim_no_row", 0) >= 1 and c.get("id_gap", 0) >= 1 and c.get("twice_21000", 0) == 1
+Gotcha = Callable[[dict[str, Any], dict[str, Any]], tuple[bool, str]]  # counters, evidence
+
+
+def _gotcha(text: str, published: str, read: Gotcha, change: Callable[[Record], None]) -> Claim:
+    """A gotcha of LC-19, judged by `read` on fixed's counters and gotcha evidence of a load.
+    Every variant runs the same probes, so its counterfactual is a mutation: `change`."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str]:
+        rec = records["fixed"]
+        held, seen = read(rec["counters"], rec["evidence"].get("gotchas", {}))
+        return held, f"fixed: {seen}"
+
+    return Claim(
+        "LC-19", text, ("fixed",), check, published, counterfactual=mutation("fixed", change)
     )
-    return held, (
-        f"fixed: DO NOTHING returned no row {c.get('claim_no_row', 0)}×; new row got id "
-        f"{g.get('new_row_id')} with {g.get('rows')} rows; same key twice: "
-        f"{g.get('same_key_twice_in_one_statement')}"
-    )
+
+
+def _no_row(c: dict[str, Any], g: dict[str, Any]) -> tuple[bool, str]:
+    n = c.get("claim_no_row", 0)
+    return n >= 1, f"DO NOTHING returned no row {n}×"
+
+
+def _row_back(rec: Record) -> None:
+    """As DO UPDATE ... RETURNING would count: every claim gets the key's row back."""
+    rec["counters"]["claim_no_row"] = 0
+
+
+def _id_gap(c: dict[str, Any], g: dict[str, Any]) -> tuple[bool, str]:
+    gap = c.get("id_gap", 0)
+    return gap >= 1, f"new row got id {g.get('new_row_id')} with {g.get('rows')} rows (gap {gap})"
+
+
+def _no_gap(rec: Record) -> None:
+    """As an id drawn only for a row inserted would read: the new row's id is the count."""
+    rec["counters"]["id_gap"] = 0
+    gotchas = rec["evidence"]["gotchas"]
+    gotchas["new_row_id"] = gotchas["rows"]
+
+
+def _twice(c: dict[str, Any], g: dict[str, Any]) -> tuple[bool, str]:
+    seen = f"same key twice in one statement: {g.get('same_key_twice_in_one_statement')}"
+    return c.get("twice_21000", 0) == 1, seen
+
+
+def _twice_allowed(rec: Record) -> None:
+    """As a statement allowed to update the same row twice would report: no 21000."""
+    rec["counters"].pop("twice_21000", None)
+    rec["evidence"]["gotchas"]["same_key_twice_in_one_statement"] = "none"
 
 
 PUBLISHED = {
@@ -195,10 +232,6 @@ PUBLISHED = {
     "buggy": 'hai request cùng thấy "chưa có" và cùng insert, một bên dính duplicate key',
     "buggy-merge": "MERGE với insert đồng thời vẫn có thể lỗi unique violation",
 }
-LC19 = (
-    "RETURNING không trả row có sẵn khi DO NOTHING; sequence ... vẫn bị tiêu hao khi conflict;"
-    " ON CONFLICT DO UPDATE command cannot affect row a second time"
-)
 LC21 = (
     "nếu done thì trả lại đúng response cũ, nếu in_progress thì trả 409 ..., nếu "
     "request_hash khác thì trả 422"
@@ -285,13 +318,25 @@ CLAIMS = (
         PUBLISHED["fixed"],
     ),
     invariants_hold("LC-18", "fixed", "fixed: one charge, every view counted (a load)"),
-    Claim(
-        "LC-19",
-        "DO NOTHING returns no row for the existing key; conflicts leave id gaps; a statement "
-        "may not affect the same row twice",
-        ("fixed",),
-        _gaps,
-        LC19,
+    # each gotcha is PostgreSQL's, whatever the variant: its counterfactual is the record
+    # changed where the gotcha shows (one claim each, so that each can be seen to fail)
+    _gotcha(
+        "DO NOTHING returns no row for the existing key",
+        "RETURNING không trả row có sẵn khi DO NOTHING",
+        _no_row,
+        _row_back,  # counterfactual: DO UPDATE ... RETURNING hands the existing row back
+    ),
+    _gotcha(
+        "conflicts consume the sequence: the next new row's id leaves a gap",
+        "sequence ... vẫn bị tiêu hao khi conflict",
+        _id_gap,
+        _no_gap,  # counterfactual: an id drawn only when a row is inserted, no gap
+    ),
+    _gotcha(
+        "one statement may not affect the same row twice (21000)",
+        "ON CONFLICT DO UPDATE command cannot affect row a second time",
+        _twice,
+        _twice_allowed,  # counterfactual: a statement that updated the row twice, no error
     ),
 )
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, at_isolation, invariants_hold
+from lab.claims import Claim, Mutation, Record, at_isolation, invariants_hold, mutation
 from lab.pinned import broke_in_some, canonical, error_in, kept_in_all, on_canonical
 from lab.scenario import Defaults, Scenario
 from lab.steps import ISOLATION_LEVELS
@@ -45,8 +45,24 @@ def reads(run: Mapping[str, Any]) -> dict[str, int]:
     return seen
 
 
-def _ends(variant: str, level: str, text: str, ends: Mapping[str, str], read: Sequence[int],
-          waited: Sequence[str]) -> Claim:  # fmt: skip
+def level_as(variant: str, level: str, other: str) -> Mutation:
+    """A counterfactual: `variant`'s cell at `level` replaced by its own cell at `other`
+    (the same steps, the same schedules, another isolation level)."""
+
+    def swap(rec: Record) -> None:
+        rec["by_isolation"][level] = rec["by_isolation"][other]
+
+    return mutation(variant, swap)
+
+
+def _ends(
+    variant: str,
+    level: str,
+    text: str,
+    ends: Mapping[str, str],
+    read: Sequence[int],
+    waited: Sequence[str],
+) -> Claim:
     """In `variant`'s canonical order at `level`: each session's end, what each check read
     (s1's, s2's), and exactly the `waited` steps shown blocked by the server."""
 
@@ -69,15 +85,21 @@ def _ends(variant: str, level: str, text: str, ends: Mapping[str, str], read: Se
 
 def _both_off(level: str) -> Claim:
     return canonical(
-        "LC-31", "buggy", BOTH,
+        "LC-31",
+        "buggy",
+        BOTH,
         f"buggy at {LEVEL[level]}: both go off call, nobody is on call",
-        outcomes={"s1": "ok", "s2": "ok"}, kept=False, isolation=level, published=PUBLISHED,
-    )  # fmt: skip
+        outcomes={"s1": "ok", "s2": "ok"},
+        kept=False,
+        isolation=level,
+        published=PUBLISHED,
+    )
 
 
 CLAIMS = (
     _both_off(RC),
-    _both_off(RR),
+    # fixed-lock-shift breaks the rule at RR too: the counterfactual is buggy at SERIALIZABLE
+    replace(_both_off(RR), counterfactual=level_as("buggy", RR, SER)),
     *(
         _ends(
             "buggy",
@@ -89,14 +111,18 @@ CLAIMS = (
         )
         for lv in (RC, RR)
     ),
-    _ends(
-        "buggy",
-        SER,
-        "buggy at SERIALIZABLE: both see 2 on call before either writes; the first commits, "
-        "the second gets 40001",
-        {"s1": "ok", "s2": "40001"},
-        (2, 2),
-        (),
+    replace(
+        _ends(
+            "buggy",
+            SER,
+            "buggy at SERIALIZABLE: both see 2 on call before either writes; the first "
+            "commits, the second gets 40001",
+            {"s1": "ok", "s2": "40001"},
+            (2, 2),
+            (),
+        ),
+        # fixed-lock-shift differs at SERIALIZABLE only in waiting: the counterfactual is RC
+        counterfactual=level_as("buggy", SER, RC),
     ),
     _ends(
         "fixed-lock-shift",
@@ -123,14 +149,18 @@ CLAIMS = (
         levels=(RC, RR),
         published=PUBLISHED,
     ),
-    error_in(
-        "LC-31",
-        "buggy",
-        "40001",
-        "buggy at SERIALIZABLE: some interleavings end with 40001 for one doctor",
-        expect=True,
-        levels=(SER,),
-        published=PUBLISHED,
+    replace(
+        error_in(
+            "LC-31",
+            "buggy",
+            "40001",
+            "buggy at SERIALIZABLE: some interleavings end with 40001 for one doctor",
+            expect=True,
+            levels=(SER,),
+            published=PUBLISHED,
+        ),
+        # fixed-lock-shift gets 40001 at SERIALIZABLE too: the counterfactual is buggy at RC
+        counterfactual=level_as("buggy", SER, RC),
     ),
     kept_in_all(
         "LC-31",
