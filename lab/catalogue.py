@@ -12,8 +12,9 @@ stale.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from lab.claims import Claim
 from lab.scenario import Scenario
 
 DOCUMENTS = {
@@ -125,22 +126,49 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _counterfactual(c: Claim) -> str:
+    """How a claim's counterfactual is made (lab/counterfactual.py), in a few words."""
+    cf = c.counterfactual
+    if cf is None:
+        return "variants swapped"
+    if isinstance(cf, str):
+        return f"none: {cf}"
+    if isinstance(cf, Mapping):
+        return "swap " + ", ".join(f"{a}→{b}" for a, b in cf.items())
+    return "mutation"
+
+
 def render_markdown(scenarios: Sequence[Scenario]) -> str:
     """docs/claims.md: coverage per document, every id, then every scenario's claims."""
     by_id = reached(scenarios)
+    claims = [c for sc in scenarios for c in sc.claims]
     lines = [
         "# Claims catalogue",
         "",
         "Generated from the code by `locklab claims --markdown -o docs/claims.md`; a test fails",
-        "when this file is stale. `locklab verify` judges every claim listed under a scenario.",
+        "when this file is stale. It lists claims, not verdicts: a verdict comes from a run",
+        "(`locklab verify` writes `results/<run-id>/verify/verdicts.json`, and",
+        "`locklab verify --recorded <run-id>` judges that run again). Each verdict says its",
+        "setup (the document's settings, or scaled: what differs), whether a knob was fitted",
+        "to the number it checks (FITTED, never counted held), and what its counterfactual",
+        "gave (`verify --counterfactual`): a claim that holds there too cannot fail.",
         "",
         "## Coverage per document",
+        "",
+        "Carried: some claim of some scenario names the id. That is all it says: whether the",
+        "sentence holds is a verdict of a run.",
         "",
     ]
     for doc, title in DOCUMENTS.items():
         ids = document_ids(doc)
         hit = [i for i in ids if i in by_id]
-        lines.append(f"- **{doc}** {title}: re-checked {len(hit)} of {len(ids)}")
+        n = sum(1 for c in claims if c.id in ids)
+        fitted = sum(1 for c in claims if c.id in ids and c.fitted)
+        gaps = sum(1 for c in claims if c.id in ids and c.gap)
+        lines.append(
+            f"- **{doc}** {title}: {len(hit)} of {len(ids)} ids carried, by {n} claims "
+            f"({fitted} fitted, {gaps} not reproduced)"
+        )
     unknown = sorted(set(by_id) - set(CLAIM_IDS), key=id_key)
     if unknown:
         lines.append(f"- ids no document has: {', '.join(unknown)}")
@@ -149,24 +177,30 @@ def render_markdown(scenarios: Sequence[Scenario]) -> str:
             "",
             f"## {doc} claims",
             "",
-            "| id | claim (summary) | scenarios |",
-            "|---|---|---|",
+            "| id | claim (summary) | scenarios | claims | parts no check judges |",
+            "|---|---|---|---|---|",
         ]
         for i in document_ids(doc):
             where = ", ".join(f"`{s}`" for s in by_id.get(i, [])) or "not reached"
-            lines.append(f"| {i} | {_cell(CLAIM_IDS[i])} | {where} |")
+            mine = [c for c in claims if c.id == i]
+            parts = "; ".join(dict.fromkeys(p for c in mine for p in c.unjudged)) or "—"
+            lines.append(
+                f"| {i} | {_cell(CLAIM_IDS[i])} | {where} | {len(mine)} | {_cell(parts)} |"
+            )
     lines += ["", "## Claims by scenario"]
     for sc in scenarios:
         lines += ["", f"### `{sc.id}`", "", _cell(sc.title), ""]
         lines += [
-            "| id | claim | published | variants | profiles | cases |",
-            "|---|---|---|---|---|---|",
+            "| id | claim | published | variants | profiles | cases | counterfactual |",
+            "|---|---|---|---|---|---|---|",
         ]
         for c in sc.claims:
             cases = ", ".join(x or "(default)" for x in c.cases)
             trials = f" ({c.trials} trials)" if c.trials > 1 else ""
+            text = ("FITTED: " if c.fitted else "") + c.text
             lines.append(
-                f"| {c.id} | {_cell(c.text)} | {_cell(c.published) or '—'} | "
-                f"{', '.join(c.variants)} | {', '.join(c.profiles)}{trials} | {cases} |"
+                f"| {c.id} | {_cell(text)} | {_cell(c.published) or '—'} | "
+                f"{', '.join(c.variants)} | {', '.join(c.profiles)}{trials} | {cases} | "
+                f"{_cell(_counterfactual(c))} |"
             )
     return "\n".join(lines) + "\n"

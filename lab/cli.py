@@ -430,7 +430,7 @@ def claims_cmd(
         for doc in DOCUMENTS:
             ids = document_ids(doc)
             hit = sum(1 for i in ids if i in by_id)
-            console.print(f"{doc}: re-checked {hit} of {len(ids)}", markup=False)
+            console.print(f"{doc}: {hit} of {len(ids)} ids carried by a claim", markup=False)
 
     guarded(body)
 

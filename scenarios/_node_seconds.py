@@ -18,6 +18,11 @@ per transaction attempt from a FIFO pool of 10, node-postgres' default size). Th
   per transfer under the locks); at that setting the buggy transfer's counts and attempts
   match the document, its 434769 ms does not (42-76 s at RTT 0-200 ms): not reproduced,
   kept visible.
+
+Each case's RTT was fitted to its fixed wall time, so those three claims are FITTED (not
+counted held); the buggy runs' seconds, shares and attempts at the same setting are the
+out-of-sample checks. Three RTTs for one document's network is itself a finding: no
+single environment explains the three fixed walls (docs/claims.md says which disagree).
 """
 
 from __future__ import annotations
@@ -63,7 +68,11 @@ def _checkout(case: str, n: int, measured: Mapping[str, Sequence[Measured]]) -> 
     fixed_ms, _ = _numbers(at_size(measured["fixed"], n))
     return [
         wall_within("DL-3", "buggy", buggy_ms, TOLERANCE, case, f"{n} carts, cart order"),
-        wall_within("DL-3", "fixed", fixed_ms, TOLERANCE, case, f"{n} carts, sorted"),
+        # the case's RTT was chosen from this very number: FITTED, never counted held
+        replace(
+            wall_within("DL-3", "fixed", fixed_ms, TOLERANCE, case, f"{n} carts, sorted"),
+            fitted=True,
+        ),
         share_near("DL-3", "buggy", "40P01", buggy, SHARE_POINTS, case, f"{n} carts, cart order"),
         _published_only(
             all_ok("DL-3", "fixed", f"{n} carts, sorted: every checkout succeeds"), case
@@ -95,7 +104,11 @@ def transfer_seconds(measured: Mapping[str, Sequence[Measured]]) -> tuple[Claim,
         )
 
     return (
-        wall_within("DL-7", "fixed", fixed_ms, TOLERANCE, TRANSFER, "40 transfers, fixed"),
+        # the case's RTT was chosen from this very number: FITTED, never counted held
+        replace(
+            wall_within("DL-7", "fixed", fixed_ms, TOLERANCE, TRANSFER, "40 transfers, fixed"),
+            fitted=True,
+        ),
         repeated(
             share_near(
                 "DL-7", "buggy", "40P01", buggy_counts, SHARE_POINTS, TRANSFER, "40 transfers"

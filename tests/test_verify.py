@@ -346,12 +346,15 @@ def test_verdicts_round_trip_and_table_without_colour(
 
 
 def test_coverage_names_rechecked_and_unreached_claims() -> None:
-    """Coverage counts re-checked ids per document and folds unreached ids into ranges."""
+    """Coverage counts judged ids per document, those at the document's settings apart,
+    and folds unreached ids into ranges."""
     judged, _ = claims_for(TOY, "quick", trials=1)
     verdicts = evaluate(judged, [trial(1, {"ok": 1, "40P01": 39}, {"ok": 40})])
     res = ScenarioVerdicts("toy-deadlock", "", "quick", {}, {}, 1, verdicts)
     line = coverage([res], [TOY])
-    assert line.startswith("document claims re-checked: DL 1/26, LC 0/35, DP 0/10")
+    assert line.startswith(
+        "document claims judged: DL 1/26 (1 at its settings), LC 0/35 (0 at its settings)"
+    )
     assert "DL-1..2, DL-5..26, DP-1..10, LC-1..35" in line
 
 
