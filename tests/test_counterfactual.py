@@ -1,0 +1,115 @@
+"""Counterfactuals: every claim judged again where it should fail (lab/counterfactual.py)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lab import counterfactual as cf
+from lab.claims import Claim, NotJudged, Record, all_ok, invariants_hold
+from lab.cli import app
+from lab.verify import Trial, evaluate
+
+VARIANTS = ("buggy", "fixed")
+
+
+def rec(outcomes: dict[str, int], *, broken: bool = False) -> Record:
+    return {
+        "outcomes": outcomes,
+        "invariants": [{"name": "once", "held": not broken, "detail": ""}],
+    }
+
+
+BUGGY, FIXED = rec({"ok": 1, "40P01": 9}, broken=True), rec({"ok": 10})
+RECORDS: dict[str, Record] = {"buggy": BUGGY, "fixed": FIXED}
+
+
+def test_a_fixed_claim_fails_on_buggys_records() -> None:
+    """The default counterfactual reads the other variant's record: all-ok fails there."""
+    assert cf.judge(all_ok("DL-3", "fixed", "sorted"), [RECORDS], VARIANTS)[0] == "failed"
+
+
+def test_a_claim_that_holds_on_both_variants_is_reported_held() -> None:
+    """A check that cannot tell buggy from fixed holds on its counterfactual: "held"."""
+    claim = Claim("X-1", "anything", ("fixed",), lambda r: (True, "always"))
+    assert cf.judge(claim, [RECORDS], VARIANTS)[0] == "held"
+
+
+def test_invariants_get_a_mutation_that_breaks_one() -> None:
+    """invariants_hold is meant for every variant: its counterfactual breaks one invariant."""
+    claim = invariants_hold("DL-3", "fixed", "moved once")
+    said, measured = cf.judge(claim, [RECORDS], VARIANTS)
+    assert said == "failed" and "violated once" in measured
+    assert RECORDS["fixed"]["invariants"][0]["held"]  # the mutation copied the record
+
+
+def test_guards_not_judged_and_exceptions_are_none_never_failed() -> None:
+    """A settings guard (None), NotJudged or a crash on the swapped record is `none:`."""
+
+    def guarded(r: Mapping[str, Record]) -> tuple[bool, str] | None:
+        return None if r["fixed"] is BUGGY else (True, "")
+
+    def refuses(r: Mapping[str, Record]) -> tuple[bool, str]:
+        if r["fixed"] is BUGGY:
+            raise NotJudged("the client saturated")
+        return True, ""
+
+    def crashes(r: Mapping[str, Record]) -> tuple[bool, str]:
+        return r["fixed"]["evidence"]["x"], ""
+
+    for check in (guarded, refuses, crashes):
+        said, _ = cf.judge(Claim("X-1", "t", ("fixed",), check), [RECORDS], VARIANTS)
+        assert said.startswith("none: "), (check.__name__, said)
+
+
+def test_a_declared_reason_and_a_missing_record_are_none() -> None:
+    """A claim that says why it has none, or a run without the other variant: `none:`."""
+    claim = Claim("X-1", "t", ("fixed",), lambda r: (True, ""), counterfactual="a gap")
+    assert cf.judge(claim, [RECORDS], VARIANTS) == ("none: a gap", "")
+    plain = all_ok("DL-3", "fixed", "sorted")
+    assert cf.judge(plain, [{"fixed": FIXED}], VARIANTS)[0].startswith("none: no record of buggy")
+
+
+def test_cases_keep_their_case_when_swapped() -> None:
+    """A claim across cases reads the other variant at the same case."""
+    claim = Claim("X-1", "t", ("buggy@slow",), lambda r: (True, ""))
+    assert cf.swap(claim, VARIANTS) == {"buggy@slow": "fixed@slow"}
+
+
+def test_evaluate_records_the_counterfactual_setup_and_fitted() -> None:
+    """Every judged verdict carries counterfactual, setup and fitted; a fit is never held."""
+    fitted = Claim("DL-3", "wall", ("fixed",), all_ok("DL-3", "fixed", "").check, fitted=True)
+    [plain, fit] = evaluate(
+        [all_ok("DL-3", "fixed", "sorted"), fitted], [Trial(1, RECORDS)], VARIANTS, "document"
+    )
+    assert plain["status"] == "held" and plain["counterfactual"] == "failed"
+    assert plain["setup"] == "document" and plain["fitted"] is False
+    assert fit["status"] == "fitted" and not fit["held"]
+
+
+@pytest.mark.slow
+def test_no_claim_of_the_catalogue_holds_on_its_counterfactual(tmp_path: Path) -> None:
+    """Quick verify --counterfactual: every claim fails on its counterfactual or says why
+    it has none; none holds there (a claim that does cannot fail)."""
+    res = CliRunner().invoke(
+        app,
+        ["verify", "--counterfactual", "--json", "--no-record"],
+        env={"LOCKLAB_RESULTS": str(tmp_path)},
+    )
+    doc = json.loads(res.stdout)
+    verdicts = [(s["scenario"], s["case"], v) for s in doc["scenarios"] for v in s["verdicts"]]
+    held = [
+        (sid, case, v["id"], v["text"])
+        for sid, case, v in verdicts
+        if v.get("counterfactual") == "held"
+    ]
+    assert not held, held
+    judged = [v for _, _, v in verdicts if v.get("judged")]
+    assert judged and all(
+        v["counterfactual"] == "failed" or v["counterfactual"].startswith("none: ") for v in judged
+    )
+    assert res.exit_code == 0, doc["summary"]["line"]
