@@ -665,7 +665,7 @@ def _overlaps(beliefs: Sequence[Mapping[str, Any]]) -> list[tuple[float, float]]
 def _badge(v: Mapping[str, Any]) -> str:
     status = status_of(v)
     cls = {"held": "held", "not held": "not", "not judged": "nj"}.get(status, "na")
-    word = "NOT HELD" if status == "not held" else status
+    word = status.upper() if status in ("not held", "fitted", "not reproduced") else status
     return f'<span class="badge {cls}">{esc(word)}</span>'
 
 

@@ -58,6 +58,11 @@ def run_title(rec: dict[str, Any]) -> str:
     return title
 
 
+def _status(c: Mapping[str, Any]) -> str:
+    """A verdict's status; records made before statuses existed have only `held`."""
+    return str(c.get("status") or ("held" if c.get("held") else "not held"))
+
+
 def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
     """Variants side by side with the published numbers, invariants and claim verdicts."""
     if not records:
@@ -82,10 +87,11 @@ def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
             else "-"
         )
         claims = rec.get("claims", [])
-        held = sum(1 for c in claims if c["held"])
+        held = sum(1 for c in claims if _status(c) == "held")
+        failed = sum(1 for c in claims if _status(c) == "not held")
         cl = f"{held}/{len(claims)}" if claims else "-"
-        if claims:
-            cl = f"[green]{cl}[/green]" if held == len(claims) else f"[red]{cl}[/red]"
+        if claims:  # fitted and not reproduced are not held, and not failures either
+            cl = f"[red]{cl}[/red]" if failed else f"[green]{cl}[/green]"
         measured = measured_text(rec)
         p = f"{lat.get('p50', 0):.0f}/{lat.get('p99', 0):.0f}" if lat else "-"
         table.add_row(rec["variant"], measured, p, inv, cl, rec.get("published") or "")
@@ -108,7 +114,12 @@ def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
             if key in seen:
                 continue
             seen.add(key)
-            held = "[green]held[/green]" if c["held"] else "[red]NOT HELD[/red]"
+            held = {
+                "held": "[green]held[/green]",
+                "fitted": "[yellow]FITTED[/yellow]",
+                "not reproduced": "[yellow]NOT REPRODUCED[/yellow]",
+                "not judged": "[yellow]NOT JUDGED[/yellow]",
+            }.get(_status(c), "[red]NOT HELD[/red]")
             text = escape(c["text"])
             if c.get("note"):
                 text += f"\n[dim]{escape(c['note'])}[/dim]"
