@@ -103,10 +103,9 @@ async def fixed(env: Env, conn: object, actor: int) -> str:
     flight = flights.get(pod)  # a flight that ended well answers misses that raced its write
     if flight is None or (flight.done() and (flight.cancelled() or flight.exception())):
         flight = flights[pod] = asyncio.create_task(rebuild_once(env, actor))
-    elif await stale(env):
+    elif await stale(env, at_once=True):
         return "stale"  # the stale copy answers waiters at once
     budget = env.params["max_polls"] * env.params["poll_ms"] / 1000 * env.rng(actor).uniform(1, 2)
-    env.add("waited_for_rebuild")
     try:
         await within(asyncio.shield(flight), budget)
     except TimeoutError:
@@ -138,10 +137,10 @@ async def rebuild_once(env: Env, actor: int) -> bytes:
     raise TimeoutError("another process holds the rebuild lock")
 
 
-async def stale(env: Env) -> bool:  # -p stale=true: is a stale copy there?
+async def stale(env: Env, at_once: bool = False) -> bool:  # -p stale=true: a stale copy?
     if not env.params["stale"] or await get(env, STALE) is None:
         return False
-    env.add("stale_reads")
+    env.add("stale_at_once" if at_once else "stale_after_waiting")
     return True
 
 
