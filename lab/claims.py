@@ -77,6 +77,10 @@ class Claim:
     counterfactual: Counterfactual = None
     # Parts of the sentence no check judges (listed in docs/claims.md).
     unjudged: tuple[str, ...] = ()
+    # A claim about time: when it does not hold and the run's own event loop waited for a
+    # CPU for MACHINE_SHARE of its window (measured, lab.runner.machine_window), the cause
+    # is the machine: NOT JUDGED with that reason, never NOT HELD.
+    timing: bool = False
 
     def needed(self, trials: int) -> int:
         """How many of `trials` trials must hold for the claim to hold."""
@@ -118,12 +122,38 @@ class Claim:
         if verdict is None:
             return None
         held, measured = verdict
+        if not held and self.timing and (cause := machine_cause(records, self.variants)):
+            return {
+                **self.bare(),
+                "held": False,
+                "not_judged": True,
+                "status": "not judged",
+                "measured": f"the machine: {cause}; {measured}",
+            }
         return {
             **self.bare(),
             "held": bool(held) and self.status(bool(held)) == "held",
             "status": self.status(bool(held)),
             "measured": measured,
         }
+
+
+MACHINE_SHARE = 0.25  # of a window the lab's event loop spent runnable, not running
+
+
+def machine_cause(records: Mapping[str, Record], variants: Sequence[str]) -> str:
+    """Why the machine, not the code, may have set a run's times: "" when it did not."""
+    for v in variants:
+        m = (records[v].get("evidence") or {}).get("machine") or {}
+        share = m.get("lab_cpu_wait_share") or 0
+        if share >= MACHINE_SHARE:
+            busy = m.get("cores_busy")
+            cores = f", the cores {busy:.0%} busy" if isinstance(busy, float) else ""
+            return (
+                f"{v}'s event loop waited for a CPU {m['lab_cpu_wait_ms']:.0f} ms, "
+                f"{share:.0%} of its window (>= {MACHINE_SHARE:.0%}){cores}"
+            )
+    return ""
 
 
 def repeated(claim: Claim, trials: int, required: float = 1.0) -> Claim:

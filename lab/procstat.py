@@ -43,3 +43,12 @@ def machine_cpu() -> tuple[float, float]:
     ticks = [int(x) for x in first[1:9]]  # user nice system idle iowait irq softirq steal
     idle = ticks[3] + ticks[4]
     return (sum(ticks) - idle) / TICKS, sum(ticks) / TICKS
+
+
+def run_delay_s(pid: int | str = "self") -> float:
+    """Seconds `pid`'s main thread was runnable but waiting for a CPU (the second field of
+    /proc/<pid>/schedstat, in ns), or 0.0 where the kernel does not say."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0

@@ -502,6 +502,7 @@ async def _run_variant(
         redis_before = await rclient.info("commandstats") if rclient else {}
 
         latencies: dict[str, list[float]] = {}
+        machine0 = machine_window()
         if scenario.kind == "actors":
             actor: Actor = scenario.variants[variant]
             cpu0 = time.process_time()
@@ -525,6 +526,7 @@ async def _run_variant(
                 env.outcome(TIMEOUT)
             wall_ms = (time.perf_counter() - env.t0) * 1000
             outcomes = env.outcomes
+        machine = machine_window(machine0, wall_ms)
         unexpected = set(outcomes) - set(scenario.outcomes) - {TIMEOUT}
         if unexpected:
             raise ScenarioFailure(
@@ -535,6 +537,7 @@ async def _run_variant(
         await stop_observers(observed, env)
         checks = await scenario.invariant(env) if scenario.invariant else []
         evidence: dict[str, Any] = dict(env.extra_evidence)
+        evidence["machine"] = machine
         if uses_pg and admin is not None and servers.pg is not None:
             evidence["pg_stat_deadlocks"] = await _stat_delta(
                 admin, database, stat_before, outcomes.get("40P01", 0)
@@ -620,6 +623,26 @@ async def _run_variant(
             with contextlib.suppress(Exception):
                 await admin.close(timeout=teardown_s(10))
             admin.terminate()
+
+
+def machine_window(start: tuple[float, float, float] | None = None, wall_ms: float = 0.0) -> Any:
+    """What the machine did to a variant's window: called with nothing, a snapshot; with
+    the snapshot and the window's wall time, how long the lab's event loop was runnable
+    but not running (the kernel's run delay, /proc/self/schedstat) and how busy the cores
+    were (/proc/stat). Claims about time read it (lab.claims.machine_cause)."""
+    from lab.procstat import machine_cpu, run_delay_s
+
+    now = (run_delay_s(), *machine_cpu())
+    if start is None:
+        return now
+    waited_s = now[0] - start[0]
+    busy, total = now[1] - start[1], now[2] - start[2]
+    window_s = max(wall_ms / 1000, 1e-6)
+    return {
+        "lab_cpu_wait_ms": round(waited_s * 1000, 1),
+        "lab_cpu_wait_share": round(waited_s / window_s, 3),
+        "cores_busy": round(busy / total, 3) if total > 0 else None,
+    }
 
 
 async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expected: int) -> int:

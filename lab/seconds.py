@@ -52,6 +52,7 @@ def wall_within(
         published=f"{published_ms:.0f} ms",
         profiles=("published",),
         cases=(case,),
+        timing=True,
     )
 
 
@@ -83,6 +84,7 @@ def wall_not_reproduced(
         profiles=("published",),
         cases=(case,),
         gap=True,
+        timing=True,
         counterfactual="a gap is the lab's own finding, not the document's: it is NOT "
         "REPRODUCED whatever it measures, never counted held",
     )

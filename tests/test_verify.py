@@ -579,3 +579,25 @@ def test_the_summary_counts_scenarios_not_their_cases_and_explores() -> None:
     ]
     results.append(ScenarioVerdicts("other", "", "quick", {}, {}, 1, rows))
     assert summarize(results, "quick").line().endswith("profile quick, 2 scenarios")
+
+
+def test_a_timing_claim_slowed_by_the_machine_is_not_judged_with_the_measured_cause() -> None:
+    """A timing claim that does not hold while the run's event loop waited for a CPU for a
+    quarter of its window is NOT JUDGED, naming the wait; below that, or for a claim not
+    about time, it is NOT HELD."""
+
+    def slow(records: Mapping[str, Record]) -> tuple[bool, str]:
+        return False, "took too long"
+
+    def rec(share: float) -> dict[str, Record]:
+        machine = {"lab_cpu_wait_ms": 300.0 * share, "lab_cpu_wait_share": share}
+        return {"buggy": {"evidence": {"machine": machine}}}
+
+    timed = Claim("X-1", "fast", ("buggy",), slow, timing=True)
+    busy = timed.judge(rec(0.4))
+    assert busy is not None and busy["status"] == "not judged"
+    assert "event loop waited for a CPU 120 ms, 40% of its window" in busy["measured"]
+    idle = timed.judge(rec(0.1))
+    assert idle is not None and idle["status"] == "not held"
+    plain = replace(timed, timing=False).judge(rec(0.4))
+    assert plain is not None and plain["status"] == "not held"

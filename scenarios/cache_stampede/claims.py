@@ -313,6 +313,7 @@ CLAIMS = (
         _no_finally,
         published="không finally (queryDB throw → mọi người chờ 10s)",
         cases=("rebuild-fails",),
+        timing=True,
     ),
     Claim(
         "DL-21",

@@ -89,6 +89,7 @@ CLAIMS = (
             profiles=(profile,),
             cases=(short, long),
             across=True,
+            timing=True,
         )
         for profile, short, long in (
             ("quick", QUICK_SHORT, QUICK_LONG),
