@@ -526,7 +526,7 @@ async def _run_variant(
                 env.outcome(TIMEOUT)
             wall_ms = (time.perf_counter() - env.t0) * 1000
             outcomes = env.outcomes
-        machine = machine_window(machine0, wall_ms)
+        machine = machine_window(machine0)
         unexpected = set(outcomes) - set(scenario.outcomes) - {TIMEOUT}
         if unexpected:
             raise ScenarioFailure(
@@ -625,20 +625,21 @@ async def _run_variant(
             admin.terminate()
 
 
-def machine_window(start: tuple[float, float, float] | None = None, wall_ms: float = 0.0) -> Any:
+def machine_window(start: tuple[float, ...] | None = None) -> Any:
     """What the machine did to a variant's window: called with nothing, a snapshot; with
-    the snapshot and the window's wall time, how long the lab's event loop was runnable
-    but not running (the kernel's run delay, /proc/self/schedstat) and how busy the cores
+    the snapshot, over the time since it: how long the lab's event loop was runnable but
+    not running (the kernel's run delay, /proc/self/schedstat) and how busy the cores
     were (/proc/stat). Claims about time read it (lab.claims.machine_cause)."""
     from lab.procstat import machine_cpu, run_delay_s
 
-    now = (run_delay_s(), *machine_cpu())
+    now = (time.perf_counter(), run_delay_s(), *machine_cpu())
     if start is None:
         return now
-    waited_s = now[0] - start[0]
-    busy, total = now[1] - start[1], now[2] - start[2]
-    window_s = max(wall_ms / 1000, 1e-6)
+    window_s = max(now[0] - start[0], 1e-6)
+    waited_s = now[1] - start[1]
+    busy, total = now[2] - start[2], now[3] - start[3]
     return {
+        "window_ms": round(window_s * 1000, 1),
         "lab_cpu_wait_ms": round(waited_s * 1000, 1),
         "lab_cpu_wait_share": round(waited_s / window_s, 3),
         "cores_busy": round(busy / total, 3) if total > 0 else None,

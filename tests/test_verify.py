@@ -596,7 +596,7 @@ def test_a_timing_claim_slowed_by_the_machine_is_not_judged_with_the_measured_ca
     timed = Claim("X-1", "fast", ("buggy",), slow, timing=True)
     busy = timed.judge(rec(0.4))
     assert busy is not None and busy["status"] == "not judged"
-    assert "event loop waited for a CPU 120 ms, 40% of its window" in busy["measured"]
+    assert "event loop waited for a CPU 120 ms, 40% of its window" in busy["measured"], busy
     idle = timed.judge(rec(0.1))
     assert idle is not None and idle["status"] == "not held"
     plain = replace(timed, timing=False).judge(rec(0.4))
