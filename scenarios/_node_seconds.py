@@ -12,17 +12,15 @@ per transaction attempt from a FIFO pool of 10, node-postgres' default size). Th
 - the sorted checkout's 10955 ms for 200 carts is 55 ms per serialized checkout = two
   round trips under the lock + 2 x 5 ms pause: RTT ~22 ms predicted; 18 ms asked (~21
   measured through the proxy on this loaded machine) gave 11.7 s;
-- the 40-cart run's 6.1 s is 152 ms per checkout: RTT ~70 ms, so the two published
-  checkout runs cannot come from one network (each gets its own case);
-- the fixed transfer's 5841 ms needs ~36 ms asked (measured ~40 ms: about 4 round trips
-  per transfer under the locks); at that setting the buggy transfer's counts and attempts
-  match the document, its 434769 ms does not (42-76 s at RTT 0-200 ms): not reproduced,
-  kept visible.
+- the 40-cart run's 6.1 s is 152 ms per checkout: RTT ~70 ms, and the fixed transfer's
+  5841 ms ~36 ms: the three fixed walls ask for three networks.
 
-Each case's RTT was fitted to its fixed wall time, so those three claims are FITTED (not
-counted held); the buggy runs' seconds, shares and attempts at the same setting are the
-out-of-sample checks. Three RTTs for one document's network is itself a finding: no
-single environment explains the three fixed walls (docs/claims.md says which disagree).
+One document ran on one network, so the lab fits one: on the fit set (the 200-cart
+sorted checkout's 10955 ms, FITTED, never counted held) and judges every other published
+timing out of sample there. At RTT 18 ms the buggy 200-cart run's seconds, every 40P01
+share and the buggy transfer's attempts hold; the 40-cart runs' seconds (x0.60 buggy,
+x0.38 fixed) and the fixed transfer's (x0.60) do not, and stay visible as NOT REPRODUCED
+gaps, as the buggy transfer's 434769 ms does (docs/one-environment.md has the table).
 """
 
 from __future__ import annotations
@@ -45,13 +43,33 @@ GAP_BELOW = 0.5  # the buggy transfer stays under half the published seconds (me
 SHARE_TRIALS, SHARE_REQUIRED = 3, 2 / 3
 
 CHECKOUT_200, CHECKOUT_40, TRANSFER = "node-200", "node-40", "node"
+# One document, one network. The fit set, declared before the rest was judged: the
+# 200-cart sorted checkout's 10955 ms alone, which gave RTT 18 ms asked (~22 measured
+# through the proxy). Every other published timing is judged out of sample at that one
+# setting (docs/one-environment.md lists the fits tried and what each gave).
+NETWORK: Mapping[str, Any] = {"connect": POOL, "rtt": "18"}
+FIT_SET = {(CHECKOUT_200, "fixed")}
+# Out of sample at NETWORK, measured 2026-12-02 (docs/one-environment.md): the 40-cart
+# runs' and the fixed transfer's seconds are not reproduced there; their gaps are kept
+# (NOT REPRODUCED, never held) while each stays under this share of the published.
+GAPS_BELOW = {(CHECKOUT_40, "buggy"): 0.8, (CHECKOUT_40, "fixed"): 0.7, (TRANSFER, "fixed"): 0.8}
 CHECKOUT_CASES: Mapping[str, Mapping[str, Any]] = {
-    CHECKOUT_200: {"n": 200, "connect": POOL, "rtt": "18"},
-    CHECKOUT_40: {"n": 40, "connect": POOL, "rtt": "70"},
+    CHECKOUT_200: {"n": 200, **NETWORK},
+    CHECKOUT_40: {"n": 40, **NETWORK},
 }
-TRANSFER_CASES: Mapping[str, Mapping[str, Any]] = {
-    TRANSFER: {"n": 40, "connect": POOL, "rtt": "36"},
-}
+TRANSFER_CASES: Mapping[str, Mapping[str, Any]] = {TRANSFER: {"n": 40, **NETWORK}}
+
+
+def _wall(cid: str, case: str, variant: str, published_ms: float, text: str) -> Claim:
+    """A published wall time at the one network: FITTED when it is the fit set, a kept gap
+    where the one network does not reproduce it, else judged within TOLERANCE."""
+    if (case, variant) in GAPS_BELOW:
+        why = f"{text}: at the one network fitted to the 200-cart run"
+        return wall_not_reproduced(
+            cid, variant, published_ms, GAPS_BELOW[(case, variant)], case, why
+        )
+    claim = wall_within(cid, variant, published_ms, TOLERANCE, case, text)
+    return replace(claim, fitted=(case, variant) in FIT_SET)
 
 
 def _published_only(claim: Claim, case: str) -> Claim:
@@ -67,12 +85,8 @@ def _checkout(case: str, n: int, measured: Mapping[str, Sequence[Measured]]) -> 
     buggy_ms, buggy = _numbers(at_size(measured["buggy"], n))
     fixed_ms, _ = _numbers(at_size(measured["fixed"], n))
     return [
-        wall_within("DL-3", "buggy", buggy_ms, TOLERANCE, case, f"{n} carts, cart order"),
-        # the case's RTT was chosen from this very number: FITTED, never counted held
-        replace(
-            wall_within("DL-3", "fixed", fixed_ms, TOLERANCE, case, f"{n} carts, sorted"),
-            fitted=True,
-        ),
+        _wall("DL-3", case, "buggy", buggy_ms, f"{n} carts, cart order"),
+        _wall("DL-3", case, "fixed", fixed_ms, f"{n} carts, sorted"),
         share_near("DL-3", "buggy", "40P01", buggy, SHARE_POINTS, case, f"{n} carts, cart order"),
         _published_only(
             all_ok("DL-3", "fixed", f"{n} carts, sorted: every checkout succeeds"), case
@@ -104,11 +118,7 @@ def transfer_seconds(measured: Mapping[str, Sequence[Measured]]) -> tuple[Claim,
         )
 
     return (
-        # the case's RTT was chosen from this very number: FITTED, never counted held
-        replace(
-            wall_within("DL-7", "fixed", fixed_ms, TOLERANCE, TRANSFER, "40 transfers, fixed"),
-            fitted=True,
-        ),
+        _wall("DL-7", TRANSFER, "fixed", fixed_ms, "40 transfers, fixed"),
         repeated(
             share_near(
                 "DL-7", "buggy", "40P01", buggy_counts, SHARE_POINTS, TRANSFER, "40 transfers"
