@@ -10,7 +10,9 @@ reaper helper): it dies with its parent (PR_SET_PDEATHSIG, checked against the P
 was given) and is stopped by PID in the caller's `finally`.
 
 Run as `python -m lab.netdelay <upstream_port> <one_way_ms> <parent_pid>`: it prints the
-port it listens on, then serves until killed.
+port it listens on, then serves until killed. `Proxy.cut()` partitions it (SIGUSR1): from
+then on nothing read on either side is passed on, though both connections stay open, as
+when a network drops packets; the child says "cut" once it holds.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass
+from typing import IO
 
 from lab.errors import LabError
 
@@ -73,9 +76,24 @@ class Proxy:
     port: int
     upstream_port: int
     rtt_ms: float
+    said: IO[bytes] | None = None  # the child's stdout: its acknowledgements
+
+    def cut(self) -> None:
+        """Partition the link: what either side sends from now on is dropped. Returns once
+        the child holds the cut (it acknowledges on its stdout)."""
+        if self.said is None:
+            raise LabError("delay proxy: no acknowledgement channel")
+        os.kill(self.pid, signal.SIGUSR1)
+        with selectors.DefaultSelector() as sel:
+            sel.register(self.said, selectors.EVENT_READ)
+            ready = sel.select(READY_TIMEOUT_S)
+        if not ready or self.said.readline().strip() != b"cut":
+            raise LabError("the delay proxy did not acknowledge the partition")
 
     def stop(self) -> None:
         stop_proxy(self.pid)
+        if self.said is not None:
+            self.said.close()
 
 
 def spawn(upstream_port: int, rtt_ms: float) -> Proxy:
@@ -99,8 +117,7 @@ def spawn(upstream_port: int, rtt_ms: float) -> Proxy:
         line = proc.stdout.readline().decode().strip() if ready else ""
         if not line.isdigit():
             raise LabError(f"the --rtt delay proxy did not start (said {line!r})")
-        proc.stdout.close()
-        return Proxy(proc.pid, int(line), upstream_port, rtt_ms)
+        return Proxy(proc.pid, int(line), upstream_port, rtt_ms, proc.stdout)
     except BaseException:
         stop_proxy(proc.pid)
         raise
@@ -128,15 +145,20 @@ def _die_with(parent: int) -> None:
         os.nice(-5)
 
 
+CUT = asyncio.Event()  # set by SIGUSR1: the link is partitioned, nothing more passes
+
+
 async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay_s: float) -> None:
-    """Copy reader -> writer, each chunk written `delay_s` after it was read, in order."""
+    """Copy reader -> writer, each chunk written `delay_s` after it was read, in order;
+    once CUT, what is read is dropped (an EOF still passes: a dead peer closes)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
 
     async def read() -> None:
         try:
             while chunk := await reader.read(CHUNK):
-                queue.put_nowait((loop.time() + delay_s, chunk))
+                if not CUT.is_set():
+                    queue.put_nowait((loop.time() + delay_s, chunk))
         finally:  # EOF or a reset: the writer ends too, after what was already read
             queue.put_nowait((loop.time() + delay_s, b""))
 
@@ -180,6 +202,12 @@ async def _serve(upstream_port: int, delay_s: float) -> None:
             for w in (c_writer, u_writer):
                 w.close()
 
+    def cut() -> None:
+        CUT.set()
+        sys.stdout.write("cut\n")
+        sys.stdout.flush()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, cut)
     server = await asyncio.start_server(handle, HOST, 0, backlog=1024)
     port = server.sockets[0].getsockname()[1]
     sys.stdout.write(f"{port}\n")
