@@ -200,6 +200,36 @@ def _pgbouncers(servers: Servers) -> None:
     )
 
 
+def extra_pgbouncer(
+    servers: Servers, pool_mode: str, upstream_port: int
+) -> tuple[str, Callable[[], None]]:
+    """One more PgBouncer like the lab's own, in `pool_mode`, whose `[databases]` line points
+    at 127.0.0.1:`upstream_port` instead of PostgreSQL (a delay proxy in front of it:
+    lab/links.py), in a lab folder of its own. (its DSN, a function that stops it by PID
+    and removes the folder). Only in front of the lab's embedded PostgreSQL."""
+    pg = servers.pg
+    if pg is None or pg.info.kind != "embedded":
+        raise LabError("a PgBouncer of the lab's own needs the lab's embedded PostgreSQL")
+    password = urllib.parse.urlsplit(pg.dsn).password or ""
+    base = make_base_dir()
+    bouncer: EmbeddedPgBouncer | None = None
+
+    def stop() -> None:
+        try:
+            if bouncer is not None:
+                bouncer.stop()
+        finally:
+            remove_base_dir(base)
+
+    try:
+        bouncer = EmbeddedPgBouncer.create(base, pool_mode, upstream_port, password)
+        bouncer.start()
+    except BaseException:
+        stop()
+        raise
+    return bouncer.dsn(), stop
+
+
 # --- servers kept running between commands -------------------------------------------
 #
 # The state file lives in the user's private folder (lifecycle.private_dir: 0700, owned
