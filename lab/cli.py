@@ -22,7 +22,7 @@ from rich.console import Console
 
 from lab import report, timeline
 from lab.errors import LabError, ScenarioFailure
-from lab.netdelay import parse_rtt
+from lab.netdelay import SERVERS, parse_rtt
 from lab.results import results_root
 from lab.runner import RunPlan, run_plan
 from lab.scenario import Scenario
@@ -221,10 +221,12 @@ def make_knobs(
         raise LabError("timeouts must be positive numbers of seconds")
     parse_arrival(knobs.arrival)
     parse_connect(knobs.connect)
-    if parse_rtt(knobs.rtt) and (scenario.kind != "actors" or "pg" not in scenario.uses):
-        raise LabError(f"--rtt: applies to actors' PostgreSQL connections; {scenario.id} has none")
-    if parse_rtt(knobs.rtt).get("pg") and knobs.connect.startswith("pgbouncer-"):
-        raise LabError(f"--rtt with --connect {knobs.connect}: not supported")
+    for server in parse_rtt(knobs.rtt):  # the actors' connections only: scripts have none
+        if scenario.kind != "actors" or server not in scenario.uses:
+            raise LabError(
+                f"--rtt {knobs.rtt!r}: applies to actors' {SERVERS[server]} connections; "
+                f"{scenario.id} has none"
+            )
     return knobs
 
 
@@ -336,8 +338,9 @@ Rtt = Annotated[
     str | None,
     typer.Option(
         "--rtt",
-        help="Network round-trip ms the actors' PostgreSQL connections pay (a delay proxy, "
-        "half each way; measured and recorded). <ms> or pg:<ms>; Redis is not delayed.",
+        help="Network round-trip ms the actors' connections pay (a delay proxy per server, "
+        "half each way; measured and recorded). <ms> or pg:<ms> (PostgreSQL; through "
+        "PgBouncer, its hop to PostgreSQL), redis:<ms>, or both: pg:20,redis:5.",
     ),
 ]
 DeadlockTimeout = Annotated[

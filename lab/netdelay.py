@@ -1,9 +1,11 @@
 """A TCP delay proxy in its own process: adds half a round-trip time in each direction.
 
-The documents ran Node against a PostgreSQL reached over a network; the lab runs on
-loopback (~0.05 ms). `--rtt <ms>` puts this proxy between the actors and the server:
-every chunk read on one side is written to the other `rtt/2` ms after it arrived, in
-order, so a request/response round trip costs `rtt` more. Loopback only.
+The documents ran Node against a PostgreSQL and a Redis reached over a network; the lab
+runs on loopback (~0.05 ms). `--rtt pg:<ms>,redis:<ms>` puts one such proxy in front of
+each server asked (lab.workload: the actors' PostgreSQL connections; lab.links: Redis and
+PgBouncer's hop to PostgreSQL): every chunk read on one side is written to the other
+`rtt/2` ms after it arrived, in order, so a request/response round trip costs `rtt`
+more. Loopback only.
 
 The child is started by `spawn()` (one small function, so it can move to the servers'
 reaper helper): it dies with its parent (PR_SET_PDEATHSIG, checked against the PID it
@@ -23,6 +25,7 @@ import ctypes
 import math
 import os
 import re
+import resource
 import selectors
 import signal
 import socket
@@ -37,32 +40,42 @@ HOST = "127.0.0.1"
 PR_SET_PDEATHSIG = 1
 READY_TIMEOUT_S = 10.0
 CHUNK = 65536
-SERVERS = ("pg",)  # Redis is not proxied yet: its actors share one client pool
+SERVERS = {"pg": "PostgreSQL", "redis": "Redis"}  # what --rtt can delay; a bare number: pg
 
 
 def parse_rtt(spec: str) -> dict[str, float]:
-    """`<ms>` | `pg:<ms>` -> server -> RTT in ms (PostgreSQL only, for now).
+    """`<ms>` | `pg:<ms>` | `redis:<ms>` | `pg:<ms>,redis:<ms>` -> server -> RTT in ms.
 
-    "" means no proxy at all. Negative, non-numeric, nan and inf are refused."""
+    A bare number is PostgreSQL's. "" means no proxy at all. Negative, non-numeric, nan
+    and inf are refused, as are a server the lab cannot delay and one named twice."""
     if spec == "":
         return {}
     num = r"\d+(?:\.\d+)?"
-    bad = LabError(f"--rtt {spec!r}: expected milliseconds >= 0 (e.g. 20) or pg:<ms>")
     if re.fullmatch(num, spec.strip()):
-        value = float(spec)
-        if not math.isfinite(value):
-            raise bad
-        return dict.fromkeys(SERVERS, value)
+        return {"pg": _finite(spec, spec)}
     out: dict[str, float] = {}
     for part in spec.split(","):
         name, sep, raw = part.strip().partition(":")
-        if not sep or name not in SERVERS or name in out or not re.fullmatch(num, raw.strip()):
-            raise bad
-        value = float(raw)
-        if not math.isfinite(value):
-            raise bad
-        out[name] = value
+        if not sep:
+            raise LabError(
+                f"--rtt {spec!r}: expected milliseconds >= 0 (20: PostgreSQL's) or "
+                "<server>:<ms> for pg and redis (pg:20,redis:5)"
+            )
+        if name not in SERVERS:
+            raise LabError(f"--rtt {spec!r}: {name!r} is not a server the lab delays (pg, redis)")
+        if name in out:
+            raise LabError(f"--rtt {spec!r}: {name} is given twice")
+        if not re.fullmatch(num, raw.strip()):
+            raise LabError(f"--rtt {spec!r}: {name}: expected milliseconds >= 0")
+        out[name] = _finite(spec, raw)
     return out
+
+
+def _finite(spec: str, raw: str) -> float:
+    value = float(raw)
+    if not math.isfinite(value):
+        raise LabError(f"--rtt {spec!r}: expected milliseconds >= 0")
+    return value
 
 
 # --- the parent's side --------------------------------------------------------------------
@@ -219,6 +232,9 @@ async def _serve(upstream_port: int, delay_s: float) -> None:
 def main(argv: list[str]) -> None:
     upstream_port, one_way_ms, parent = int(argv[0]), float(argv[1]), int(argv[2])
     _die_with(parent)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # two sockets per connection
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the lab decides when this ends
     asyncio.run(_serve(upstream_port, one_way_ms / 1000))
 

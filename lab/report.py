@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from lab.netdelay import parse_rtt
 from lab.outcome import notation
 from lab.servers import ServerInfo
 
@@ -52,9 +53,15 @@ def run_title(rec: dict[str, Any]) -> str:
         f"connect={knobs['connect']} deadlock_timeout={knobs['deadlock_timeout_ms']}ms "
         f"seed={knobs['seed']}"
     )
-    if knobs.get("rtt"):  # the RTT asked, and the one the proxy really produced
-        measured = (rec.get("evidence", {}).get("network") or {}).get("actors_rtt_ms", {})
-        title += f" rtt={knobs['rtt']}ms (measured {measured.get('median', '?')} ms)"
+    if knobs.get("rtt"):  # the RTT asked, and the one each proxy really produced
+        net = rec.get("evidence", {}).get("network") or {}
+        per = {"pg": net, "redis": net.get("redis") or {}}  # pg's fields are network's own
+        seen = [
+            (s, per[s].get("actors_rtt_ms", {}).get("median", "?"))
+            for s in parse_rtt(str(knobs["rtt"]))
+        ]
+        measured = str(seen[0][1]) if len(seen) == 1 else ", ".join(f"{s} {m}" for s, m in seen)
+        title += f" rtt={knobs['rtt']}ms (measured {measured} ms)"
     return title
 
 

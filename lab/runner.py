@@ -27,6 +27,7 @@ from lab.evidence import (
     pg_deadlocks,
     summarize_deadlocks,
 )
+from lab.links import Links, open_links
 from lab.outcome import TIMEOUT, notation, ordered
 from lab.profiles import claims_for_run
 from lab.records import Record
@@ -356,15 +357,17 @@ async def open_redis(url: str, mode: str, actors: int) -> tuple[Any, Any]:
         raise
 
 
-async def redis_client(servers: Servers, size: int) -> Any:
-    """A client whose pool waits for a free connection instead of raising past 100."""
+async def redis_client(servers: Servers, size: int, url: str = "") -> Any:
+    """A client whose pool waits for a free connection instead of raising past 100; on
+    `url` when given (the actors' Redis through the --rtt proxy), else the server's."""
     assert servers.redis is not None
-    client = _pooled(servers.redis.url, size)
+    client = _pooled(url or servers.redis.url, size)
     try:
         info = await within(client.info("server"), 10)
     except Exception as exc:
         await client.aclose()
-        raise LabError(f"cannot reach Redis at {servers.redis.info.address}: {exc}") from None
+        via = " through the --rtt delay proxy" if url and url != servers.redis.url else ""
+        raise LabError(f"cannot reach Redis at {servers.redis.info.address}{via}: {exc}") from None
     # Valkey also reports redis_version (7.2.4, for compatibility); its own is valkey_version.
     version = info.get("valkey_version") or info.get("redis_version", servers.redis.info.version)
     servers.redis.info.version = str(version)
@@ -417,7 +420,10 @@ async def _run_variant(
     database = database_name(plan.run_id, scenario.id, variant)
     admin: asyncpg.Connection | None = None
     pool: asyncpg.Pool | None = None
-    rclient: Any = None
+    rclient: Any = None  # env.redis: the actors' and setup's (through the --rtt proxy)
+    own_redis: Any = None  # the lab's own: INFO, commandstats, cleanup; never delayed
+    links = Links()
+    network: dict[str, Any] = {}
     dsn = ""
     created = False
     prefix = f"locklab:{plan.run_id}:{variant}:"
@@ -463,18 +469,21 @@ async def _run_variant(
                 dsn, database=database, min_size=1, max_size=ADMIN_CONNECTIONS - 1
             )
         procs = resolve_procs(scenario, knobs)
+        links = open_links(servers, scenario, knobs)  # --rtt's proxies for Redis, PgBouncer
         if uses_redis:
             # One Redis connection per actor (or the --connect pool size), plus observers;
             # pipelined, or with the actors in worker processes, the observers' only.
             actors_here = 0 if procs > 1 else connections_needed(knobs.connect, knobs.n)
             rclient = await redis_client(
-                servers, (actors_here if knobs.redis_client == "pooled" else 0) + REDIS_OBSERVERS
+                servers,
+                (actors_here if knobs.redis_client == "pooled" else 0) + REDIS_OBSERVERS,
+                links.redis_url,
             )
+            own_redis = await redis_client(servers, REDIS_OBSERVERS) if links.redis_ms else rclient
             if knobs.redis_client == "pipelined" and procs == 1:
                 from lab.autopipe import AutoPipeline
 
-                assert servers.redis is not None
-                commands = await AutoPipeline.connect(servers.redis.url, PIPELINED_CONNECTIONS)
+                commands = await AutoPipeline.connect(links.redis_url, PIPELINED_CONNECTIONS)
         env = Env(
             scenario=scenario.id,
             variant=variant,
@@ -487,7 +496,8 @@ async def _run_variant(
             seed=knobs.seed,
             n=knobs.n,
             redis_url=servers.redis.url if (uses_redis and servers.redis) else "",
-            pgbouncer={m: with_database(d, database) for m, d in servers.pgbouncer.items()},
+            actors_redis_url=links.redis_url if uses_redis else "",
+            pgbouncer={m: with_database(d, database) for m, d in links.pgbouncer.items()},
         )
         env.commands = commands
         if scenario.schema is not None:  # a fresh database: the DDL, then the rows
@@ -496,10 +506,11 @@ async def _run_variant(
             await scenario.setup(env)
         if scenario.worker_setup is not None and procs == 1:
             await scenario.worker_setup(env)
+        network = await links.measure(env, own_redis, knobs)  # before the clock
         observed = await start_observers(scenario.observers, env)
         log_offset = servers.pg.log_size() if (uses_pg and servers.pg) else 0
         stat_before = await pg_deadlocks(admin, database) if admin else 0
-        redis_before = await rclient.info("commandstats") if rclient else {}
+        redis_before = await own_redis.info("commandstats") if own_redis else {}
 
         latencies: dict[str, list[float]] = {}
         machine0 = machine_window()
@@ -537,6 +548,8 @@ async def _run_variant(
         await stop_observers(observed, env)
         checks = await scenario.invariant(env) if scenario.invariant else []
         evidence: dict[str, Any] = dict(env.extra_evidence)
+        if network:  # Redis's and PgBouncer's links, beside what the actors' PostgreSQL paid
+            evidence["network"] = {**evidence.get("network", {}), **network}
         evidence["machine"] = machine
         if uses_pg and admin is not None and servers.pg is not None:
             evidence["pg_stat_deadlocks"] = await _stat_delta(
@@ -548,9 +561,9 @@ async def _run_variant(
             )
             if log is not None and (waits := parse_lock_waits(log, database)):
                 evidence["lock_waits"] = waits  # sessions that SET log_lock_waits = on
-        if rclient is not None:
+        if own_redis is not None:
             evidence["redis_commandstats"] = commandstats_delta(
-                redis_before, await rclient.info("commandstats")
+                redis_before, await own_redis.info("commandstats")
             )
         record: Record = {  # typed: mypy checks every key claims will read
             "schema": SCHEMA_VERSION,
@@ -604,12 +617,17 @@ async def _run_variant(
         # Once a server is named at fault, Redis is not waited on (a stopped one never
         # answers; wait_for cannot bound redis-py, which may swallow the cancellation).
         if rclient is not None and not fault_named():
+            lab_redis = own_redis or rclient
             with contextlib.suppress(Exception):
-                keys = [k async for k in rclient.scan_iter(match=f"{prefix}*", count=1000)]
+                keys = [k async for k in lab_redis.scan_iter(match=f"{prefix}*", count=1000)]
                 if keys:
-                    await rclient.delete(*keys)
+                    await lab_redis.delete(*keys)
             with contextlib.suppress(Exception):
                 await rclient.aclose()
+            if own_redis is not None and own_redis is not rclient:
+                with contextlib.suppress(Exception):
+                    await own_redis.aclose()
+        links.close()  # the --rtt proxies and PgBouncer, by PID
         if admin is not None:
             if created:
                 with contextlib.suppress(Exception):

@@ -223,6 +223,7 @@ class Env:
         n: int,
         redis_url: str = "",
         pgbouncer: Mapping[str, str] | None = None,
+        actors_redis_url: str = "",
     ) -> None:
         self.scenario = scenario
         self.variant = variant
@@ -232,6 +233,9 @@ class Env:
         self._redis = redis
         self.prefix = prefix
         self.redis_url = redis_url  # for worker processes; holds secrets, never recorded
+        # where the actors' clients connect: the --rtt proxy's port, else redis_url; a
+        # sampler or a benchmark on redis_url goes direct
+        self.actors_redis_url = actors_redis_url or redis_url
         self.pgbouncer = dict(pgbouncer or {})  # pool mode -> DSN of the run's database
         self.params = dict(params)
         self.seed = seed

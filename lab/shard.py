@@ -168,6 +168,7 @@ async def run_sharded(
         "database": env.database,
         "prefix": env.prefix,
         "redis_url": env.redis_url,
+        "actors_redis_url": env.actors_redis_url,
         "pgbouncer": env.pgbouncer,
     }
     module = scenario.variants[variant].__module__
@@ -291,7 +292,9 @@ async def _worker(cfg: dict[str, Any], out: Any) -> None:
     rclient: Any = None
     commands: Any = None
     if "redis" in scenario.uses:
-        rclient, commands = await open_redis(e["redis_url"], knobs.redis_client, len(indices))
+        rclient, commands = await open_redis(
+            e["actors_redis_url"], knobs.redis_client, len(indices)
+        )
     env = Env(
         scenario=scenario.id,
         variant=cfg["variant"],
@@ -305,6 +308,7 @@ async def _worker(cfg: dict[str, Any], out: Any) -> None:
         n=knobs.n,
         redis_url=e["redis_url"],
         pgbouncer=e["pgbouncer"],
+        actors_redis_url=e["actors_redis_url"],
     )
     env.commands = commands
     loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]

@@ -28,7 +28,8 @@ from lab.scenario import Actor, Env
 from lab.txpool import FifoPool, TxPoolConnection
 
 CONNECT_CONCURRENCY = 20
-RTT_PROBES = 20  # SELECT 1 round trips timed on an actor connection before the clock
+RTT_PROBES = 20  # round trips timed before the clock (SELECT 1; PING for Redis: lab.links)
+LOOPBACK = ("127.0.0.1", "localhost")  # where the delay proxy can reach a server
 T = TypeVar("T")
 
 
@@ -148,13 +149,15 @@ async def run_actors(
     their offsets in the whole run's arrival, and starts its clock at the instant
     (time.monotonic()) `released` returns once every worker is ready.
 
-    With `--rtt`, the actors' connections go through a delay proxy process started here
-    and stopped here (also on Ctrl-C); setup, invariants and evidence bypass it."""
+    With `--rtt pg:<ms>`, the actors' connections go through a delay proxy process started
+    here and stopped here (also on Ctrl-C); setup, invariants and evidence bypass it.
+    Through PgBouncer the delay is on PgBouncer's hop to PostgreSQL instead: the runner
+    hands `env.pgbouncer` a PgBouncer of the variant's own (lab/links.py)."""
     rtt = parse_rtt(knobs.rtt)
     proxy: Proxy | None = None
     try:
         actor_dsn = env.dsn
-        if uses_pg and rtt.get("pg") and env.dsn:
+        if uses_pg and rtt.get("pg") and env.dsn and knobs.connect not in PGBOUNCER_MODES:
             proxy = start_proxy(env.dsn, rtt["pg"])
             actor_dsn = via_port(env.dsn, proxy.port)
         return await _run_actors(
@@ -163,7 +166,6 @@ async def run_actors(
             knobs,
             uses_pg=uses_pg,
             dsn=actor_dsn,
-            proxy=proxy,
             indices=indices,
             released=released,
         )
@@ -172,14 +174,19 @@ async def run_actors(
             proxy.stop()
 
 
-def start_proxy(dsn: str, rtt_ms: float) -> Proxy:
-    """The one place the lab spawns its delay proxy (the servers' reaper may take it over)."""
-    port = urllib.parse.urlsplit(dsn).port or 5432
-    return netdelay.spawn(port, rtt_ms)
+def start_proxy(url: str, rtt_ms: float, default_port: int = 5432) -> Proxy:
+    """The one place the lab spawns its delay proxy (the servers' reaper may take it over),
+    in front of the server of `url` (a DSN or a Redis URL), which must be on loopback."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in LOOPBACK:
+        where = parts.netloc.rpartition("@")[2] or parts.scheme
+        raise LabError(f"--rtt: the delay proxy reaches loopback servers only, not {where}")
+    return netdelay.spawn(parts.port or default_port, rtt_ms)
 
 
 def via_port(dsn: str, port: int) -> str:
-    """The same DSN on 127.0.0.1:`port` (the proxy's), user, password and database kept."""
+    """The same DSN (or Redis URL) on 127.0.0.1:`port` (the proxy's), user, password and
+    database kept."""
     parts = urllib.parse.urlsplit(dsn)
     userinfo, at, _ = parts.netloc.rpartition("@")
     return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{port}"))
@@ -187,10 +194,17 @@ def via_port(dsn: str, port: int) -> str:
 
 async def measure_rtt(conn: asyncpg.Connection, rounds: int = RTT_PROBES) -> dict[str, float]:
     """Median, min and max ms of `rounds` sequential `SELECT 1` round trips on `conn`."""
+    return await round_trips(lambda: conn.fetchval("SELECT 1"), rounds)
+
+
+async def round_trips(
+    trip: Callable[[], Awaitable[Any]], rounds: int = RTT_PROBES
+) -> dict[str, float]:
+    """Median, min and max ms of `rounds` sequential awaits of `trip()` (one round trip)."""
     times = []
     for _ in range(rounds):
         began = time.perf_counter()
-        await conn.fetchval("SELECT 1")
+        await trip()
         times.append((time.perf_counter() - began) * 1000)
     return {
         "median": round(statistics.median(times), 2),
@@ -200,15 +214,16 @@ async def measure_rtt(conn: asyncpg.Connection, rounds: int = RTT_PROBES) -> dic
 
 
 async def _network_evidence(
-    env: Env, knobs: Knobs, probe: asyncpg.Connection, proxy: Proxy | None
+    env: Env, knobs: Knobs, probe: asyncpg.Connection, asked: float
 ) -> dict[str, Any]:
     """What the actors' connections paid per round trip, measured before the clock."""
     through = await measure_rtt(probe)
     async with env.db.acquire() as direct:
         bypass = await measure_rtt(direct)  # type: ignore[arg-type]
+    where = " between PgBouncer and PostgreSQL" if knobs.connect in PGBOUNCER_MODES else ""
     return {
-        "rtt_ms_asked": proxy.rtt_ms if proxy else 0.0,
-        "proxy": "lab.netdelay process, half the RTT each way" if proxy else "none",
+        "rtt_ms_asked": asked,
+        "proxy": f"lab.netdelay process{where}, half the RTT each way" if asked else "none",
         "probe": f"{RTT_PROBES} x SELECT 1 before the clock started",
         "actors_rtt_ms": through,
         "bypass_rtt_ms": bypass,
@@ -224,15 +239,11 @@ async def _run_actors(
     *,
     uses_pg: bool,
     dsn: str,
-    proxy: Proxy | None,
     indices: Sequence[int] | None = None,
     released: Callable[[], Awaitable[float]] | None = None,
 ) -> ActorsResult:
     kind, size = parse_connect(knobs.connect)
-    if proxy is not None and kind in PGBOUNCER_MODES:
-        raise LabError(
-            f"--rtt with --connect {knobs.connect}: not supported (rtt goes to PostgreSQL)"
-        )
+    asked = parse_rtt(knobs.rtt).get("pg", 0.0) if uses_pg else 0.0
     offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
     mine = list(range(knobs.n)) if indices is None else list(indices)
     conns: dict[int, asyncpg.Connection] = {}
@@ -251,7 +262,7 @@ async def _run_actors(
             fifo = FifoPool(opened, reconnect)
         elif uses_pg:
             pool = await asyncpg.create_pool(dsn, min_size=size, max_size=size)
-        if uses_pg and (proxy is not None or kind == "tx-pool"):
+        if uses_pg and (asked or kind == "tx-pool"):
             if fifo is not None:
                 probe = fifo.conns[0]
             elif pool is not None:
@@ -259,7 +270,7 @@ async def _run_actors(
             else:
                 probe = next(iter(conns.values()))
             try:
-                env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, proxy)
+                env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, asked)
             finally:
                 if pool is not None:
                     await pool.release(probe)  # type: ignore[arg-type]

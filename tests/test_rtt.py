@@ -1,4 +1,5 @@
-"""--rtt (a delay proxy process) and --connect tx-pool (a FIFO pool per transaction attempt)."""
+"""--rtt (a delay proxy process per server: PostgreSQL, Redis, PgBouncer's hop) and
+--connect tx-pool (a FIFO pool per transaction attempt)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+import redis.asyncio as aioredis
 
 from lab import netdelay
 from lab.aio import within
@@ -21,7 +23,15 @@ from lab.seconds import share_near, wall_not_reproduced, wall_within
 from lab.servers import Servers
 from lab.servers.embedded import pid_alive
 from lab.txpool import FifoPool, TxPoolConnection
-from lab.workload import connections_needed, measure_rtt, parse_connect, via_port
+from lab.workload import (
+    connections_needed,
+    measure_rtt,
+    parse_connect,
+    round_trips,
+    start_proxy,
+    via_port,
+)
+from scenarios.cache_stampede import SCENARIO as STAMPEDE
 from scenarios.checkout_deadlock import SCENARIO as CHECKOUT
 from scenarios.money_transfer import SCENARIO as TRANSFER
 from tests.conftest import RunFn
@@ -37,6 +47,8 @@ from tests.test_cli import (
 RTT_MS = 40.0
 ROUND_TRIPS = 10
 SLACK = 0.8  # the chain may not come in under 80 % of what the proxy says it adds
+BAND = 1.5  # nor a median over 150 % of it (the proxy's own 1-3 ms, a loaded machine)
+REDIS_PORT = 6379
 
 
 def pg_port(servers: Servers) -> int:
@@ -118,10 +130,17 @@ def test_the_proxy_dies_with_its_parent(tmp_path: Path) -> None:
     assert_gone([proxy_pid])
 
 
-def test_ctrl_c_leaves_no_proxy(tmp_path: Path) -> None:
-    """SIGINT mid-run with --rtt: exit 130, and the proxy process (found by PID) is gone."""
-    args = ["run", "money-transfer", "-v", "buggy", "-n", "4", "--rtt", "5"]
-    with interruptible(tmp_path, *args, "-p", "fraud_ms=60000") as (proc, errfile):
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["money-transfer", "-v", "buggy", "-n", "4", "--rtt", "5", "-p", "fraud_ms=60000"],
+        ["cache-stampede", "-v", "buggy", "-n", "4", "--rtt", "redis:5", "-p", "rebuild_ms=60000"],
+    ],
+)
+def test_ctrl_c_leaves_no_proxy(args: list[str], tmp_path: Path) -> None:
+    """SIGINT mid-run with --rtt (PostgreSQL's proxy, Redis's): exit 130, and the proxy
+    process (found by PID) is gone."""
+    with interruptible(tmp_path, "run", *args) as (proc, errfile):
         proxies = _wait_for_children(proc, "lab.netdelay", errfile)
     assert_gone(proxies)
     assert not list(tmp_path.rglob("*.json"))
@@ -133,17 +152,22 @@ def test_ctrl_c_leaves_no_proxy(tmp_path: Path) -> None:
         (["--rtt", "-1"], r"--rtt '-1': expected milliseconds >= 0"),
         (["--rtt", "abc"], r"--rtt 'abc'"),
         (["--rtt", "nan"], r"--rtt 'nan'"),
-        (["--rtt", "pg:1,pg:2"], r"--rtt 'pg:1,pg:2'"),
+        (["--rtt", "pg:1,pg:2"], r"--rtt 'pg:1,pg:2': pg is given twice"),
+        (["--rtt", "redis:-1"], r"--rtt 'redis:-1': redis: expected milliseconds >= 0"),
+        (["--rtt", "redis:x"], r"--rtt 'redis:x': redis: expected milliseconds >= 0"),
+        (["--rtt", "mysql:5"], r"--rtt 'mysql:5': 'mysql' is not a server the lab delays"),
+        (["--rtt", "pg:5,redis:1,redis:2"], r"redis is given twice"),
         (["--connect", "tx-pool:0"], r"--connect 'tx-pool:0'"),
         (["--connect", "tx-pool:-3"], r"--connect 'tx-pool:-3'"),
-        (["--rtt", "5", "--connect", "pgbouncer-transaction"], r"not supported"),
-        (["--rtt", "redis:5"], r"--rtt 'redis:5'"),
+        (["--rtt", "redis:5"], r"actors' Redis connections; checkout-deadlock has none"),
         (["--rtt", "5", "--scenario", "cache-stampede"], r"cache-stampede has none"),
+        (["--rtt", "redis:5", "--scenario", "lease-gc-pause"], r"lease-gc-pause has none"),
         (["--rtt", "5", "--scenario", "lock-queue"], r"lock-queue has none"),
     ],
 )
 def test_bad_rtt_and_pool_values(args: list[str], pattern: str, tmp_path: Path) -> None:
-    """Bad --rtt / tx-pool values: one line, exit 2, before any server starts."""
+    """Bad --rtt / tx-pool values, and --rtt for a server the scenario's actors do not use:
+    one line, exit 2, before any server starts."""
     scenario = "checkout-deadlock"
     if "--scenario" in args:
         scenario = args.pop(args.index("--scenario") + 1)
@@ -154,15 +178,20 @@ def test_bad_rtt_and_pool_values(args: list[str], pattern: str, tmp_path: Path) 
 
 
 def test_parse_rtt_and_tx_pool() -> None:
-    """`--rtt 20` and `pg:20` delay PostgreSQL (Redis is not proxied); tx-pool needs a size."""
+    """`--rtt 20` and `pg:20` delay PostgreSQL, `redis:5` Redis, `pg:20,redis:5` both; a
+    bad number, an unknown server or one named twice is refused; tx-pool needs a size."""
     assert netdelay.parse_rtt("") == {}
     assert netdelay.parse_rtt("20") == {"pg": 20.0}
     assert netdelay.parse_rtt("pg:2.5") == {"pg": 2.5}
+    assert netdelay.parse_rtt("redis:20") == {"redis": 20.0}
+    assert netdelay.parse_rtt("pg:20,redis:5") == {"pg": 20.0, "redis": 5.0}
+    assert netdelay.parse_rtt(" redis:5 , pg:0 ") == {"redis": 5.0, "pg": 0.0}
     assert parse_connect("tx-pool:10") == ("tx-pool", 10)
     assert connections_needed("tx-pool:10", 200) == 10
-    for bad in ("-0.5", "1e3", "pg", "mysql:3", "redis:2"):
-        with pytest.raises(LabError):
-            netdelay.parse_rtt(bad)
+    bad = ("-0.5", "1e3", "inf", "pg", "pg:", "pg:5,", "mysql:3", "redis:-1", "redis:x")
+    for spec in (*bad, "redis:nan", "redis:1e3", "redis:" + "9" * 400, "redis:1,redis:2"):
+        with pytest.raises(LabError, match=r"^--rtt "):
+            netdelay.parse_rtt(spec)
 
 
 async def _until_waiting(pool: FifoPool, k: int) -> None:
@@ -292,6 +321,68 @@ async def test_rtt_moves_the_fixed_transfer_as_latency_predicts(run_scenario: Ru
     assert rec["outcomes"] == {"ok": n}
     assert rec["evidence"]["network"]["actors_rtt_ms"]["median"] >= rtt * SLACK
     assert rec["wall_ms"] >= SLACK * n * 3 * rtt, rec["wall_ms"]
+
+
+async def test_the_redis_proxy_adds_the_round_trip_time_to_ping(servers: Servers) -> None:
+    """PING through a Redis proxy at R ms: a median round trip of 0.8 R to 1.5 R; direct, a
+    median well under it; the proxy is gone once stopped."""
+    assert servers.redis is not None
+    proxy = start_proxy(servers.redis.url, RTT_MS, REDIS_PORT)
+    direct = aioredis.Redis.from_url(servers.redis.url)
+    delayed = aioredis.Redis.from_url(via_port(servers.redis.url, proxy.port))
+    try:
+        through = await round_trips(delayed.ping, ROUND_TRIPS)
+        bypass = await round_trips(direct.ping, ROUND_TRIPS)
+    finally:
+        await direct.aclose()
+        await delayed.aclose()
+        proxy.stop()
+    assert RTT_MS * SLACK <= through["median"] <= RTT_MS * BAND, through
+    assert bypass["median"] * 3 < through["median"], (bypass, through)
+    assert not pid_alive(proxy.pid)
+
+
+@pytest.mark.parametrize(("client", "procs"), [("pooled", 1), ("pipelined", 2)])
+async def test_rtt_redis_is_measured_and_slows_each_poll(
+    client: str, procs: int, run_scenario: RunFn
+) -> None:
+    """cache-stampede buggy under --rtt redis:R (redis-py's pool in the lab's process, or
+    the pipelined client in 2 worker processes): evidence.network.redis has R asked and the
+    PINGs measured, through the proxy >= 0.8 R, the lab's own client well under it; each
+    waiter's poll cycle (GET, SET NX, the poll sleep) takes >= poll_ms + 2 x 0.8 R."""
+    n, rtt, poll_ms = 10, 30.0, 50.0
+    params = {"rebuild_ms": 300.0, "poll_ms": poll_ms}
+    knobs = {"n": n, "rtt": f"redis:{rtt:g}", "redis_client": client, "procs": procs}
+    rec = (await run_scenario(STAMPEDE, ["buggy"], params, **knobs))["buggy"]
+    net = rec["evidence"]["network"]
+    assert set(net) == {"redis"}, net  # no PostgreSQL here, no PgBouncer
+    assert net["redis"]["rtt_ms_asked"] == rtt
+    assert net["redis"]["actors_rtt_ms"]["median"] >= rtt * SLACK, net
+    assert net["redis"]["bypass_rtt_ms"]["median"] * 3 < net["redis"]["actors_rtt_ms"]["median"]
+    assert rec["load"]["procs"] == procs
+    window = rec["evidence"]["wait_window"]
+    assert window["poll_cycle_ms"] >= poll_ms + 2 * rtt * SLACK, window
+    assert rec["evidence"]["redis_commandstats"]["get"] >= rec["counters"]["redis_get"]
+
+
+async def test_rtt_pg_through_pgbouncer_delays_its_hop(
+    servers: Servers, run_scenario: RunFn
+) -> None:
+    """--rtt pg:R --connect pgbouncer-transaction: a PgBouncer of the variant's own pays R on
+    its hop to PostgreSQL (SELECT 1 through it >= 0.8 R, through the lab's own PgBouncer
+    well under it), and the actors' own probe pays it too."""
+    if servers.pgbouncer_info is None or servers.pgbouncer_info.kind != "embedded":
+        pytest.skip("no PgBouncer of the lab's own in front of an embedded PostgreSQL")
+    rtt = 30.0
+    knobs = {"n": 4, "rtt": f"pg:{rtt:g}", "connect": "pgbouncer-transaction"}
+    rec = (await run_scenario(CHECKOUT, ["fixed"], **knobs))["fixed"]
+    net = rec["evidence"]["network"]
+    hop = net["pgbouncer"]
+    assert hop["rtt_ms_asked"] == rtt
+    assert hop["actors_rtt_ms"]["median"] >= rtt * SLACK, hop
+    assert hop["bypass_rtt_ms"]["median"] * 3 < hop["actors_rtt_ms"]["median"], hop
+    assert net["actors_rtt_ms"]["median"] >= rtt * SLACK, net
+    assert rec["outcomes"] == {"ok": 4}
 
 
 def test_no_proxy_survives_in_this_process() -> None:
