@@ -29,7 +29,10 @@ As in PostgreSQL's isolation tester:
   blocks again, and prints the completions after the step's line, in session order.
 
 Transcripts are normalised (pids become session names, xids and OIDs letters) so the
-same schedule prints the same text on every run.
+same schedule prints the same text on every run. The times are kept beside the text, not
+in it: a ``StepClock`` stamps each grant, each step the server showed blocked, each step's
+end and each session's end, in monotonic ms from the schedule's start (what
+``locklab trace --svg`` draws, lab/trace_svg.py).
 """
 
 from __future__ import annotations
@@ -37,8 +40,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import time
 from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -125,6 +129,69 @@ class _State:
     epoch: int = 0  # bumped on every change the session makes (asks, ends a step, ends)
 
 
+@dataclass
+class StepTime:
+    """One granted step on the schedule's clock (ms since the schedule started)."""
+
+    session: str
+    step: str
+    shown: str  # the SQL or command, as the transcript prints it
+    granted_ms: float
+    waiting_ms: float | None = None  # its line said <waiting ...> (the server showed it blocked)
+    ended_ms: float | None = None  # None: the run ended before the step did
+    result: str = ""  # "UPDATE 1", "ERROR 40P01 deadlock detected"
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class StepClock:
+    """The measured times of one pinned run: monotonic ms from `start()` (the schedule's
+    start), stamped by the runner at each grant, block, step end and session end."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self.steps: list[StepTime] = []
+        self.ends: dict[str, float] = {}  # session -> when its code ended
+        self.end_ms: float | None = None  # when the runner was done with the schedule
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+
+    def now(self) -> float:
+        return round((time.monotonic() - self._t0) * 1000, 3)
+
+    def granted(self, session: str, step: str, shown: str) -> None:
+        self.steps.append(StepTime(session, step, shown, self.now()))
+
+    def _open(self, session: str, step: str) -> StepTime | None:
+        return next(
+            (t for t in reversed(self.steps) if t.session == session and t.step == step), None
+        )
+
+    def waiting(self, session: str, step: str) -> None:
+        t = self._open(session, step)
+        if t is not None and t.waiting_ms is None:
+            t.waiting_ms = self.now() if t.ended_ms is None else t.granted_ms
+
+    def ended(self, session: str, step: str, result: str, shown: str = "") -> None:
+        t = self._open(session, step)
+        if t is not None and t.ended_ms is None:
+            t.ended_ms, t.result = self.now(), result.removeprefix("-> ")
+            t.shown = shown or t.shown
+
+    def session_ended(self, session: str) -> None:
+        self.ends.setdefault(session, self.now())
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "unit": "ms",
+            "steps": [t.to_json() for t in self.steps],
+            "ends": dict(self.ends),
+            "end_ms": self.end_ms if self.end_ms is not None else self.now(),
+        }
+
+
 Code = Callable[[Session], Awaitable[str]]
 
 
@@ -165,6 +232,7 @@ class Sequencer:
         self._aborting = False
         self._own = False  # the granted step is marked (*): it ends by itself
         self.waited: list[str] = []  # "s2 write": steps the server showed blocked
+        self.clock = StepClock()  # the measured times (see the module doc)
 
     # --- the Gate side: called from the sessions' step points ----------------------------
 
@@ -195,6 +263,7 @@ class Sequencer:
         st.running, st.waits, st.blocked = None, None, False
         if self._aborting:
             return
+        self.clock.ended(st.session.name, step, result)
         st.taken.append(step)
         if st.said_waiting:
             line = Line(f"{st.session.name} {step}", "", f"<... completed> {result.lstrip('-> ')}")
@@ -248,6 +317,7 @@ class Sequencer:
             st.outcome, st.error = (key, None) if key else (type(exc).__name__, exc)
         finally:
             st.ended, st.pending, st.running, st.blocked = True, None, None, False
+            self.clock.session_ended(st.session.name)
             self._notify(st)
 
     async def run(self, schedule: Sequence[str]) -> dict[str, str]:
@@ -264,6 +334,7 @@ class Sequencer:
                     f"{self.label}: schedule step {who} {step!r}: sessions are "
                     f"{', '.join(self.states)}"
                 )
+        self.clock.start()
         tasks = [asyncio.create_task(self._main(st)) for st in self.states.values()]
         try:
             for k, (who, step) in enumerate(items):
@@ -309,6 +380,7 @@ class Sequencer:
                 await self._resolve()  # every live session is blocked
             await asyncio.gather(*tasks)
         finally:
+            self.clock.end_ms = self.clock.now()
             if not all(t.done() for t in tasks):
                 await self._abort(tasks)
             for t in tasks:
@@ -352,6 +424,7 @@ class Sequencer:
         st.running, st.pending = st.pending, None
         st.result, st.more, st.said_waiting = None, [], False
         self._granted = (st, st.running or "", st.shown)
+        self.clock.granted(st.session.name, st.running or "", st.shown)
         st.grant.set()
 
     def _epochs(self) -> int:
@@ -469,6 +542,7 @@ class Sequencer:
             st, step, shown = granted
             who = f"{st.session.name} {step}"
             if self._own and st.result is not None:  # (*): it ended before it was seen blocked
+                self.clock.waiting(st.session.name, step)
                 self.transcript.add(who, shown, "<waiting ...>")
                 done = f"<... completed> {st.result.removeprefix('-> ')}"
                 self.transcript.add(who, "", done, st.more)
@@ -477,6 +551,7 @@ class Sequencer:
                 self.transcript.add(who, shown, st.result, st.more)
                 st.result = None
             elif st.running == step:
+                self.clock.waiting(st.session.name, step)
                 self.transcript.add(who, shown, "<waiting ...>")
                 self.waited.append(who)
                 st.said_waiting = True

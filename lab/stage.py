@@ -41,7 +41,7 @@ import asyncpg
 from lab.aio import until, within
 from lab.errors import ScenarioFailure
 from lab.outcome import classify
-from lab.sequencer import InvalidPermutation, Line, ScheduleError, Transcript
+from lab.sequencer import InvalidPermutation, Line, ScheduleError, StepClock, Transcript
 from lab.steps import Pinned, Session, parse_step
 from lab.workers import Child, Event, Worker
 
@@ -154,6 +154,7 @@ class Stage:
         self.env, self.label, self.finish, self.timeout = env, label, finish, timeout
         self.transcript = Transcript(header)
         self.waited: list[str] = []  # steps granted to a frozen actor
+        self.clock = StepClock()  # the measured times, faults as steps (lab/sequencer.py)
         self.actors: dict[str, _Actor] = {}
         self._code: dict[str, tuple[Session, Callable[[Session], Awaitable[str]]]] = {}
         for i, (name, (conn, code)) in enumerate(sessions.items()):
@@ -192,6 +193,7 @@ class Stage:
         a.running = None
         if self._aborting:
             return
+        self.clock.ended(a.name, step, result)
         if a.said_waiting:
             done = f"<... completed> {result.removeprefix('-> ')}"
             self._done.append((a.index, Line(f"{a.name} {step}", "", done)))
@@ -211,11 +213,13 @@ class Stage:
             self._end_step(a, str(f["step"]), str(f["result"]))
         elif ev.name == "returned":
             a.ended, a.outcome = True, str(f["result"])
+            self.clock.session_ended(a.name)
         elif ev.name in ("error", "garbled"):
             a.ended, a.outcome = True, "error"
             a.error = f"{a.name} failed: {f.get('error') or f.get('line')}"
         elif ev.name == "exit" and not a.ended:
             a.ended, a.outcome = True, "died"
+            self.clock.session_ended(a.name)
             if a.worker is not None and not a.worker.killed:
                 a.error = f"{a.name} died: {a.worker.status()}"
 
@@ -229,6 +233,7 @@ class Stage:
     async def _fault(self, a: _Actor, step: str, fault: Fault) -> None:
         w, who = a.worker, f"{a.name} {step}"
         assert w is not None
+        self.clock.granted(a.name, step, "")
         if fault.kind == "pause":
             if a.frozen:
                 raise ScheduleError(f"{self.label}: {who}: {a.name} is paused already")
@@ -241,17 +246,21 @@ class Stage:
                 )
             shown = "SIGSTOP" + (f", then until {fault.shown}" if fault.shown else "")
             self.transcript.add(who, shown, "-> stopped")
+            self.clock.ended(a.name, step, "stopped", shown)
         elif fault.kind == "wake":
             if not a.frozen:
                 raise ScheduleError(f"{self.label}: {who}: {a.name} is not paused")
             w.resume()
             a.frozen = False
             self.transcript.add(who, "SIGCONT", "-> running")
+            self.clock.ended(a.name, step, "running", "SIGCONT")
         else:
             await w.kill()
             a.frozen, a.running, a.pending = False, None, None
             a.ended, a.outcome = True, "killed"
             self.transcript.add(who, "SIGKILL", "-> killed")
+            self.clock.ended(a.name, step, "killed", "SIGKILL")
+            self.clock.session_ended(a.name)
 
     # --- running ---------------------------------------------------------------------------
 
@@ -269,6 +278,7 @@ class Stage:
             a.error = "" if key else f"{a.name} raised {type(exc).__name__}: {exc}"
         finally:
             a.ended, a.pending, a.running = True, None, None
+            self.clock.session_ended(a.name)
 
     async def run(self, schedule: Sequence[str]) -> dict[str, str]:
         """Run `schedule`; each actor's outcome word. Raises InvalidPermutation (explore
@@ -284,6 +294,7 @@ class Stage:
             for a in self.actors.values():
                 if a.proc is not None:
                     await self._spawn(a, a.proc)
+            self.clock.start()  # the processes are up: the schedule starts here
             for name, (s, code) in self._code.items():
                 self._tasks.append(asyncio.create_task(self._main(self.actors[name], s, code)))
             for k, (who, step) in enumerate(items):
@@ -294,6 +305,7 @@ class Stage:
             await self._settle()
             await self._to_the_end()
         finally:
+            self.clock.end_ms = self.clock.now()
             await self.close()
         failed = [a.error for a in self.actors.values() if a.error]
         if failed:
@@ -362,6 +374,7 @@ class Stage:
         step = a.pending or ""
         a.running, a.pending, a.result, a.said_waiting = step, None, None, False
         self._granted = (a, step, a.shown)
+        self.clock.granted(a.name, step, a.shown)
         if a.worker is not None:
             a.worker.grant(step)
         else:
@@ -375,6 +388,7 @@ class Stage:
                 self.transcript.add(f"{a.name} {step}", shown, a.result)
                 a.result = None
             elif a.running == step:
+                self.clock.waiting(a.name, step)
                 self.transcript.add(f"{a.name} {step}", shown, "<waiting ...>")
                 self.waited.append(f"{a.name} {step}")
                 a.said_waiting = True
