@@ -165,7 +165,7 @@ def needs_17(claim: Claim) -> Claim:
 # --- claims on load records (what holds in any order) ----------------------------------
 
 
-LOAD_TRIALS = 8  # buggy's two bursting requests collided in most runs, not in all
+LOAD_TRIALS = 3  # whether buggy's racing requests collide is chance (20 of 20 runs did)
 
 
 def _fixed_under_load(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -313,7 +313,7 @@ CLAIMS = (
     needs_17(
         broke_in_some("LC-20", "buggy-merge", "buggy-merge loses a page view in some interleavings")
     ),
-    # whether two bursting buggy requests collide is chance: over LOAD_TRIALS runs, so its
+    # whether buggy's racing requests collide is chance: over LOAD_TRIALS runs, so its
     # counterfactual (buggy's runs) holds only if none of them collided
     repeated(
         Claim(
@@ -360,6 +360,8 @@ SCENARIO = Scenario(
     published=PUBLISHED,
     schema=code.schema,  # no rows: every run starts from empty tables
     invariant=invariant,
-    defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
+    # 20 submits of one key at once: buggy gave 19 of 20 23505 in each of 6 runs here, 3 of
+    # them beside a busy core; a pair did not collide at all in one quick verify in 15
+    defaults=Defaults(n=20, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
     sources=("LC",),
 )
