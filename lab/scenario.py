@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from lab.redisnodes import RedisNodes
-    from lab.servers.embedded import RedisPair
+    from lab.redissentinel import SentinelGroup
     from lab.steps import Pinned
 
 Actor = Callable[["Env", "asyncpg.Connection | None", int], Awaitable[str]]
@@ -294,19 +294,23 @@ class Env:
         self.connections.append(conn)
         return conn
 
-    async def redis_pair(self) -> RedisPair:
-        """A fresh Redis primary + replica owned by this run (freeze, kill, promote at will);
-        stopped by the harness after the run, whatever Redis the run itself uses."""
-        from lab.servers.embedded import RedisPair
+    async def redis_sentinel(self) -> SentinelGroup:
+        """A fresh Redis primary, its replica (through a link the run can cut) and three
+        Sentinels, owned by this run (lab/redissentinel.py); ready when every Sentinel
+        knows the replica and the others; stopped by the harness after the run."""
+        from lab.redissentinel import SentinelGroup
 
-        pair = RedisPair.prepare()
-        self.cleanups.append(pair.close)  # before start: a failed start stops what did start
-        await asyncio.to_thread(pair.start)
-        return pair
+        group = SentinelGroup.prepare()
+        self.cleanups.append(group.close)  # before start: a failed start stops what did start
+        await asyncio.to_thread(group.start_primary)
+        group.start_link()  # in the loop's thread, which lives as long as the run
+        await asyncio.to_thread(group.start_rest)
+        await group.ready()
+        return group
 
     async def redis_nodes(self, k: int) -> RedisNodes:
         """`k` fresh, independent Redis masters owned by this run (Redlock's nodes);
-        stopped by the harness after the run, like `redis_pair`."""
+        stopped by the harness after the run, like `redis_sentinel`."""
         from lab.redisnodes import RedisNodes
 
         nodes = RedisNodes.prepare(k)

@@ -10,9 +10,10 @@ import asyncpg
 import pytest
 
 from lab.errors import LabError
+from lab.redissentinel import SentinelGroup
 from lab.servers import Servers, docker, open_servers
 from lab.servers.base import check_url, redact, without_password
-from lab.servers.embedded import RedisPair, make_base_dir, pid_alive, remove_base_dir
+from lab.servers.embedded import make_base_dir, pid_alive, remove_base_dir
 
 
 @pytest.fixture
@@ -111,20 +112,25 @@ def test_no_password_in_messages_or_command_lines() -> None:
     assert without_password("postgresql://u@h:5/db") == ("postgresql://u@h:5/db", None)
 
 
-def test_redis_pair_failing_half_way_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """If the replica cannot start, closing the pair still stops the primary it started."""
-    pair = RedisPair.prepare()
+def test_sentinel_group_failing_half_way_leaves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """If a Sentinel cannot start, closing the group still stops the primary, the replica
+    and the link proxy it started, and removes its folder."""
+    group = SentinelGroup.prepare()
 
     def refuse() -> None:
-        raise LabError("replica refused")
+        raise LabError("sentinel refused")
 
-    monkeypatch.setattr(pair.replica, "start", refuse)
+    monkeypatch.setattr(group.sentinels[1], "start", refuse)
+    group.start_primary()
+    group.start_link()
     with pytest.raises(LabError):
-        pair.start()
-    assert pid_alive(pair.primary.pid)
-    pair.close()
-    assert not pid_alive(pair.primary.pid)
-    assert not pair.base.exists()
+        group.start_rest()
+    assert group.link is not None
+    started = [group.primary.pid, group.replica.pid, group.sentinels[0].pid, group.link.pid]
+    assert all(pid_alive(pid) for pid in started)
+    group.close()
+    assert not any(pid_alive(pid) for pid in started)
+    assert not group.base.exists()
 
 
 async def test_second_cluster_is_the_template_with_a_password_of_its_own(

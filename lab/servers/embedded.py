@@ -32,6 +32,7 @@ from lab.servers.lifecycle import (
     proc_ppid,
     proc_state,
     register,
+    server_ids,
     spawn,
     still_ours,
 )
@@ -340,6 +341,7 @@ class EmbeddedRedis:
     # Loopback is shared with every local user: clients must AUTH with this password.
     password: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     masterauth: str = ""  # a replica's password for its primary
+    conf: tuple[str, ...] = ()  # more lines for its config file (a Sentinel's monitor lines)
 
     @classmethod
     def create(
@@ -357,8 +359,10 @@ class EmbeddedRedis:
         lines = [f"requirepass {self.password}"]
         if self.masterauth:
             lines.append(f"masterauth {self.masterauth}")
-        conf.write_text("\n".join(lines) + "\n")
+        conf.write_text("\n".join([*lines, *self.conf]) + "\n")
         conf.chmod(0o644)  # inside the private base folder; read by the server user
+        if os.geteuid() == 0:  # the server user's to rewrite (a Sentinel saves its state there)
+            os.chown(conf, *server_ids())
         return conf
 
     def start(self) -> None:
@@ -593,47 +597,3 @@ class EmbeddedPgBouncer:
 
     def dsn(self) -> str:
         return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/postgres{NO_TLS}"
-
-
-@dataclass
-class RedisPair:
-    """A disposable primary and its replica, for scenarios that fail a server over.
-
-    The lab owns both processes, so a scenario may kill the primary outright, by PID.
-    """
-
-    base: Path
-    primary: EmbeddedRedis
-    replica: EmbeddedRedis
-
-    @classmethod
-    def prepare(cls) -> RedisPair:
-        """Both servers found and configured, none started: register `close` first."""
-        base = make_base_dir()
-        try:
-            # A replica's first full sync waits repl-diskless-sync-delay (5 s) by default.
-            primary = EmbeddedRedis.create(base, "primary", ("--repl-diskless-sync-delay", "0"))
-            replica = EmbeddedRedis.create(base, "replica")
-        except BaseException:
-            remove_base_dir(base)
-            raise
-        return cls(base, primary, replica)
-
-    def start(self) -> None:
-        self.primary.start()
-        self.replica.password = self.primary.password  # one password: the replica's AUTH too
-        self.replica.extra_args = ("--replicaof", "127.0.0.1", str(self.primary.port))
-        self.replica.masterauth = self.primary.password
-        self.replica.start()
-
-    def url(self, which: str) -> str:
-        server: EmbeddedRedis = getattr(self, which)
-        return server.url()
-
-    def kill_primary(self) -> None:
-        stop_pid(self.primary.pid, sig=signal.SIGKILL)
-
-    def close(self) -> None:
-        self.replica.stop()
-        self.primary.stop()
-        remove_base_dir(self.base)

@@ -1,17 +1,18 @@
 """redis-failover: what the document claims, how each claim is judged, and the assembly.
 
 Every claim is judged on one run per variant of the same failover: the holders SET NX
-granted, the fences A and B got, and the invoice row's final writer. The partition is made
-by pointing the replica at an address nobody listens on, not by freezing it: with SIGSTOP
-the SET is not lost, the primary's stream already sits in the replica's socket buffer and
-is applied on SIGCONT.
+granted, the fences A and B got, the invoice row's final writer, and what the Sentinels
+announced (`evidence.failover`). The partition is made by the lab's link proxy dropping
+what passes, not by freezing the replica: with SIGSTOP the SET is not lost, the primary's
+stream already sits in the replica's socket buffer and is applied on SIGCONT; and not by
+pointing the replica elsewhere, which a Sentinel notices and repairs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.claims import Claim, Record, invariant_broken, invariants_hold, mutation
 from lab.scenario import Defaults, Scenario
 from scenarios.redis_failover import redis_failover as code
 
@@ -21,6 +22,28 @@ def _two_holders_same_fence(records: Mapping[str, Record]) -> tuple[bool, str]:
     holders = [h for h in ev.get("holders", []) if h.get("granted")]  # SET NX said OK
     repeated = ev.get("fence_a") is not None and ev.get("fence_a") == ev.get("fence_b")
     return len(holders) == 2 and repeated, f"buggy: SET NX granted to {holders}"
+
+
+SENTINEL_EVENTS = ("+sdown", "+odown", "+switch-master")
+
+
+def _sentinels_promote_without_lock(records: Mapping[str, Record]) -> tuple[bool, str]:
+    f = records["buggy"]["evidence"].get("failover") or {}
+    seen = {e["event"]: e["t_ms"] for e in reversed(f.get("events", []))}  # first of each
+    by_sentinels = f.get("by") == "sentinel" and all(e in seen for e in SENTINEL_EVENTS)
+    promoted = f.get("new_primary") == f.get("replica") != f.get("old_primary")
+    ok = by_sentinels and promoted and f.get("lock_on_new_primary") is None
+    times = ", ".join(f"{e} at {seen.get(e)} ms" for e in SENTINEL_EVENTS)
+    return ok, (
+        f"buggy: {f.get('sentinels')} Sentinels ({times} after the primary died) promoted "
+        f"{f.get('new_primary')} (the replica: {promoted}); the lock there: "
+        f"{f.get('lock_on_new_primary')!r}"
+    )
+
+
+def _lock_reached_replica(rec: Record) -> None:
+    """What a run whose replica had received A's SET before the failover would record."""
+    rec["evidence"]["failover"]["lock_on_new_primary"] = "A's token"
 
 
 def _storage_fence_orders(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -43,6 +66,15 @@ PUBLISHED = "replica chưa nhận lệnh SET lock được promote; người kh�
 CLAIMS = (
     Claim(
         "DL-14",
+        "The Sentinels, not the lab, promote the replica that never received A's SET: the "
+        "lock is gone there",
+        ("buggy",),
+        _sentinels_promote_without_lock,
+        published="replica chưa nhận lệnh SET lock được promote",
+        counterfactual=mutation("buggy", _lock_reached_replica),
+    ),
+    Claim(
+        "DL-14",
         "After failover two workers hold the lock and INCR repeats A's fence",
         ("buggy",),
         _two_holders_same_fence,
@@ -57,7 +89,8 @@ CLAIMS = (
     ),
     Claim(
         "DL-14",
-        "A storage-generated fence keeps increasing across the failover: B writes, A's stale write is rejected",
+        "A storage-generated fence keeps increasing across the failover: B writes, A's stale "
+        "write is rejected",
         ("fixed",),
         _storage_fence_orders,
         published="fencing tốt nhất là số do storage sinh hoặc xác nhận",

@@ -14,14 +14,17 @@ Published:  "Redis failover: replica chưa nhận lệnh SET lock được promo
             được lock ngay. Fencing token (INCR) cũng có thể bị lùi nếu INCR chưa
             replicate: fencing tốt nhất là số do storage sinh hoặc xác nhận"
             — deadlock-distributed-lock-cron.vi.txt (edge cases)
-See:        DL-14 in claims.py. The run owns a disposable primary + replica: the replica is
-            cut off (pointed at an address nobody listens on) before A locks, the primary is
-            killed with SIGKILL, the replica promoted with REPLICAOF NO ONE. Nothing is left
-            to luck (why not SIGSTOP: claims.py).
+See:        DL-14 in claims.py. The run owns a primary, its replica and three Sentinels
+            (lab/redissentinel.py): the replication link is partitioned (the lab's proxy
+            drops what passes, both ends stay connected) before A locks, the primary is
+            killed with SIGKILL, and the Sentinels notice, agree, elect a leader and
+            promote the replica; clients find the primary by asking them. The lab sends no
+            REPLICAOF and no SENTINEL FAILOVER (why not SIGSTOP: claims.py).
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Any
 
@@ -29,6 +32,7 @@ import redis.asyncio as aioredis
 
 from lab.aio import until
 from lab.redislock import COMPARE_AND_DELETE
+from lab.redissentinel import NAME, Events
 from lab.scenario import Check, Env
 from scenarios.lease_gc_pause.lease_gc_pause import WRITE_FENCED
 
@@ -37,8 +41,8 @@ FENCE = "lock:invoice:42:fence"
 FENCES_BEFORE = 5  # earlier holders, replicated before the incident
 LEASE_MS = 10_000  # A believes it holds the lock this long
 WAIT_MS = 200  # fixed-wait: how long to wait for a replica's acknowledgement
-UNREACHABLE_PORT = 1  # privileged, nothing listens: the replica's link stays down
 SYNC_S = 5.0  # the replica links and catches up well within this
+FAILOVER_S = 20.0  # the Sentinels promote within ~2 s (down-after 300 ms, one election)
 
 
 async def setup(env: Env) -> None:
@@ -47,10 +51,6 @@ async def setup(env: Env) -> None:
         INSERT INTO invoices VALUES (42, 'empty', 0);
         CREATE TABLE fences (name text PRIMARY KEY, value bigint NOT NULL);
         INSERT INTO fences VALUES ('{LOCK}', {FENCES_BEFORE})""")
-
-
-def _client(url: str) -> aioredis.Redis:
-    return aioredis.Redis.from_url(url, decode_responses=True, retry_on_timeout=False)
 
 
 async def _synced(primary: aioredis.Redis, replica: aioredis.Redis) -> bool:
@@ -77,45 +77,57 @@ async def _write(env: Env, who: str, fence: int) -> int:
 
 
 async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None:
-    pair = await env.redis_pair()
-    primary, replica = _client(pair.url("primary")), _client(pair.url("replica"))
+    group = await env.redis_sentinel()
+    events = Events(group)
+    await events.start()
+    sentinel = group.sentinel(decode_responses=True, retry_on_timeout=False)
+    a = sentinel.master_for(NAME)  # the service's client: asks the Sentinels for the primary
+    observers = group.direct(group.primary), group.direct(group.replica)
     holders: list[dict[str, Any]] = []
+    clients = [a, *observers]
     try:
-        await primary.set(FENCE, FENCES_BEFORE)
-        await until(lambda: _synced(primary, replica), SYNC_S, "the replica to catch up")
+        await a.set(FENCE, FENCES_BEFORE)
+        await until(lambda: _synced(*observers), SYNC_S, "the replica to catch up")
         env.trace("observer", "replica in sync", fence=FENCES_BEFORE)
 
-        # Partition: the replica keeps its data; what the primary accepts now never reaches it
-        await replica.replicaof("127.0.0.1", UNREACHABLE_PORT)
-        env.trace("observer", "replica partitioned from the primary")
+        # Partition: both servers keep the link open; what the primary accepts now is lost
+        await asyncio.to_thread(group.cut)
+        env.trace("observer", "replication link partitioned")
         token_a = secrets.token_hex(8)
-        got = await primary.set(LOCK, token_a, nx=True, px=LEASE_MS)
+        got = await a.set(LOCK, token_a, nx=True, px=LEASE_MS)
         env.trace("A", "SET NX PX on the primary", ok=bool(got))
+        acked = 1
         if wait_for_replica:
-            acked = int(await primary.wait(1, WAIT_MS))
+            acked = int(await a.wait(1, WAIT_MS))
             env.trace("A", "WAIT 1", replicas_acked=acked)
             if acked == 0:
-                await primary.eval(COMPARE_AND_DELETE, 1, LOCK, token_a)
+                await a.eval(COMPARE_AND_DELETE, 1, LOCK, token_a)
                 env.trace("A", "lock not replicated: released, not proceeding")
         fence_a = None
-        if not wait_for_replica or acked > 0:  # A proceeds
-            fence_a = await _fence(env, primary, storage_fence)
+        if acked > 0:  # A proceeds
+            fence_a = await _fence(env, a, storage_fence)
             holders.append(
                 {"who": "A", "server": "primary", "fence": fence_a, "granted": bool(got)}
             )
             env.trace("A", "got lock", fence=fence_a)
             await _write(env, "A", fence_a)
 
-        pair.kill_primary()
-        await replica.replicaof("NO", "ONE")
-        lock = await replica.get(LOCK)
-        env.trace("observer", "primary killed, replica promoted", lock_on_new_primary=lock)
+        events.mark()  # the Sentinels' events are timed from the primary's death
+        group.kill_primary()
+        env.trace("observer", "primary killed (SIGKILL); the Sentinels decide what follows")
+        await events.wait_for("+switch-master", FAILOVER_S)
+        host, port = await sentinel.discover_master(NAME)
+        env.trace("observer", "Sentinels switched the primary", to=f"{host}:{port}")
+        b = sentinel.master_for(NAME)
+        clients.append(b)
+        lock = await b.get(LOCK)
         token_b = secrets.token_hex(8)
-        got_b = await replica.set(LOCK, token_b, nx=True, px=LEASE_MS)
-        env.trace("B", "SET NX PX on the promoted replica", ok=bool(got_b))
-        fence_b = await _fence(env, replica, storage_fence)
-        holders.append({"who": "B", "server": "promoted replica", "fence": fence_b,
-                        "granted": bool(got_b)})  # fmt: skip
+        got_b = await b.set(LOCK, token_b, nx=True, px=LEASE_MS)
+        env.trace("B", "SET NX PX on the new primary", ok=bool(got_b), lock_found=lock)
+        fence_b = await _fence(env, b, storage_fence)
+        holders.append(
+            {"who": "B", "server": "promoted replica", "fence": fence_b, "granted": bool(got_b)}
+        )
         env.trace("B", "got lock", fence=fence_b)
         env.outcome("wrote" if await _write(env, "B", fence_b) else "write_rejected")
 
@@ -124,9 +136,13 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
         else:  # A wakes from its pause, still inside its lease, and writes again
             rows = await _write(env, "A", fence_a)
             env.outcome("stale_write_landed" if rows else "stale_write_rejected")
-        env.extra_evidence.update({"holders": holders, "fence_a": fence_a, "fence_b": fence_b})
+        failover = group.failover(events, f"{host}:{port}", lock_on_new_primary=lock)
+        env.extra_evidence.update(
+            {"holders": holders, "fence_a": fence_a, "fence_b": fence_b, "failover": failover}
+        )
     finally:
-        for client in (primary, replica):
+        await events.stop()
+        for client in clients:
             await client.aclose()
 
 
