@@ -1118,6 +1118,16 @@ Isolation = Annotated[
 ]
 
 
+SvgFile = Annotated[
+    str | None,
+    typer.Option(
+        "--svg",
+        help="Also draw the runs into this SVG file: a lane per session, each step at its "
+        "measured time, waits, errors, the invariants.",
+    ),
+]
+
+
 @app.command("trace")
 def trace_cmd(
     scenario: ScenarioId,
@@ -1131,11 +1141,21 @@ def trace_cmd(
     isolation: Isolation = None,
     deadlock_timeout: DeadlockTimeout = None,
     pg_dsn: PgDsn = None,
+    svg: SvgFile = None,
+    no_record: NoRecord = False,
 ) -> None:
     """Print the transcript of a schedule: each step, its SQL and result, who waited."""
 
     def body() -> None:
-        from lab.pinned import isolation_levels, schedules_for, trace
+        from lab.pinned import (
+            draw_svg,
+            isolation_levels,
+            schedules_for,
+            svg_target,
+            trace,
+            trace_record,
+            write_trace,
+        )
         from lab.results import new_run_id
 
         sc = find_scenario(scenario)
@@ -1144,19 +1164,25 @@ def trace_cmd(
         dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
         if dl < 1:
             raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
-        console = out()
+        picture = None if svg is None else svg_target(svg)
+        console, log, run_id = out(), err(), new_run_id()
         with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
-            report.servers(err(), srv.infos(), srv.notes)
-
+            report.servers(log, srv.infos(), srv.notes)
             shown: list[str] = []
 
             def show(res: Any) -> None:  # a blank line between two transcripts
-                console.print(("\n" if shown else "") + res.transcript, markup=False, end="",
-                              soft_wrap=True)  # fmt: skip
+                text = ("\n" if shown else "") + res.transcript
+                console.print(text, markup=False, end="", soft_wrap=True)
                 shown.append(res.name)
 
-            asyncio.run(trace(sc, srv, runs, levels, run_id=new_run_id(), deadlock_ms=dl,
-                              on_result=show))  # fmt: skip
+            done = asyncio.run(
+                trace(sc, srv, runs, levels, run_id=run_id, deadlock_ms=dl, on_result=show)
+            )
+            record = trace_record(sc, srv, done, run_id=run_id, deadlock_ms=dl)
+        if picture is not None:
+            log.print(draw_svg(record, picture), markup=False)
+        if not no_record:
+            log.print(f"[dim]record: {write_trace(record)}[/dim]")
 
     guarded(body)
 
@@ -1175,12 +1201,21 @@ def explore_cmd(
     pg_dsn: PgDsn = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the explore record only.")] = False,
     no_record: NoRecord = False,
+    svg: SvgFile = None,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
     many kept the invariants and how the others broke them."""
 
     def body() -> None:
-        from lab.pinned import explore, isolation_levels, pinned_of, print_explore, write_explore
+        from lab.pinned import (
+            draw_svg,
+            explore,
+            isolation_levels,
+            pinned_of,
+            print_explore,
+            svg_target,
+            write_explore,
+        )
         from lab.results import new_run_id
 
         sc = find_scenario(scenario)
@@ -1190,6 +1225,7 @@ def explore_cmd(
         dl = 100 if deadlock_timeout is None else deadlock_timeout
         if dl < 1:
             raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        picture = None if svg is None else svg_target(svg)
         run_id = new_run_id()
         log = err()
         with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
@@ -1197,14 +1233,18 @@ def explore_cmd(
             with report.DelayedProgress(log, len(chosen) * len(levels)) as bar:
                 bar.describe(f"explore {sc.id}")
                 plan = {v: levels for v in chosen}
-                record = asyncio.run(explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl,
-                                             on_progress=bar.advance))  # fmt: skip
+                record = asyncio.run(
+                    explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl, on_progress=bar.advance)
+                )
+        drew = None if picture is None else draw_svg(record, picture)
         path = None if no_record else write_explore(record)
         if as_json:
             sys.stdout.write(json.dumps(record, default=str) + "\n")
             return
         console = _tables()
         print_explore(console, record)
+        if drew is not None:
+            console.print(drew, markup=False)
         if path is not None:
             console.print(f"[dim]record: {path}[/dim]")
 

@@ -9,7 +9,8 @@ variant beside the published counts, wall time measured vs published, latency
 distributions (overall and per outcome), attempts per transfer, server evidence
 (deadlock cycle lengths, Redis command counts, counters), the lease timeline (who held
 the lock when, by belief and by Redis), invariants and claim verdicts. It renders what a
-record has and skips what it lacks.
+record has and skips what it lacks. The run's trace and explore records add a picture of
+each pinned run they keep (lab/trace_svg.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from lab.diff import servers_text
 from lab.published import Measured, at_size
 from lab.report import REDIS_HARNESS, measured_text
 from lab.results import load_run, read_record, run_folder, write_text
+from lab.trace_svg import Picture, draw
 from lab.verify import ScenarioVerdicts, load_verdicts, merge_cases, status_of
 
 Record = Mapping[str, Any]
@@ -946,11 +948,20 @@ def bench_section(bench: Mapping[str, Any]) -> str:
     )
 
 
+def pinned_section(pictures: Sequence[Picture]) -> str:
+    """The pinned runs of the folder's trace and explore records, a picture each."""
+    if not pictures:
+        return ""
+    drawn = "".join(draw([p]) for p in pictures)  # each says what it is (its caption)
+    return "<section class='scenario' id='pinned'><h2>Pinned runs</h2>" + drawn + "</section>"
+
+
 def render(
     records: Sequence[Record],
     run_id: str,
     verdicts: Sequence[ScenarioVerdicts] | None = None,
     bench: Mapping[str, Any] | None = None,
+    pinned: Sequence[Picture] = (),
 ) -> str:
     """The whole page as one string (pure: records in, HTML out)."""
     by: dict[str, list[Record]] = {}
@@ -1018,9 +1029,12 @@ def render(
             f"locklab bench --scale</span> record, lab commit {esc(bench.get('git_commit') or '?')}"
             "</div>"
         )
+    if not records and bench is None and pinned:  # a trace or an explore: no claims to count
+        header = f"<h1>locklab run {esc(run_id)}</h1><div class='meta'>pinned runs</div>"
     body = "".join(scenario_section(sc, recs, vmap.get(sc)) for sc, recs in by.items())
     if bench is not None:
         body += bench_section(bench)
+    body += pinned_section(pinned)
     footer = (
         f"<p class='note'>Generated {generated} by <span class='mono'>locklab report</span>. "
         "Published numbers: Node 24 + node-postgres on PostgreSQL 17.11 "
@@ -1031,10 +1045,13 @@ def render(
 
 def write_report(ref: str, out: Path | None = None) -> Path:
     """Render a recorded run (its id or folder) to `out`, default `<run folder>/report.html`."""
+    from lab.pinned import drawn_runs
 
     folder = run_folder(ref)
     scale = folder / "bench" / "scale.json"
     bench = read_record(scale) if scale.is_file() else None
-    records = load_run(str(folder)) if bench is None or any(folder.glob("*.json")) else []
-    page = render(records, folder.name, load_verdicts(folder), bench)
+    pinned = drawn_runs(folder)
+    top = any(folder.glob("*.json"))
+    records = load_run(str(folder)) if top or (bench is None and not pinned) else []
+    page = render(records, folder.name, load_verdicts(folder), bench, pinned)
     return write_text(out or folder / "report.html", page)

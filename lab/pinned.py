@@ -12,6 +12,10 @@ every invariant, how many broke one and how (each session's outcome word or SQLS
 how many were invalid (a blocked session asked for its next step), the first failing
 schedule's transcript and the canonical schedules' results. Claims marked ``explore``
 are judged on it (``locklab verify``).
+
+Every run keeps the times its runner measured (``timing``: each step's grant, block and
+end in ms from the schedule's start). A trace record keeps its runs so, and says where
+``--svg`` drew them; ``locklab report`` draws the runs of both records (lab/trace_svg.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import platform
 import re
 from collections import Counter
@@ -37,7 +42,14 @@ from lab import __version__
 from lab.claims import Claim, Record, mutation
 from lab.errors import LabError, ScenarioFailure
 from lab.fastreset import Baseline, baseline, fast_reset
-from lab.results import SCHEMA_VERSION, git_commit, results_root, write_json
+from lab.results import (
+    SCHEMA_VERSION,
+    git_commit,
+    read_record,
+    results_root,
+    write_json,
+    write_text,
+)
 from lab.runner import GONE, admin_connect, database_name, probe_pg, redis_client
 from lab.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
 from lab.sequencer import (
@@ -50,8 +62,10 @@ from lab.sequencer import (
 from lab.servers import Servers
 from lab.servers.base import with_database
 from lab.steps import ISOLATION_LEVELS, Pinned, parse_step
+from lab.trace_svg import Picture, document, picture_of
 
 EXPLORE_DIR = "explore"
+TRACE_DIR = "trace"
 STEP_ERROR = re.compile(r"\bERROR ([0-9A-Z]{5}) ")  # a step's error line in a transcript
 
 
@@ -70,6 +84,7 @@ class PinnedResult:
     invalid: str = ""  # why the permutation was invalid ("" when it ran)
     invalid_at: int = -1
     evidence: dict[str, Any] = field(default_factory=dict)  # env.extra_evidence of the run
+    timing: dict[str, Any] = field(default_factory=dict)  # lab.sequencer.StepClock.to_json
 
     @property
     def kept(self) -> bool:
@@ -89,6 +104,7 @@ class PinnedResult:
             "waited": self.waited,
             "transcript": self.transcript,
             "evidence": self.evidence,
+            "timing": self.timing,
         }
 
 
@@ -372,6 +388,7 @@ class PinnedLab(PinnedDatabase):
                 return res
             finally:
                 res.waited = list(seq.waited)
+                res.timing = seq.clock.to_json()
             clean = not any(c.is_closed() or c.is_in_transaction() for c in conns)
             undeclared = set(res.outcomes.values()) - set(sc.outcomes)
             if undeclared:
@@ -471,6 +488,87 @@ async def trace(
                 if on_result is not None:
                     on_result(res)
     return out
+
+
+def trace_record(
+    scenario: Scenario,
+    servers: Servers,
+    results: Sequence[PinnedResult],
+    *,
+    run_id: str,
+    deadlock_ms: int,
+) -> dict[str, Any]:
+    """The trace's record: each run (variant, level, transcript, timing); `draw_svg` adds
+    the file it drew them into."""
+    return {
+        "schema": SCHEMA_VERSION,
+        "kind": "trace",
+        "run_id": run_id,
+        "scenario": scenario.id,
+        "title": scenario.title,
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "deadlock_timeout_ms": deadlock_ms,
+        "servers": {i.product: i.to_json() for i in servers.infos()},
+        "lab": {
+            "version": __version__,
+            "git_commit": git_commit(),
+            "python": platform.python_version(),
+        },
+        "svg": None,
+        "runs": [{"variant": r.variant, "isolation": r.isolation, **r.to_json()} for r in results],
+    }
+
+
+def write_trace(record: Mapping[str, Any]) -> Path:
+    path = results_root() / record["run_id"] / TRACE_DIR / f"{record['scenario']}.json"
+    return write_json(path, record)
+
+
+def drawn_of(record: Mapping[str, Any]) -> list[Picture]:
+    """What a trace or explore record draws: every traced run; each explored cell's first
+    failing schedule (else its first with an error). Runs without times draw nothing."""
+    scenario = record.get("scenario")
+    runs: list[tuple[str, Mapping[str, Any]]] = [
+        (f"locklab trace {scenario}", run) for run in record.get("runs") or []
+    ]
+    for variant, entry in (record.get("variants") or {}).items():
+        for iso, cell in (entry.get("by_isolation") or {}).items():
+            first = cell.get("first_failing") or cell.get("first_error")
+            why = "first failing" if cell.get("first_failing") else "first with an error"
+            if first:
+                runs.append((f"locklab explore {scenario}: {variant} at {iso}, {why}", first))
+    return [p for caption, run in runs if (p := picture_of(run, caption)) is not None]
+
+
+def drawn_runs(folder: Path) -> list[Picture]:
+    """The pictures of the trace and explore records in a run's folder (for the report)."""
+    paths = sorted((folder / TRACE_DIR).glob("*.json")) + sorted(
+        (folder / EXPLORE_DIR).glob("*.json")
+    )
+    return [p for path in paths for p in drawn_of(read_record(path))]
+
+
+def svg_target(spec: str) -> Path:
+    """--svg FILE, checked before any server starts: a file in a folder that can be written."""
+    path = Path(spec)
+    if path.is_dir():
+        raise LabError(f"--svg {spec}: is a folder; give a file name (out.svg)")
+    folder = path.parent
+    if not folder.is_dir():
+        raise LabError(f"--svg {spec}: no folder {str(folder)!r}")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise LabError(f"--svg {spec}: cannot write there")
+    return path
+
+
+def draw_svg(record: dict[str, Any], svg: Path) -> str:
+    """Draw what `record` draws (drawn_of) into `svg` and note the file in the record;
+    what to tell the user (an explore in which nothing failed draws nothing)."""
+    pictures = drawn_of(record)
+    if not pictures:
+        return f"no picture: no schedule failed or raised an error, {svg} not written"
+    record["svg"] = str(svg)
+    return f"picture: {write_text(svg, document(pictures))}"
 
 
 # --- explore -----------------------------------------------------------------------------
