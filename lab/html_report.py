@@ -99,6 +99,8 @@ svg text { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif
 ul.inv { margin: 4px 0; padding-left: 18px; }
 nav a { margin-right: 12px; }
 table.marks { width: auto; }
+div.pinned { overflow-x: auto; }
+div.pinned svg { max-width: none; }
 """
 
 
@@ -952,7 +954,9 @@ def pinned_section(pictures: Sequence[Picture]) -> str:
     """The pinned runs of the folder's trace and explore records, a picture each."""
     if not pictures:
         return ""
-    drawn = "".join(draw([p]) for p in pictures)  # each says what it is (its caption)
+    # each says what it is (its caption), at its own size: shrunk to the column, a long
+    # run's labels would be too small to read, so the picture scrolls instead
+    drawn = "".join(f"<div class='pinned'>{draw([p])}</div>" for p in pictures)
     return "<section class='scenario' id='pinned'><h2>Pinned runs</h2>" + drawn + "</section>"
 
 

@@ -154,6 +154,7 @@ class StepClock:
         self.steps: list[StepTime] = []
         self.ends: dict[str, float] = {}  # session -> when its code ended
         self.end_ms: float | None = None  # when the runner was done with the schedule
+        self.spans: list[dict[str, object]] = []  # a state of a session: frozen by SIGSTOP
 
     def start(self) -> None:
         self._t0 = time.monotonic()
@@ -183,12 +184,23 @@ class StepClock:
     def session_ended(self, session: str) -> None:
         self.ends.setdefault(session, self.now())
 
+    def span(self, session: str, what: str, *, start: bool) -> None:
+        """A state of `session` begins (`start`) or ends now: "frozen" from SIGSTOP to SIGCONT."""
+        if start:
+            self.spans.append({"session": session, "what": what, "start_ms": self.now()})
+            return
+        for sp in reversed(self.spans):
+            if sp["session"] == session and sp["what"] == what and "end_ms" not in sp:
+                sp["end_ms"] = self.now()
+                return
+
     def to_json(self) -> dict[str, object]:
         return {
             "unit": "ms",
             "steps": [t.to_json() for t in self.steps],
             "ends": dict(self.ends),
             "end_ms": self.end_ms if self.end_ms is not None else self.now(),
+            "spans": [dict(sp) for sp in self.spans],  # one still open has no end_ms
         }
 
 

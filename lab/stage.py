@@ -239,6 +239,7 @@ class Stage:
                 raise ScheduleError(f"{self.label}: {who}: {a.name} is paused already")
             await w.pause()
             a.frozen = True
+            self.clock.span(a.name, "frozen", start=True)  # the kernel reports it stopped
             if fault.until is not None:
                 check, env = fault.until, self.env
                 await until(
@@ -252,10 +253,12 @@ class Stage:
                 raise ScheduleError(f"{self.label}: {who}: {a.name} is not paused")
             w.resume()
             a.frozen = False
+            self.clock.span(a.name, "frozen", start=False)
             self.transcript.add(who, "SIGCONT", "-> running")
             self.clock.ended(a.name, step, "running", "SIGCONT")
         else:
             await w.kill()
+            self.clock.span(a.name, "frozen", start=False)
             a.frozen, a.running, a.pending = False, None, None
             a.ended, a.outcome = True, "killed"
             self.transcript.add(who, "SIGKILL", "-> killed")

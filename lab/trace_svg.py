@@ -61,6 +61,16 @@ class Step:
 
 
 @dataclass(frozen=True)
+class Span:
+    """A state a session was in, not a step: frozen by SIGSTOP until SIGCONT."""
+
+    session: str
+    what: str
+    start_ms: float
+    end_ms: float | None  # None: still so when the run ended
+
+
+@dataclass(frozen=True)
 class Invariant:
     text: str
     held: bool
@@ -78,6 +88,7 @@ class Picture:
     ends: Mapping[str, float] = field(default_factory=dict)  # session -> when it ended
     invariants: tuple[Invariant, ...] = ()
     caption: str = ""
+    spans: tuple[Span, ...] = ()
 
     @property
     def victims(self) -> tuple[str, ...]:
@@ -114,10 +125,15 @@ def picture_of(run: Mapping[str, Any], caption: str = "") -> Picture | None:
         for c in run.get("invariants") or []
     )
     ends = {str(k): float(v) for k, v in (timing.get("ends") or {}).items()}
+    spans = tuple(
+        Span(str(sp["session"]), str(sp["what"]), float(sp["start_ms"]), _ms(sp.get("end_ms")))
+        for sp in timing.get("spans") or []
+    )
     times = [t for s in steps for t in (s.start_ms, s.wait_ms, s.end_ms) if t is not None]
+    times += [t for sp in spans for t in (sp.start_ms, sp.end_ms) if t is not None]
     end = max([float(timing.get("end_ms") or 0.0), *ends.values(), *times])
     title = " ".join(title.split())
-    return Picture(title, lanes, steps, end, outcomes, ends, invariants, caption)
+    return Picture(title, lanes, steps, end, outcomes, ends, invariants, caption, spans)
 
 
 def _ms(v: object) -> float | None:
@@ -235,6 +251,8 @@ def _knots(p: Picture) -> list[float]:
     times = {0.0, p.end_ms, *p.ends.values()}
     for s in p.steps:
         times |= {t for t in (s.start_ms, s.wait_ms, s.end_ms) if t is not None}
+    for sp in p.spans:
+        times |= {t for t in (sp.start_ms, sp.end_ms) if t is not None}
     return sorted(times)
 
 
@@ -304,6 +322,8 @@ def panel(p: Picture) -> tuple[str, float, float]:
             ends = f"ends {word}"
             out.append(_text(LEFT + span + 16, y + 42, ends, fill=colour, bold=True, cls="outcome"))
         out.append("</g>")
+    for sp in p.spans:
+        out += _span(sp, row[sp.session], x, p.steps)
     for s in p.steps:
         out += _step(s, row[s.session], x)
     out += _axis(p, at, axis_y)
@@ -355,6 +375,23 @@ def _step(s: Step, y: float, x: Callable[[float | None], float]) -> list[str]:
     else:
         out.append(_text(x0, y + 60, _result(s), fill=result_fill, bold=error, cls="result"))
     out.append("</g>")
+    return out
+
+
+def _span(
+    sp: Span, y: float, x: Callable[[float | None], float], steps: Sequence[Step]
+) -> list[str]:
+    """A state along the lane, behind its steps: a tinted band, its length written in
+    unless a wait of the same session's is drawn there."""
+    x0, x1 = x(sp.start_ms), x(sp.end_ms)
+    end = float("inf") if sp.end_ms is None else sp.end_ms
+    long = "until the run ended" if sp.end_ms is None else f"{ms_text(end - sp.start_ms)} ms"
+    out = [_rect(x0, y + 28, x1 - x0, 20, "#ede7f6", f"{sp.session} {sp.what} {long}", "span")]
+    said = f"{sp.what} {long}"
+    mine = [s for s in steps if s.session == sp.session and s.wait_ms is not None]
+    waits = [s for s in mine if s.start_ms < end and (s.end_ms or end) > sp.start_ms]
+    if not waits and len(said) * 5.6 + 8 < x1 - x0:
+        out.append(_text((x0 + x1) / 2, y + 41, said, size=9, fill="#4527a0", anchor="middle"))
     return out
 
 

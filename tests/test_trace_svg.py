@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.servers import Servers
-from lab.trace_svg import Picture, Step, draw, picture_of, shorten
+from lab.trace_svg import Picture, Span, Step, draw, picture_of, shorten
 from tests.test_html_report import CHROMIUM, _browser
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -161,6 +161,26 @@ def test_a_step_that_waited_draws_a_bar_to_its_completion() -> None:
     words = [t.text or "" for t in root.iter(f"{SVG}text")]
     assert "deadlock victim" not in words and "<waiting ...>" in words
     assert any(w.startswith("ERROR 55P03") for w in words)
+
+
+def test_a_frozen_holder_is_a_band_from_sigstop_to_sigcont() -> None:
+    """A stage's span (A frozen between pause and wake) is drawn along A's lane with its
+    length, behind A's steps."""
+    pic = Picture(
+        "schedule published   (lease / buggy, read committed)",
+        ("A", "B"),
+        (
+            Step("A", "pause", "SIGSTOP", 10.0, 40.0, None, "stopped"),
+            Step("B", "acquire", "SET lock <B> NX PX 30000", 45.0, 46.0, None, "OK"),
+            Step("A", "wake", "SIGCONT", 300.0, 300.5, None, "running"),
+        ),
+        301.0,
+        spans=(Span("A", "frozen", 10.5, 300.2),),
+    )
+    root = ET.fromstring(draw([pic]))
+    [band] = [r for r in root.iter(f"{SVG}rect") if r.get("class") == "span"]
+    assert float(band.get("width") or 0) > 100
+    assert "frozen 289.7 ms" in [t.text for t in root.iter(f"{SVG}text")]
 
 
 def test_a_record_without_times_draws_nothing() -> None:
