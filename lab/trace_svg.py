@@ -298,7 +298,8 @@ def panel(p: Picture) -> tuple[str, float, float]:
     axis_y = lanes_top + len(p.lanes) * LANE_H + 6
     texts = [len(p.title) * 9.2, len(p.caption) * SANS_PX]
     texts += [64 + len(f"invariant  {shorten(i.text, 110)}") * SANS_PX for i in p.invariants]
-    width = max([LEFT + span + RIGHT, *(24 + w for w in texts)])
+    words = [len(f"ends {w}") * BOLD_PX for w in p.outcomes.values()]
+    width = max([LEFT + span + max([RIGHT, *(28 + w for w in words)]), *(24 + w for w in texts)])
     height = axis_y + AXIS_H + len(p.invariants) * INV_H + 10
     row = {lane: lanes_top + i * LANE_H for i, lane in enumerate(p.lanes)}
     victims = set(p.victims)
@@ -340,7 +341,9 @@ def _step(s: Step, y: float, x: Callable[[float | None], float]) -> list[str]:
     """A step's box at its grant, its labels, and its wait bar until it completed."""
     x0 = x(s.start_ms)
     waited = s.wait_ms is not None
-    x1 = max(x(s.wait_ms if waited else s.end_ms), x0 + 8)
+    # a waited step's statement went to the server at its grant and blocked there; when
+    # the sequencer saw it blocked is in the bar's tooltip, not where the bar starts
+    x1 = x0 + 8 if waited else max(x(s.end_ms), x0 + 8)
     error = bool(s.sqlstate)
     when = f"granted {ms_text(s.start_ms)} ms"
     when += "" if s.end_ms is None else f", ended {ms_text(s.end_ms)} ms"
@@ -362,6 +365,7 @@ def _step(s: Step, y: float, x: Callable[[float | None], float]) -> list[str]:
         wait_tip = f"{what} until the run ended"
         if s.end_ms is not None:
             wait_tip = f"{what} {ms_text(s.end_ms - s.start_ms)} ms"
+        wait_tip += f" (seen blocked at {ms_text(s.wait_ms or s.start_ms)} ms)"
         out.append(_rect(x1, y + 32, xe - x1, 12, AMBER, wait_tip, "wait"))
         if s.end_ms is not None:
             took = f"waited {ms_text(s.end_ms - s.start_ms)} ms"
