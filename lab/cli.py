@@ -211,7 +211,7 @@ def make_knobs(
         run_timeout_s=d.run_timeout_s if run_timeout is None else run_timeout,
         rtt=(getattr(d, "rtt", "") if rtt is None else rtt).strip(),
         procs=parse_procs(procs) if procs is not None else getattr(d, "procs", 0),
-        redis_client=parse_redis_client(redis_client or str(getattr(d, "redis_client", "pooled"))),
+        redis_client=parse_redis_client(redis_client or d.redis_client),
     )
     if knobs.n < 1:
         raise LabError(f"-n {knobs.n}: a run needs at least one actor")
@@ -374,7 +374,8 @@ RedisClient = Annotated[
     str | None,
     typer.Option(
         "--redis-client",
-        help="pooled (redis-py, a connection per actor) | pipelined (one tick, one write).",
+        help="pipelined (one connection, commands written without waiting: node-redis's way) "
+        "| pooled (redis-py, a connection per command in flight). Default: the scenario's.",
     ),
 ]
 

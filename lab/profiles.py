@@ -36,7 +36,7 @@ KNOB_FIELDS = (
 # Knobs that change what a run measures; the seed, the hard timeouts and how the lab
 # produces the load (--procs, --redis-client) do not make a run's settings another
 # profile's (a claim about a rate says when the lab could not produce it).
-MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms", "rtt")
+MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms", "rtt", "redis_client")
 
 
 def check_profile(profile: str) -> str:
@@ -80,7 +80,7 @@ def profile_settings(
         "actor_timeout_s": d.actor_timeout_s,
         "run_timeout_s": d.run_timeout_s,
         "procs": 0,
-        "redis_client": "pooled",
+        "redis_client": d.redis_client,
     }
     params = dict(scenario.params)
     if profile == "quick":

@@ -116,6 +116,10 @@ class Defaults:
     deadlock_timeout_ms: int = 1000
     actor_timeout_s: float = 120.0
     run_timeout_s: float = 900.0
+    # How the actors' Redis commands travel (--redis-client): "pooled" (redis-py, a
+    # connection per command in flight) or "pipelined" (one connection, every caller's
+    # command written without waiting for earlier replies: node-redis's and ioredis's way)
+    redis_client: str = "pooled"
 
 
 @dataclass(frozen=True)
