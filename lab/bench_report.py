@@ -57,28 +57,32 @@ def _scale(console: Console, d: Mapping[str, Any]) -> None:
 
 
 def _redis(console: Console, d: Mapping[str, Any]) -> None:
-    lab, ref, load = d["lab"], d["redis_benchmark"], d["load"]
-    workers = load["workers"]
+    """One row per size: Redis's GET count for the lab's stampede and for redis-benchmark
+    on the same Redis right after it, the demand, the client's CPU per GET."""
+    points = d["points"]
+    first = points[0]
     _line(
         console,
-        f"lab             buggy stampede n={d['n']}, rebuild {d['rebuild_ms']:.0f} ms, "
-        f"{load['procs']} process(es) ({', '.join(w['loop'] for w in workers)}), "
-        f"{load['redis_client']} client: Redis counted {lab['get_per_s']} GET/s over "
-        f"{lab['window_ms']:.0f} ms; lab CPU {lab['client_cpu_per_s']:.2f} s/s, redis-server "
-        f"CPU {lab['redis_cpu_per_s']:.2f} s/s; lab peak memory {lab['peak_rss_mb']:.0f} MiB",
+        f"buggy stampede, rebuild {first['rebuild_ms']:.0f} ms, a poll every "
+        f"{first['poll_ms']:.0f} ms ({first['load']['redis_client']} client), then "
+        f"redis-benchmark -t get with one connection per waiter; GET/s as Redis counted them",
     )
-    _line(
-        console,
-        f"redis-benchmark -t get -c {ref['clients']} -n {ref['requests']}: Redis counted "
-        f"{ref['get_per_s']} GET/s over the {ref.get('sending_s', 0):.1f} s it sent "
-        f"({ref.get('get_per_s_wall', '?')} over its {ref['seconds']:.1f} s with connecting; "
-        f"its own figure {ref['own_get_per_s']}); redis-benchmark CPU "
-        f"{ref['client_cpu_per_s']:.2f} s/s, redis-server CPU {ref['redis_cpu_per_s']:.2f} s/s",
+    head = (
+        f"{'waiters':>7}  {'demand':>7}  {'lab GET/s':>9}  {'share':>5}  {'us/GET':>6}  "
+        f"{'lab CPU':>7}  {'procs':>5}  {'bench GET/s':>11}  {'lab/bench':>9}  limit"
     )
-    verdict = "met" if d["ratio"] >= d["target_ratio"] else "BELOW"
+    _line(console, head)
+    for p in points:
+        lab, ref = p["lab"], p["redis_benchmark"]
+        _line(
+            console,
+            f"{p['n']:>7}  {p['demand_get_per_s']:>7}  {lab['get_per_s']:>9}  "
+            f"{p['demand_share']:>5.0%}  {p['client_us_per_get']:>6.1f}  "
+            f"{lab['client_cpu_per_s']:>7.2f}  {p['load']['procs']:>5}  "
+            f"{ref['get_per_s']:>11}  {p['ratio']:>9.2f}  {lab['limit']}",
+        )
     _line(
         console,
-        f"ratio lab/redis-benchmark = {d['ratio']:.2f}  ({verdict} the {d['target_ratio']}x "
-        f"target); demand {d['demand_get_per_s']} GET/s, {d['demand_share']:.0%} of it made; "
-        f"limit: {lab['limit']}",
+        "us/GET: the lab's CPU-seconds per GET Redis counted (each poll also sends a SET NX); "
+        "lab CPU: CPU-s/s of the lab's processes over the wait window",
     )

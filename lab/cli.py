@@ -627,7 +627,10 @@ def bench(
         str, typer.Argument(help="checkout (against pgbench) | redis (against redis-benchmark).")
     ] = "checkout",
     n: Annotated[
-        int | None, typer.Option("-n", help="Clients / actors (checkout 200, redis 5000).")
+        int | None,
+        typer.Option(
+            "-n", help="Clients / actors (checkout 200; redis: 500, 1000, 2000 and 5000)."
+        ),
     ] = None,
     rounds: Annotated[int, typer.Option(help="Alternating lab/pgbench rounds (medians).")] = 3,
     scale: Annotated[
@@ -655,7 +658,9 @@ def bench(
         run_id = new_run_id()
         short = run_id.replace("-", "")[-8:]
         if what == "redis":
-            data = _bench_redis(short, n or 5000, procs, redis_client, redis_url)
+            from lab.bench import REDIS_SIZES
+
+            data = _bench_redis(short, (n,) if n else REDIS_SIZES, procs, redis_client, redis_url)
             name = "redis.json"
         elif scale:
             data = _bench_scale(short, rounds, pg_dsn)
@@ -709,17 +714,26 @@ def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]
 
 
 def _bench_redis(
-    run_id: str, n: int, procs: str | None, redis_client: str | None, redis_url: str | None
+    run_id: str,
+    sizes: Sequence[int],
+    procs: str | None,
+    redis_client: str | None,
+    redis_url: str | None,
 ) -> dict[str, Any]:
+    """The stampede at each size, each followed by redis-benchmark on the same Redis."""
     from lab.bench import run_redis_bench
 
     k = parse_procs(procs) if procs is not None else 0
     mode = parse_redis_client(redis_client or "pipelined")
+    points = []
     with open_servers(None, redis_url, need_pg=False, need_redis=True) as srv:
         report.servers(err(), srv.infos(), srv.notes)
-        with err().status(f"bench redis: {n} waiters, then redis-benchmark ..."):
-            data = asyncio.run(run_redis_bench(srv, run_id, n=n, procs=k, redis_client=mode))
-        return {**data, "servers": {i.product: i.to_json() for i in srv.infos()}}
+        for n in sizes:
+            with err().status(f"bench redis: {n} waiters, then redis-benchmark ..."):
+                points.append(
+                    asyncio.run(run_redis_bench(srv, run_id, n=n, procs=k, redis_client=mode))
+                )
+        return {"points": points, "servers": {i.product: i.to_json() for i in srv.infos()}}
 
 
 # --- compare, verify, results, diff, report (issue 4) ------------------------------------

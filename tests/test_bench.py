@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -11,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from lab.bench import pgbench_script, run_bench, run_redis_bench, run_scale
-from lab.bench_report import scale_curve
+from lab.bench_report import print_bench, scale_curve
 from lab.redisbench import find_redis_benchmark
 from lab.servers import Servers
 
@@ -91,3 +93,15 @@ async def test_bench_redis_reports_both_sides(servers: Servers) -> None:
     assert d["ratio"] == round(lab["get_per_s"] / ref["get_per_s"], 3)
     assert d["demand_get_per_s"] == 99 * 1000 / 50
     assert lab["peak_rss_mb"] > 0 and "redis_cpu_per_s" in ref
+    us = lab["client_cpu_per_s"] / lab["get_per_s"] * 1e6
+    assert d["client_us_per_get"] == round(us, 1) and d["client_us_per_get"] > 0
+    lines = _printed({"points": [d, d]})
+    assert lines[1].split()[:3] == ["waiters", "demand", "lab"]
+    assert [r.split()[0] for r in lines[2:4]] == ["100", "100"]  # one row per size
+
+
+def _printed(data: dict[str, Any]) -> list[str]:
+    """What `bench redis` prints for `data`, line by line."""
+    console = Console(record=True, width=200, file=io.StringIO())
+    print_bench(console, "redis", False, data)
+    return console.export_text().splitlines()
