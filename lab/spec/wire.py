@@ -1,0 +1,310 @@
+"""A small libpq: the simple-query protocol, parsed the way libpq parses it.
+
+The isolation tester prints what libpq hands it: every value as the server's text, each
+result of a multi-statement step, notices the moment libpq parses them (before the step's
+line when they come before its first result). asyncpg decodes values and keeps no
+notices in order, so the spec runner speaks the protocol itself: one blocking socket per
+connection, read into an inbox and parsed only when the runner asks (``is_busy``,
+``get_result``), as libpq parses only in ``PQisBusy`` and ``PQgetResult``.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import secrets
+import select
+import socket
+import struct
+import urllib.parse
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lab.errors import LabError
+
+PROTOCOL_3_0 = 196608
+CANCEL_CODE = 80877102
+CONNECT_S = 30.0  # a server that has not answered a login by then will not
+
+
+@dataclass
+class Result:
+    """One PGresult: a command's status, a result set (text values, None for NULL) or an
+    error (its fields by protocol code: S severity, M message, D detail...)."""
+
+    kind: str  # "command", "tuples", "empty", "error"
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str | None]] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Notify:
+    channel: str
+    payload: str
+    pid: int
+
+
+def error_fields(body: bytes) -> dict[str, str]:
+    """An ErrorResponse or NoticeResponse body as {field code: text}."""
+    out: dict[str, str] = {}
+    for part in body.split(b"\0"):
+        if part:
+            out[chr(part[0])] = part[1:].decode("utf-8", "replace")
+    return out
+
+
+def message_text(fields: dict[str, str]) -> str:
+    """libpq's message at its default verbosity: "SEVERITY:  text" then DETAIL, HINT,
+    QUERY lines (CONTEXT only for errors), each ending in a newline."""
+    sev = fields.get("S", "")
+    out = f"{sev}:  {fields.get('M', '')}\n" if sev else f"{fields.get('M', '')}\n"
+    for code, label in (("D", "DETAIL"), ("H", "HINT"), ("q", "QUERY")):
+        if code in fields:
+            out += f"{label}:  {fields[code]}\n"
+    if "W" in fields and fields.get("V", sev) in ("ERROR", "FATAL", "PANIC"):
+        out += f"CONTEXT:  {fields['W']}\n"
+    return out
+
+
+def parse_dsn(dsn: str) -> dict[str, str]:
+    """A libpq URI (postgresql://user:pw@host:port/db?k=v) or key=value string as keys."""
+    if "://" not in dsn:
+        return dict(word.split("=", 1) for word in dsn.split() if "=" in word)
+    url = urllib.parse.urlsplit(dsn)
+    out = {k: v[-1] for k, v in urllib.parse.parse_qs(url.query).items()}
+    for key, value in (
+        ("user", url.username),
+        ("password", url.password),
+        ("host", url.hostname),
+        ("port", str(url.port) if url.port else None),
+        ("dbname", url.path.lstrip("/")),
+    ):
+        if value:
+            out[key] = urllib.parse.unquote(value)
+    return out
+
+
+class PgConn:
+    """One connection; `notice` is called with each notice's text as libpq formats it."""
+
+    def __init__(
+        self, dsn: str, notice: Callable[[str], None] | None = None, database: str = ""
+    ) -> None:
+        self.params = parse_dsn(dsn)
+        if database:
+            self.params["dbname"] = database
+        self.notice = notice
+        self.inbox: deque[tuple[str, bytes]] = deque()
+        self._buf = b""
+        self.state = "idle"  # libpq's asyncStatus: idle, busy, ready
+        self._ready: Result | None = None  # the result parsed, not yet collected
+        self._partial: Result | None = None
+        self.notifies: deque[Notify] = deque()
+        self.pid = self._secret = 0
+        host = self.params.get("host", "localhost")
+        port = int(self.params.get("port", "5432"))
+        try:
+            if host.startswith("/"):
+                self.sock = socket.socket(socket.AF_UNIX)
+                self.sock.settimeout(CONNECT_S)
+                self.sock.connect(f"{host}/.s.PGSQL.{port}")
+            else:
+                self.sock = socket.create_connection((host, port), CONNECT_S)
+        except OSError as exc:
+            raise LabError(f"PostgreSQL at {host}:{port}: {exc}") from None
+        self.sock.settimeout(None)
+        self._login()
+
+    # --- the socket ---
+
+    def _send(self, kind: bytes, body: bytes) -> None:
+        self.sock.sendall(kind + struct.pack("!i", len(body) + 4) + body)
+
+    def _split(self) -> None:
+        while len(self._buf) >= 5:
+            (size,) = struct.unpack("!i", self._buf[1:5])
+            if len(self._buf) < size + 1:
+                return
+            self.inbox.append((chr(self._buf[0]), self._buf[5 : size + 1]))
+            self._buf = self._buf[size + 1 :]
+
+    def read(self, timeout: float | None) -> bool:
+        """Wait up to `timeout` s (None: forever) for data, read what came; True if any."""
+        ready, _, _ = select.select([self.sock], [], [], timeout)
+        if not ready:
+            return False
+        data = self.sock.recv(65536)
+        if not data:
+            raise LabError("PostgreSQL closed the connection")
+        self._buf += data
+        self._split()
+        return True
+
+    def _next(self) -> tuple[str, bytes]:
+        while not self.inbox:
+            self.read(None)
+        return self.inbox.popleft()
+
+    # --- login ---
+
+    def _login(self) -> None:
+        user = self.params.get("user", "postgres")
+        words = {"user": user, "database": self.params.get("dbname", user)}
+        if app := self.params.get("application_name"):
+            words["application_name"] = app
+        body = b"".join(f"{k}\0{v}\0".encode() for k, v in words.items()) + b"\0"
+        self.sock.sendall(struct.pack("!ii", len(body) + 8, PROTOCOL_3_0) + body)
+        scram: _Scram | None = None
+        while True:
+            kind, msg = self._next()
+            if kind == "E":
+                raise LabError(f"PostgreSQL login: {error_fields(msg).get('M', '?')}")
+            if kind == "K":
+                self.pid, self._secret = struct.unpack("!ii", msg[:8])
+            elif kind == "Z":
+                return
+            elif kind == "R":
+                (code,) = struct.unpack("!i", msg[:4])
+                password = self.params.get("password", "")
+                if code == 3:
+                    self._send(b"p", password.encode() + b"\0")
+                elif code == 5:
+                    inner = hashlib.md5((password + user).encode()).hexdigest().encode()
+                    outer = hashlib.md5(inner + msg[4:8]).hexdigest()
+                    self._send(b"p", f"md5{outer}".encode() + b"\0")
+                elif code == 10:
+                    scram = _Scram(password)
+                    first = scram.first()
+                    head = b"SCRAM-SHA-256\0" + struct.pack("!i", len(first))
+                    self._send(b"p", head + first)
+                elif code == 11 and scram is not None:
+                    self._send(b"p", scram.final(msg[4:]))
+                elif code not in (0, 12):
+                    raise LabError(f"PostgreSQL login: authentication request {code}")
+
+    # --- queries, parsed as libpq parses them ---
+
+    def send_query(self, sql: str) -> None:
+        """PQsendQuery: the whole text as one simple Query message."""
+        self._send(b"Q", sql.encode() + b"\0")
+        self.state = "busy"
+
+    def parse(self) -> None:
+        """libpq's parseInput: take messages from the inbox while busy; notices and
+        notifications at once in any state; stop at anything else once a result is ready."""
+        while self.inbox:
+            kind, msg = self.inbox[0]
+            if kind in "NA":
+                self.inbox.popleft()
+                if kind == "N":
+                    if self.notice is not None:
+                        self.notice(message_text(error_fields(msg)))
+                else:
+                    (pid,) = struct.unpack("!i", msg[:4])
+                    channel, payload = msg[4:].split(b"\0")[:2]
+                    self.notifies.append(Notify(channel.decode(), payload.decode(), pid))
+                continue
+            if self.state != "busy":
+                if self.state == "ready":
+                    return
+                self.inbox.popleft()  # idle: ParameterStatus and the like
+                continue
+            self.inbox.popleft()
+            self._take(kind, msg)
+
+    def _take(self, kind: str, msg: bytes) -> None:
+        if kind == "T":
+            (n,) = struct.unpack("!h", msg[:2])
+            names, rest = [], msg[2:]
+            for _ in range(n):
+                name, rest = rest.split(b"\0", 1)
+                names.append(name.decode("utf-8", "replace"))
+                rest = rest[18:]
+            self._partial = Result("tuples", columns=names)
+        elif kind == "D" and self._partial is not None:
+            (n,) = struct.unpack("!h", msg[:2])
+            row: list[str | None] = []
+            at = 2
+            for _ in range(n):
+                (size,) = struct.unpack("!i", msg[at : at + 4])
+                at += 4
+                row.append(None if size < 0 else msg[at : at + size].decode("utf-8", "replace"))
+                at += max(size, 0)
+            self._partial.rows.append(row)
+        elif kind in "CIE":
+            if kind == "C":
+                done = self._partial or Result("command")
+            else:
+                done = Result("empty" if kind == "I" else "error", fields=error_fields(msg))
+            self._partial = None
+            self._ready, self.state = done, "ready"
+        elif kind == "Z":
+            self.state = "idle"
+
+    def is_busy(self) -> bool:
+        """PQisBusy: parse what has arrived; True while no result (nor the end) is ready."""
+        self.parse()
+        return self.state == "busy"
+
+    def get_result(self) -> Result | None:
+        """PQgetResult: the next result, waiting for it; None once the query is done."""
+        while True:
+            self.parse()
+            if self.state == "ready":
+                res, self._ready, self.state = self._ready, None, "busy"
+                return res
+            if self.state == "idle":
+                return None
+            self.read(None)
+
+    def execute(self, sql: str) -> Result | None:
+        """PQexec: send, collect every result, return the last (None for empty text)."""
+        self.send_query(sql)
+        last = None
+        while (res := self.get_result()) is not None:
+            last = res
+        return last
+
+    def cancel(self) -> None:
+        """PQcancelBlocking: a CancelRequest on a connection of its own; the server hangs
+        up once it has signalled the backend."""
+        peer = self.sock.getpeername()
+        family = self.sock.family
+        with socket.socket(family) as s:
+            s.settimeout(CONNECT_S)
+            s.connect(peer)
+            s.sendall(struct.pack("!iiii", 16, CANCEL_CODE, self.pid, self._secret))
+            while s.recv(64):
+                pass
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._send(b"X", b"")
+        self.sock.close()
+
+
+class _Scram:
+    """The client side of SCRAM-SHA-256 (RFC 5802/7677), without channel binding."""
+
+    def __init__(self, password: str) -> None:
+        self.password = password
+        self.nonce = base64.b64encode(secrets.token_bytes(18)).decode()
+        self.bare = f"n=,r={self.nonce}"
+
+    def first(self) -> bytes:
+        return f"n,,{self.bare}".encode()
+
+    def final(self, server_first: bytes) -> bytes:
+        attrs = dict(part.split("=", 1) for part in server_first.decode().split(","))
+        salt, rounds = base64.b64decode(attrs["s"]), int(attrs["i"])
+        salted = hashlib.pbkdf2_hmac("sha256", self.password.encode(), salt, rounds)
+        client_key = hmac.digest(salted, b"Client Key", "sha256")
+        without_proof = f"c=biws,r={attrs['r']}"
+        auth = f"{self.bare},{server_first.decode()},{without_proof}".encode()
+        signature = hmac.digest(hashlib.sha256(client_key).digest(), auth, "sha256")
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
