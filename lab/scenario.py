@@ -34,6 +34,7 @@ from lab.records import InvariantJson
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
+    from lab.autopipe import Command, Waiter
     from lab.redisnodes import RedisNodes
     from lab.redissentinel import SentinelGroup
     from lab.steps import Pinned
@@ -267,6 +268,17 @@ class Env:
         `redis` (both take get/set/delete/eval/evalsha/pttl with redis-py's arguments)."""
         return self.commands if self.commands is not None else self.redis
 
+    def do(self, what: Command | Waiter[Any]) -> Awaitable[Any]:
+        """Run a waiter (a generator that yields `Command`, `Sleep` or `Call` where a
+        coroutine would await: lab/autopipe.py), or one `Command`, on the actors' Redis:
+        on the pipelined client's waiter engine, else one await per command (pooled)."""
+        from lab.autopipe import Command, drive
+
+        gen = _only(what) if isinstance(what, Command) else what
+        if self.commands is not None:
+            return self.commands.waiters.run(gen)  # type: ignore[no-any-return]
+        return drive(gen, self.redis)
+
     @property
     def db(self) -> asyncpg.Pool:
         """A small pool on the run's database, for setup, invariants and observers."""
@@ -353,3 +365,8 @@ class Env:
         bisect.insort(
             self.events, {"t_ms": t, "who": who, "event": event, **fields}, key=lambda e: e["t_ms"]
         )
+
+
+def _only(command: Command) -> Waiter[Any]:
+    """One command as a waiter of its own."""
+    return (yield command)

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
 import pytest
 
 from lab.aio import within
-from lab.autopipe import AutoPipeline, ReplyError, _PyReader, pack
+from lab.autopipe import (
+    AutoPipeline,
+    Call,
+    Command,
+    ReplyError,
+    Sleep,
+    Waiter,
+    _PyReader,
+    drive,
+    pack,
+)
 from lab.servers import Servers
 
 
@@ -89,3 +100,117 @@ def test_python_reader_parses_what_redis_sends() -> None:
     r.feed(b"llo\r\n")
     assert r.gets() == b"hello"
     assert pack(("SET", "k", 5)) == b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n5\r\n"
+
+
+# --- waiters as data --------------------------------------------------------------------
+
+
+class Boom(Exception):
+    """A waiter's own error."""
+
+
+def _count_down(key: str, depth: int) -> Waiter[int]:
+    """Recursion as the document writes it: each level a call of its own."""
+    if depth == 0:
+        value: bytes = yield Command.get(key)
+        return int(value)
+    below: int = yield Call(_count_down(key, depth - 1))
+    return below + 1
+
+
+def _sleeper(seconds: float) -> Waiter[float]:
+    start = time.perf_counter()
+    yield Sleep(seconds)
+    return time.perf_counter() - start
+
+
+def _raises_after(key: str) -> Waiter[None]:
+    yield Command.get(key)
+    raise Boom("after the reply")
+
+
+def _catches(key: str) -> Waiter[str]:
+    try:
+        yield Call(_raises_after(key))
+    except Boom as exc:
+        return f"caught {exc}"
+    return "not raised"
+
+
+def _incr_text(key: str) -> Waiter[str]:
+    try:
+        yield Command("incr", ("INCRBY", key, 1), (key, 1))
+    except ReplyError as exc:
+        return f"reply error: {exc}"
+    return "no error"
+
+
+async def test_waiters_run_commands_sleeps_and_calls(client: AutoPipeline) -> None:
+    """Waiters' commands share the pipeline's one write per tick; Call runs a recursion
+    3,000 deep (deeper than Python's stack) and hands each value back; a sleep never ends
+    before its time on the real clock; errors reach the waiter that caused them."""
+    key, text = _key("n"), _key("text")
+    engine = client.waiters
+    try:
+        assert await client.set(key, "7") and await client.set(text, "abc")
+        before = client.batches
+        got = await asyncio.gather(*(engine.run(_count_down(key, 3)) for _ in range(50)))
+        assert got == [10] * 50 and client.batches == before + 1  # 50 GETs, one write
+        assert await engine.run(_count_down(key, 3000)) == 3007
+        slept = await asyncio.gather(*(engine.run(_sleeper(0.02)) for _ in range(20)))
+        assert min(slept) >= 0.02
+        assert await engine.run(_catches(key)) == "caught after the reply"
+        assert (await engine.run(_incr_text(text))).startswith("reply error: ")
+        with pytest.raises(Boom):
+            await engine.run(_raises_after(key))
+    finally:
+        await client.delete(key, text)
+        await client.aclose()
+
+
+async def test_an_abandoned_waiter_does_not_shift_the_replies(client: AutoPipeline) -> None:
+    """A waiter whose caller gave up (its future cancelled) mid-command: its reply is read
+    and dropped, its sleep ignored, and the next waiter still gets its own reply."""
+    a, b = _key("a"), _key("b")
+    try:
+        await asyncio.gather(client.set(a, "A"), client.set(b, "B"))
+        first = client.waiters.run(_count_down(a, 0))
+        first.cancel()
+        late = client.waiters.run(_sleeper(0.01))
+        late.cancel()
+        assert await client.waiters.run(_only_get(b)) == b"B"
+        assert await client.get(a) == b"A"
+    finally:
+        await client.delete(a, b)
+        await client.aclose()
+
+
+def _only_get(key: str) -> Waiter[bytes]:
+    value: bytes = yield Command.get(key)
+    return value
+
+
+async def test_drive_runs_the_same_waiters_on_redis_py(servers: Servers) -> None:
+    """drive(): the same generators with one await per command on redis-py's client."""
+    import redis.asyncio as aioredis
+
+    assert servers.redis is not None
+    r = aioredis.Redis.from_url(servers.redis.url)
+    key, text = _key("n"), _key("text")
+    try:
+        await r.set(key, "7")
+        await r.set(text, "abc")
+        assert await drive(_count_down(key, 5), r) == 12
+        assert await drive(_catches(key), r) == "caught after the reply"
+        assert (await drive(_incr_text(text), r)).startswith("reply error: ")
+        assert await drive(_sleeper(0.02), r) >= 0.02
+        lock = Command.set(_key("lock"), "1", nx=True, px=10_000)
+        assert await drive(_first(lock), r) is True and await drive(_first(lock), r) is None
+    finally:
+        await r.delete(key, text)
+        await r.aclose()
+
+
+def _first(command: Command) -> Waiter[object]:
+    value: object = yield command
+    return value

@@ -19,6 +19,7 @@ import asyncio
 import uuid
 
 from lab.aio import within
+from lab.autopipe import Call, Command, Sleep, Waiter
 from lab.redislock import COMPARE_AND_DELETE
 from lab.scenario import Check, Env
 
@@ -35,14 +36,14 @@ async def setup(env: Env) -> None:
         await env.redis.set(env.key(STALE), b"product-42-v0", ex=STALE_TTL_S)
 
 
-async def query_db(env: Env) -> bytes:
+def query_db(env: Env) -> Waiter[bytes]:
     """The rebuild: rebuild_ms of query (time is the subject); with rebuild_fails the first
     one of a process throws. On the trace: the invariant and the wait window read it."""
     env.add("db_calls")
     fails = env.params["rebuild_fails"] and env.counters["db_calls"] == 1
     start = env.now_ms()
     try:
-        await asyncio.sleep(env.params["rebuild_ms"] / 1000)
+        yield Sleep(env.params["rebuild_ms"] / 1000)
     finally:
         env.trace("db", "rebuild", at_ms=start, end_ms=round(env.now_ms(), 1), failed=fails)
     if fails:
@@ -50,53 +51,56 @@ async def query_db(env: Env) -> bytes:
     return b"product-42-v1"
 
 
-async def get(env: Env, key: str) -> bytes | None:
+def get(env: Env, key: str) -> Command:
     env.add("redis_get")
-    value: bytes | None = await env.cmd.get(env.key(key))
-    return value
+    return Command.get(env.key(key))
 
 
-async def take_lock(env: Env, actor: int, token: str) -> bool:
+def take_lock(env: Env, actor: int, token: str) -> Waiter[bool]:
     env.add("redis_set")
     env.add("lock_attempts")
     ttl_ms = max(1, round(float(env.params["lock_ttl_s"]) * 1000))  # EX 10 is PX 10000
-    if taken := bool(await env.cmd.set(env.key(LOCK), token, nx=True, px=ttl_ms)):
+    if taken := bool((yield Command.set(env.key(LOCK), token, nx=True, px=ttl_ms))):
         env.state["lock_owner"] = actor  # the lab's bookkeeping: buggy's lock has no token
     return taken
 
 
-async def write(env: Env, key: str, value: bytes, ttl_s: int) -> None:
+def write(env: Env, key: str, value: bytes, ttl_s: int) -> Waiter[None]:
     env.add("redis_set")
-    await env.cmd.set(env.key(key), value, ex=ttl_s)
+    yield Command.set(env.key(key), value, ex=ttl_s)
     env.trace("cache", "set", key=key)
 
 
+# Waiters (lab/autopipe.py): `yield` where the document's code says `await`, `Call` for a
+# call of its own (each JavaScript async call is its own promise), run by env.do.
 async def buggy(env: Env, conn: object, actor: int) -> str:
     try:
-        await get_polling(env, actor)
+        await env.do(get_polling(env, actor))
     except RebuildFailed:
         return "error"  # the request that ran the failing query answers 500
     return "ok"
 
 
-async def get_polling(env: Env, actor: int, depth: int = 0) -> bytes:
-    if (value := await get(env, KEY)) is None:
-        if not await take_lock(env, actor, "1"):
+def get_polling(env: Env, actor: int, depth: int = 0) -> Waiter[bytes]:
+    value: bytes | None = yield get(env, KEY)
+    if value is None:
+        if not (yield Call(take_lock(env, actor, "1"))):
             env.add("polls")
-            await asyncio.sleep(env.params["poll_ms"] / 1000)  # the poll interval is the subject
-            return await get_polling(env, actor, depth + 1)  # unbounded: RecursionError ~1000
-        value = await query_db(env)  # throws: no finally, the lock stays for the whole TTL
-        await write(env, KEY, value, CACHE_TTL_S)
+            yield Sleep(env.params["poll_ms"] / 1000)  # the poll interval is the subject
+            found: bytes = yield Call(get_polling(env, actor, depth + 1))  # unbounded
+            return found
+        value = yield Call(query_db(env))  # throws: no finally, the lock stays for its TTL
+        yield Call(write(env, KEY, value, CACHE_TTL_S))
         env.add("redis_del")
         owner = env.state["lock_owner"]
-        if await env.cmd.delete(env.key(LOCK)) and owner != actor:  # no token: anyone's lock
+        if (yield Command.delete(env.key(LOCK))) and owner != actor:  # no token: anyone's
             env.add("lock_deleted_foreign")
     env.sample("polls_per_request", depth)
     return value
 
 
 async def fixed(env: Env, conn: object, actor: int) -> str:
-    if await get(env, KEY) is not None:
+    if await env.do(get(env, KEY)) is not None:
         return "ok"
     flights: dict[int, asyncio.Task[bytes]] = env.state.setdefault("flights", {})
     pod = actor % env.params["pods"]
@@ -118,27 +122,28 @@ async def fixed(env: Env, conn: object, actor: int) -> str:
 async def rebuild_once(env: Env, actor: int) -> bytes:
     """One rebuild per process; across processes the Redis lock, with a token."""
     token = uuid.uuid4().hex
-    if await take_lock(env, actor, token):
+    if await env.do(take_lock(env, actor, token)):
         try:
-            value = await query_db(env)
-            await write(env, KEY, value, CACHE_TTL_S)
-            await write(env, STALE, value, STALE_TTL_S)
+            value: bytes = await env.do(query_db(env))
+            await env.do(write(env, KEY, value, CACHE_TTL_S))
+            await env.do(write(env, STALE, value, STALE_TTL_S))
             return value
         finally:
             env.add("redis_eval")
-            released = await env.cmd.eval(COMPARE_AND_DELETE, 1, env.key(LOCK), token)
-            env.add("lock_released" if released else "lock_expired_before_release")
+            release = Command.eval(COMPARE_AND_DELETE, 1, env.key(LOCK), token)
+            env.add("lock_released" if await env.do(release) else "lock_expired_before_release")
     rng = env.rng(-1 - actor)
     for _ in range(env.params["max_polls"]):  # another process rebuilds: bounded wait
         await asyncio.sleep(env.params["poll_ms"] / 1000 * rng.uniform(1, 2))
         env.add("polls")
-        if (found := await get(env, KEY)) is not None:
+        found: bytes | None = await env.do(get(env, KEY))
+        if found is not None:
             return found
     raise TimeoutError("another process holds the rebuild lock")
 
 
 async def stale(env: Env, at_once: bool = False) -> bool:  # -p stale=true: a stale copy?
-    if not env.params["stale"] or await get(env, STALE) is None:
+    if not env.params["stale"] or await env.do(get(env, STALE)) is None:
         return False
     env.add("stale_at_once" if at_once else "stale_after_waiting")
     return True
