@@ -1158,8 +1158,20 @@ def trace_cmd(
     pg_dsn: PgDsn = None,
     svg: SvgFile = None,
     no_record: NoRecord = False,
+    pg_version: PgVersion = None,
+    expected: Annotated[
+        Path | None,
+        typer.Option(
+            help="FILE.spec only: diff stdout against this expected output (and "
+            "its alternates NAME_1.out, ...); exit 1 on a difference."
+        ),
+    ] = None,
 ) -> None:
-    """Print the transcript of a schedule: each step, its SQL and result, who waited."""
+    """Print the transcript of a schedule: each step, its SQL and result, who waited. A
+    PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints."""
+    if scenario.endswith(".spec"):
+        guarded(lambda: _trace_spec(Path(scenario), pg_dsn, pg_version, expected))
+        return
 
     def body() -> None:
         from lab.pinned import (
@@ -1200,6 +1212,43 @@ def trace_cmd(
             log.print(f"[dim]record: {write_trace(record)}[/dim]")
 
     guarded(body)
+
+
+def _trace_spec(
+    path: Path, pg_dsn: str | None, pg_version: str | None, expected: Path | None
+) -> None:
+    """`locklab trace FILE.spec`: the spec run on the lab's PostgreSQL, a database of its
+    own; stdout is the isolation tester's output, everything else stderr."""
+    from lab.servers.versions import open_for
+    from lab.spec import read_spec, run_spec
+    from lab.spec.expected import compare_expected
+
+    spec = read_spec(path)  # a bad spec: one line, exit 2, before any server starts
+    wanted = [] if expected is None else _expected_files(expected)
+    with open_for(pg_dsn, None, pg_version, None, need_pg=True, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        assert srv.pg is not None
+        text, code = run_spec(spec, srv.pg.dsn)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if wanted:
+        same, diff = compare_expected(text, wanted)
+        if not same:
+            sys.stderr.write(diff)
+            err().print(f"locklab: {path} differs from {wanted[0]}", markup=False)
+            code = code or 1
+        else:
+            err().print(f"identical to {same}", markup=False)
+    if code:
+        raise typer.Exit(code)
+
+
+def _expected_files(expected: Path) -> list[Path]:
+    """The expected output and its alternates (NAME_1.out, NAME_2.out, ...) beside it."""
+    if not expected.is_file():
+        raise LabError(f"--expected {expected}: no such file")
+    alternates = sorted(expected.parent.glob(f"{expected.stem}_[0-9]*{expected.suffix}"))
+    return [expected, *alternates]
 
 
 @app.command("explore")

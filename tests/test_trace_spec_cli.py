@@ -1,0 +1,37 @@
+"""`locklab trace FILE.spec` from the command line: stdout is the isolation tester's text
+and nothing else, `--expected` diffs it (alternates count), a bad spec is one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.servers import Servers
+from tests.test_cli import ROOT, assert_one_line_error, locklab
+
+SPECS = ROOT / "tests" / "data" / "specs"
+
+
+def test_trace_spec_prints_the_testers_text_and_diffs_it(servers: Servers, tmp_path: Path) -> None:
+    assert servers.pg is not None
+    spec, want = SPECS / "deadlock-simple.spec", SPECS / "expected" / "deadlock-simple.out"
+    dsn = ("--pg-dsn", servers.pg.dsn)
+    same = locklab("trace", str(spec), "--expected", str(want), *dsn, results=tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert same.stdout == want.read_text()  # stdout: the tester's text, nothing else
+    assert f"identical to {want}" in same.stderr
+    wrong = tmp_path / "deadlock-simple.out"  # the expected file with one line changed ...
+    wrong.write_text(want.read_text().replace("ERROR:  deadlock detected", "ERROR:  other"))
+    differs = locklab("trace", str(spec), "--expected", str(wrong), *dsn, results=tmp_path)
+    assert differs.returncode == 1 and "-ERROR:  other" in differs.stderr
+    assert "+ERROR:  deadlock detected" in differs.stderr
+    (tmp_path / "deadlock-simple_1.out").write_text(want.read_text())  # ... an alternate
+    alternate = locklab("trace", str(spec), "--expected", str(wrong), *dsn, results=tmp_path)
+    assert alternate.returncode == 0, alternate.stderr
+
+
+def test_a_bad_spec_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.spec"
+    bad.write_text("session s1\nstep s1a { SELECT 1; }\npermutation s1a s9z\n")
+    proc = locklab("trace", str(bad), results=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc, rf"{bad}:\d+", tmp_path)
