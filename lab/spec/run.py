@@ -30,7 +30,7 @@ from pathlib import Path
 from lab.errors import LabError
 from lab.spec.parse import Blocker, PermutationStep, Spec, read_spec
 from lab.spec.printout import result_table
-from lab.spec.wire import PgConn, Result, message_text
+from lab.spec.wire import PgConn, Result
 
 DEFAULT_STEP_WAIT_S = 360.0  # the tester's max_step_wait
 POLL_S = 0.010  # the tester looks for a lock wait after each 10 ms without an answer
@@ -160,7 +160,7 @@ class SpecRun:
             self.emit(result_table(res))
         elif res.kind == "error":
             sev, msg = res.fields.get("S"), res.fields.get("M")
-            self.emit(f"{sev}:  {msg}\n" if sev and msg else message_text(res.fields) + "\n")
+            self.emit(f"{sev}:  {msg}\n" if sev and msg else res.message() + "\n")
 
     def try_complete_all(self, waiting: list[PermutationStep], flags: int) -> list[PermutationStep]:
         """Poll the waiting steps in order, dropping those that completed; again while a
@@ -248,7 +248,7 @@ class _NoticePrinter:
 
 
 def _error(res: Result | None) -> str:
-    return message_text(res.fields) if res is not None and res.kind == "error" else ""
+    return res.message() if res is not None else ""
 
 
 def all_permutations(spec: Spec) -> list[list[PermutationStep]]:

@@ -18,6 +18,7 @@ import secrets
 import select
 import socket
 import struct
+import unicodedata
 import urllib.parse
 from collections import deque
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from lab.errors import LabError
 PROTOCOL_3_0 = 196608
 CANCEL_CODE = 80877102
 CONNECT_S = 30.0  # a server that has not answered a login by then will not
+DISPLAY_COLS, MIN_RIGHT_CUT = 60, 10  # libpq's error cursor: line width, room right of ^
 
 
 @dataclass
@@ -39,6 +41,13 @@ class Result:
     columns: list[str] = field(default_factory=list)
     rows: list[list[str | None]] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
+    query: str = ""  # the text sent, for an error's cursor line
+
+    def message(self) -> str:
+        """PQresultErrorMessage: the error as libpq words it ("" for no error)."""
+        if self.kind != "error":
+            return ""
+        return message_text(self.fields, self.query, is_error=True)
 
 
 @dataclass
@@ -57,17 +66,63 @@ def error_fields(body: bytes) -> dict[str, str]:
     return out
 
 
-def message_text(fields: dict[str, str]) -> str:
-    """libpq's message at its default verbosity: "SEVERITY:  text" then DETAIL, HINT,
-    QUERY lines (CONTEXT only for errors), each ending in a newline."""
+def message_text(fields: dict[str, str], query: str = "", is_error: bool = False) -> str:
+    """libpq's message at its default verbosity: "SEVERITY:  text", the statement's line
+    with a ``^`` under the error's position, then DETAIL, HINT, QUERY lines (CONTEXT only
+    for an error), each ending in a newline."""
     sev = fields.get("S", "")
     out = f"{sev}:  {fields.get('M', '')}\n" if sev else f"{fields.get('M', '')}\n"
+    if query and fields.get("P", "").isdigit():
+        out += _position(query, int(fields["P"]) - 1)
     for code, label in (("D", "DETAIL"), ("H", "HINT"), ("q", "QUERY")):
         if code in fields:
             out += f"{label}:  {fields[code]}\n"
-    if "W" in fields and fields.get("V", sev) in ("ERROR", "FATAL", "PANIC"):
+    if "W" in fields and is_error:
         out += f"CONTEXT:  {fields['W']}\n"
     return out
+
+
+def _width(ch: str) -> int:
+    if unicodedata.combining(ch):
+        return 0
+    return 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+
+
+def _position(query: str, loc: int) -> str:
+    """libpq's "LINE n: ..." and its caret line for character `loc` (0-based) of `query`:
+    the line holding it, cut to about DISPLAY_COLS columns around it ("..." where cut)."""
+    text = query.replace("\t", " ")
+    line, beg, end = 1, 0, len(text)
+    for i, ch in enumerate(text):
+        if ch in "\r\n":
+            if i < loc:
+                if ch == "\r" or i == 0 or text[i - 1] != "\r":
+                    line += 1
+                beg = i + 1
+            else:
+                end = i
+                break
+    if loc > end:
+        return ""
+    col = [0]
+    for ch in text[:end]:
+        col.append(col[-1] + _width(ch))
+    cut_left = cut_right = False
+    if col[end] - col[beg] > DISPLAY_COLS:
+        if col[beg] + DISPLAY_COLS >= col[loc] + MIN_RIGHT_CUT:
+            while col[end] - col[beg] > DISPLAY_COLS:
+                end -= 1
+            cut_right = True
+        else:
+            while col[loc] + MIN_RIGHT_CUT < col[end]:
+                end -= 1
+                cut_right = True
+            while col[end] - col[beg] > DISPLAY_COLS:
+                beg += 1
+                cut_left = True
+    head = f"LINE {line}: " + ("..." if cut_left else "")
+    shown = head + text[beg:end] + ("..." if cut_right else "")
+    return f"{shown}\n{' ' * (len(head) + col[loc] - col[beg])}^\n"
 
 
 def parse_dsn(dsn: str) -> dict[str, str]:
@@ -104,6 +159,7 @@ class PgConn:
         self._ready: Result | None = None  # the result parsed, not yet collected
         self._partial: Result | None = None
         self.notifies: deque[Notify] = deque()
+        self.query = ""  # the last text sent
         self.pid = self._secret = 0
         host = self.params.get("host", "localhost")
         port = int(self.params.get("port", "5432"))
@@ -191,7 +247,7 @@ class PgConn:
     def send_query(self, sql: str) -> None:
         """PQsendQuery: the whole text as one simple Query message."""
         self._send(b"Q", sql.encode() + b"\0")
-        self.state = "busy"
+        self.state, self.query = "busy", sql
 
     def parse(self) -> None:
         """libpq's parseInput: take messages from the inbox while busy; notices and
@@ -202,7 +258,7 @@ class PgConn:
                 self.inbox.popleft()
                 if kind == "N":
                     if self.notice is not None:
-                        self.notice(message_text(error_fields(msg)))
+                        self.notice(message_text(error_fields(msg), self.query))
                 else:
                     (pid,) = struct.unpack("!i", msg[:4])
                     channel, payload = msg[4:].split(b"\0")[:2]
@@ -239,7 +295,8 @@ class PgConn:
             if kind == "C":
                 done = self._partial or Result("command")
             else:
-                done = Result("empty" if kind == "I" else "error", fields=error_fields(msg))
+                fields = error_fields(msg)
+                done = Result("empty" if kind == "I" else "error", fields=fields, query=self.query)
             self._partial = None
             self._ready, self.state = done, "ready"
         elif kind == "Z":
