@@ -52,7 +52,8 @@ def tester(servers: Servers) -> tuple[Path, dict[str, str]]:
     binary = Path(pgxs).parent.parent / "test" / "isolation" / "isolationtester"
     if not binary.is_file():
         pytest.skip(f"isolationtester is not installed beside {pgxs}")
-    env = {**os.environ, "LD_LIBRARY_PATH": libdir}
+    env = {k: v for k, v in os.environ.items() if k != "PGAPPNAME"}
+    env["LD_LIBRARY_PATH"] = libdir
     return binary, env
 
 
@@ -72,6 +73,7 @@ def fresh_db(servers: Servers) -> Iterator[str]:
 
 def _ours(servers: Servers, name: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, int]:
     assert servers.pg is not None
+    monkeypatch.delenv("PGAPPNAME", raising=False)  # a session's application_name is "/s1"
     if name in TIMEOUT_DEFAULT_S:
         monkeypatch.setenv("PG_TEST_TIMEOUT_DEFAULT", str(TIMEOUT_DEFAULT_S[name]))
     else:

@@ -65,15 +65,20 @@ class SpecRun:
         self.out.append(text)
 
     def connect(self, dsn: str, database: str) -> None:
+        """The control connection and one per session, each with "/<session>" appended to
+        its application_name, as the tester names them."""
         self.conns.append(_Conn("control connection", PgConn(dsn, database=database)))
         for sess in self.spec.sessions:
             conn = _Conn(sess.name, PgConn(dsn, database=database))
-            conn.pg.notice = self._notice_printer(conn)
+            conn.pg.notice = _NoticePrinter(self, conn)
             self.conns.append(conn)
+        for conn in self.conns:
+            name = conn.name.replace("'", "''")
+            conn.pg.execute(
+                "SELECT set_config('application_name',"
+                f" current_setting('application_name') || '/' || '{name}', false)"
+            )
         self.pids = ",".join(str(c.pg.pid) for c in self.conns[1:])
-
-    def _notice_printer(self, conn: _Conn) -> _NoticePrinter:
-        return _NoticePrinter(self, conn)
 
     def close(self) -> None:
         for c in self.conns:

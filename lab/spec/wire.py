@@ -14,6 +14,7 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import os
 import secrets
 import select
 import socket
@@ -210,7 +211,7 @@ class PgConn:
     def _login(self) -> None:
         user = self.params.get("user", "postgres")
         words = {"user": user, "database": self.params.get("dbname", user)}
-        if app := self.params.get("application_name"):
+        if app := self.params.get("application_name", os.environ.get("PGAPPNAME", "")):
             words["application_name"] = app
         body = b"".join(f"{k}\0{v}\0".encode() for k, v in words.items()) + b"\0"
         self.sock.sendall(struct.pack("!ii", len(body) + 8, PROTOCOL_3_0) + body)
