@@ -30,7 +30,7 @@ from pathlib import Path
 from lab.errors import LabError
 from lab.spec.parse import Blocker, PermutationStep, Spec, read_spec
 from lab.spec.printout import result_table
-from lab.spec.wire import PgConn, Result
+from lab.spec.wire import NO_CONNECTION, PgConn, Result
 
 DEFAULT_STEP_WAIT_S = 360.0  # the tester's max_step_wait
 POLL_S = 0.010  # the tester looks for a lock wait after each 10 ms without an answer
@@ -212,7 +212,9 @@ class SpecRun:
                     self.emit(f"step {conn.active.name} timed out after {int(waited)} seconds\n")
                     self.emit(f"active steps are:{active}\n")
                     raise _Exit
-            conn.pg.send_query(self.spec.step(ps.name).sql)
+            if not conn.pg.send_query(self.spec.step(ps.name).sql):
+                self.emit(f"failed to send query for step {ps.name}: {NO_CONNECTION}\n")
+                raise _Exit
             conn.active = ps
             for b in ps.blockers:
                 if b.kind == "notices":

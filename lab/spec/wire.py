@@ -29,6 +29,12 @@ from lab.errors import LabError
 
 PROTOCOL_3_0 = 196608
 CANCEL_CODE = 80877102
+LOST = (
+    "server closed the connection unexpectedly\n"
+    "\tThis probably means the server terminated abnormally\n"
+    "\tbefore or while processing the request.\n"
+)
+NO_CONNECTION = "no connection to the server\n"
 CONNECT_S = 30.0  # a server that has not answered a login by then will not
 DISPLAY_COLS, MIN_RIGHT_CUT = 60, 10  # libpq's error cursor: line width, room right of ^
 
@@ -43,11 +49,12 @@ class Result:
     rows: list[list[str | None]] = field(default_factory=list)
     fields: dict[str, str] = field(default_factory=dict)
     query: str = ""  # the text sent, for an error's cursor line
+    text: str = ""  # an error libpq made itself (the connection is gone): no fields
 
     def message(self) -> str:
         """PQresultErrorMessage: the error as libpq words it ("" for no error)."""
-        if self.kind != "error":
-            return ""
+        if self.kind != "error" or self.text:
+            return self.text
         return message_text(self.fields, self.query, is_error=True)
 
 
@@ -161,6 +168,7 @@ class PgConn:
         self._partial: Result | None = None
         self.notifies: deque[Notify] = deque()
         self.query = ""  # the last text sent
+        self.closed = False  # the server hung up (libpq's CONNECTION_BAD)
         self.pid = self._secret = 0
         host = self.params.get("host", "localhost")
         port = int(self.params.get("port", "5432"))
@@ -191,12 +199,18 @@ class PgConn:
 
     def read(self, timeout: float | None) -> bool:
         """Wait up to `timeout` s (None: forever) for data, read what came; True if any."""
+        if self.closed:
+            return False
         ready, _, _ = select.select([self.sock], [], [], timeout)
         if not ready:
             return False
-        data = self.sock.recv(65536)
-        if not data:
-            raise LabError("PostgreSQL closed the connection")
+        try:
+            data = self.sock.recv(65536)
+        except OSError:
+            data = b""
+        if not data:  # the server hung up: libpq's "server closed the connection"
+            self.closed = True
+            return True
         self._buf += data
         self._split()
         return True
@@ -204,6 +218,8 @@ class PgConn:
     def _next(self) -> tuple[str, bytes]:
         while not self.inbox:
             self.read(None)
+            if self.closed and not self.inbox:
+                raise LabError("PostgreSQL closed the connection during login")
         return self.inbox.popleft()
 
     # --- login ---
@@ -245,14 +261,22 @@ class PgConn:
 
     # --- queries, parsed as libpq parses them ---
 
-    def send_query(self, sql: str) -> None:
-        """PQsendQuery: the whole text as one simple Query message."""
-        self._send(b"Q", sql.encode() + b"\0")
+    def send_query(self, sql: str) -> bool:
+        """PQsendQuery: the whole text as one simple Query message; False on a connection
+        known to be gone. A failed write is left for the read to find, as libpq does (the
+        server's last words may be waiting there)."""
+        if self.closed:
+            return False
+        with contextlib.suppress(OSError):
+            self._send(b"Q", sql.encode() + b"\0")
         self.state, self.query = "busy", sql
+        return True
 
     def parse(self) -> None:
         """libpq's parseInput: take messages from the inbox while busy; notices and
         notifications at once in any state; stop at anything else once a result is ready."""
+        if self.closed and not self.inbox and self.state == "busy":
+            self._ready, self.state = Result("error", text=LOST), "ready"
         while self.inbox:
             kind, msg = self.inbox[0]
             if kind in "NA":
@@ -313,15 +337,17 @@ class PgConn:
         while True:
             self.parse()
             if self.state == "ready":
-                res, self._ready, self.state = self._ready, None, "busy"
+                res, self._ready = self._ready, None
+                self.state = "idle" if res is not None and res.text else "busy"
                 return res
             if self.state == "idle":
                 return None
             self.read(None)
 
     def execute(self, sql: str) -> Result | None:
-        """PQexec: send, collect every result, return the last (None for empty text)."""
-        self.send_query(sql)
+        """PQexec: send, collect every result, return the last."""
+        if not self.send_query(sql):
+            return Result("error", text=NO_CONNECTION)
         last = None
         while (res := self.get_result()) is not None:
             last = res
