@@ -12,7 +12,9 @@ still running an earlier one waits for it first. ``(*)`` prints ``<waiting ...>`
 ``(s2a)`` holds a step's completion until s2a has completed, ``(s2a notices N)`` until
 s2a's session has sent N more notices. A step running longer than the tester's limit
 (360 s, or twice ``PG_TEST_TIMEOUT_DEFAULT``) is cancelled and reported as the tester
-does; at twice the limit the run ends, exit code 1, as the tester exits.
+does; at twice the limit the run ends, exit code 1, as the tester exits. (The tester of
+PostgreSQL 14 and later prints no "invalid permutation detected": a step due on a session
+still waiting waits for it, and so does this runner.)
 
 The lab's ordering engine (lab/sequencer.py) grants steps of Python session code; a spec
 step is one SQL text whose results, notices and completions must print in the tester's

@@ -6,6 +6,9 @@ line when they come before its first result). asyncpg decodes values and keeps n
 notices in order, so the spec runner speaks the protocol itself: one blocking socket per
 connection, read into an inbox and parsed only when the runner asks (``is_busy``,
 ``get_result``), as libpq parses only in ``PQisBusy`` and ``PQgetResult``.
+
+A login is bounded (CONNECT_S); waiting for a query's results is not, as PQgetResult's
+is not (a step whose second statement blocks hangs the tester and this runner alike).
 """
 
 from __future__ import annotations
@@ -217,7 +220,8 @@ class PgConn:
 
     def _next(self) -> tuple[str, bytes]:
         while not self.inbox:
-            self.read(None)
+            if not self.read(CONNECT_S):
+                raise LabError(f"PostgreSQL did not answer a login in {CONNECT_S:.0f} s")
             if self.closed and not self.inbox:
                 raise LabError("PostgreSQL closed the connection during login")
         return self.inbox.popleft()
