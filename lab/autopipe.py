@@ -391,7 +391,8 @@ class Command:
 
     @classmethod
     def get(cls, name: str) -> Command:
-        return cls._made(("GET", name), lambda: cls("get", ("GET", name), (name,)))
+        made = _commands.get(("GET", name))  # the pollers' hot path: no closure made
+        return made or cls._made(("GET", name), lambda: cls("get", ("GET", name), (name,)))
 
     @classmethod
     def set(

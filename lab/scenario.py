@@ -175,8 +175,11 @@ class Scenario:
     worker_setup: Setup | None = None
     worker_done: Setup | None = None
     # With --procs auto (the default): one worker process per this many actors, at most
-    # one per core; 0 keeps every run in one process.
+    # `procs_per_core` per core; 0 keeps every run in one process. More than one per core
+    # suits actors that mostly wait on timers (a poll): each process handles its actors'
+    # replies and wake-ups one batch at a time, and more processes overlap those batches.
     actors_per_process: int = 0
+    procs_per_core: int = 1
     # Watchers the harness starts after setup and stops after the variant (Observer).
     observers: tuple[Observer, ...] = ()
 

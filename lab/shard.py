@@ -67,12 +67,13 @@ LINE_LIMIT = 2**26  # a worker's result is one JSON line
 
 def resolve_procs(scenario: Scenario, knobs: Knobs) -> int:
     """K: --procs when given; else one worker per `actors_per_process` actors, at most
-    one per core (a client-bound scenario), else 1 (everything in the lab's process)."""
+    `procs_per_core` per core (a client-bound scenario), else 1 (the lab's process)."""
     if knobs.procs >= 1:
         return min(knobs.procs, knobs.n)
     if scenario.kind != "actors" or scenario.actors_per_process < 1:
         return 1
-    return max(1, min(os.cpu_count() or 1, math.ceil(knobs.n / scenario.actors_per_process)))
+    most = (os.cpu_count() or 1) * max(1, scenario.procs_per_core)
+    return max(1, min(most, math.ceil(knobs.n / scenario.actors_per_process)))
 
 
 def deal(n: int, k: int) -> list[list[int]]:

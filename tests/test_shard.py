@@ -115,7 +115,7 @@ def test_procs_takes_auto_or_a_count(spec: str, want: int | None) -> None:
 
 def test_auto_procs_follows_the_scenario() -> None:
     """auto: one process unless the scenario asks for workers; then one per its share, at
-    most one per core; a given K is kept (never more than the actors)."""
+    most its processes per core; a given K is kept (never more than the actors)."""
     from lab.shard import resolve_procs
     from scenarios.cache_stampede import SCENARIO as STAMPEDE
 
@@ -123,7 +123,8 @@ def test_auto_procs_follows_the_scenario() -> None:
         return Knobs(n, "burst", "per-actor", 1000, 1, 30.0, 60.0, procs=procs)
 
     assert resolve_procs(SCENARIO, knobs(5000)) == 1
-    assert resolve_procs(STAMPEDE, knobs(1000)) == 1
-    assert resolve_procs(STAMPEDE, knobs(5000)) == min(os.cpu_count() or 1, 3)
+    assert resolve_procs(STAMPEDE, knobs(500)) == 1  # 625 waiters a process
+    assert resolve_procs(STAMPEDE, knobs(1000)) == 2
+    assert resolve_procs(STAMPEDE, knobs(5000)) == min(4 * (os.cpu_count() or 1), 8)
     assert resolve_procs(SCENARIO, knobs(5, procs=3)) == 3
     assert resolve_procs(SCENARIO, knobs(2, procs=3)) == 2
