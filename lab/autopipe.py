@@ -269,14 +269,7 @@ class AutoPipeline:
         nx: bool = False,
     ) -> asyncio.Future[Any]:
         """Queued now (not when awaited); True, or None when NX found the key (redis-py's)."""
-        args: list[Any] = ["SET", name, value]
-        if ex is not None:
-            args += ["EX", ex]
-        if px is not None:
-            args += ["PX", px]
-        if nx:
-            args.append("NX")
-        return _mapped(self.execute(*args), lambda r: True if r == b"OK" else None)
+        return _mapped(self.execute(*set_wire(name, value, ex, px, nx)), _is_ok)
 
     def delete(self, *names: str) -> asyncio.Future[Any]:
         return self.execute("DEL", *names)
@@ -348,6 +341,15 @@ class AutoPipeline:
 T = TypeVar("T")
 
 
+def set_wire(name: str, value: Any, ex: int | None, px: int | None, nx: bool) -> tuple[Any, ...]:
+    """SET's words as redis-py's `set(name, value, ex=, px=, nx=)` sends them."""
+    words: list[Any] = ["SET", name, value]
+    words += ["EX", ex] if ex is not None else []
+    words += ["PX", px] if px is not None else []
+    words += ["NX"] if nx else []
+    return tuple(words)
+
+
 def _is_ok(reply: Any) -> bool | None:
     """SET's reply as redis-py gives it: True, or None when NX found the key."""
     return True if reply in (b"OK", "OK", True) else None
@@ -405,12 +407,8 @@ class Command:
         nx: bool = False,
     ) -> Command:
         def make() -> Command:
-            wire: list[Any] = ["SET", name, value]
-            wire += ["EX", ex] if ex is not None else []
-            wire += ["PX", px] if px is not None else []
-            wire += ["NX"] if nx else []
             kwargs = {"ex": ex, "px": px, "nx": nx}
-            return cls("set", tuple(wire), (name, value), kwargs, _is_ok)
+            return cls("set", set_wire(name, value, ex, px, nx), (name, value), kwargs, _is_ok)
 
         return cls._made(("SET", name, value, ex, px, nx), make)
 
