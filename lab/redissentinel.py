@@ -132,6 +132,27 @@ class SentinelGroup:
             all_know, READY_S, "the Sentinels to find the replica and each other", every=0.05
         )
 
+    async def until_synced(self, seconds: float) -> None:
+        """Until the replica is linked and has everything the primary has (as the two say
+        on the lab's own connections)."""
+        primary, replica = self.direct(self.primary), self.direct(self.replica)
+
+        async def synced() -> bool:
+            info = await replica.info("replication")
+            offset = (await primary.info("replication")).get("master_repl_offset")
+            linked = info.get("master_link_status") == "up"
+            return linked and info.get("slave_repl_offset") == offset
+
+        try:
+            await until(synced, seconds, "the replica to catch up")
+        finally:
+            await primary.aclose()
+            await replica.aclose()
+
+    async def partition(self) -> None:
+        """`cut()`, from the event loop."""
+        await asyncio.to_thread(self.cut)
+
     def cut(self) -> None:
         """Partition the replication link: the primary's writes no longer reach the replica."""
         if self.link is None:
@@ -217,13 +238,14 @@ class Events:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _clients: list[aioredis.Redis] = field(default_factory=list)
 
-    async def start(self) -> None:
+    async def start(self) -> Events:
         for i, s in enumerate(self.group.sentinels):
             client = self.group.sentinel_client(s)
             self._clients.append(client)
             pubsub = client.pubsub()
             await pubsub.subscribe(*EVENTS)
             self._tasks.append(asyncio.create_task(self._listen(f"sentinel{i + 1}", pubsub)))
+        return self
 
     async def _listen(self, who: str, pubsub: Any) -> None:
         async for msg in pubsub.listen():
@@ -239,6 +261,12 @@ class Events:
 
     def first(self, event: str) -> dict[str, Any] | None:
         return next((e for e in self.seen if e["event"] == event), None)
+
+    async def promoted(self, seconds: float) -> str:
+        """Until a Sentinel announces +switch-master: the new primary's address."""
+        switched = await self.wait_for("+switch-master", seconds)
+        _name, _old_ip, _old_port, ip, port = str(switched["detail"]).split()
+        return f"{ip}:{port}"
 
     async def wait_for(self, event: str, seconds: float) -> dict[str, Any]:
         def announced() -> dict[str, Any] | None:

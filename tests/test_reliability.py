@@ -388,8 +388,10 @@ def test_postgres_killed_mid_run_is_named(tmp_path: Path) -> None:
 
 def test_redis_killed_mid_stampede_is_named(tmp_path: Path) -> None:
     """SIGKILL of Redis under 2,000 waiters (cache-stampede): one line, no task traceback."""
-    # pooled: a connection per waiter, so 500 open sockets say the waiters are polling
+    # pooled in the lab's own process: a connection per waiter, so 500 open sockets say
+    # the waiters are polling
     args = ["run", "cache-stampede", "-v", "buggy", "-n", "2000", "--redis-client", "pooled"]
+    args += ["--procs", "1"]
     args += LONG_STAMPEDE
     proc, stderr, _ = _fault_run(tmp_path, args, "redis-server", signal.SIGKILL, 500)
     during = "cache-stampede / buggy"

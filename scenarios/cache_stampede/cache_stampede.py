@@ -10,7 +10,7 @@ Fix:        singleflight, token + compare-and-delete in finally, a wait bounded 
 Published:  500 misses, 400 ms rebuild: poll GETs=2739, DB calls=1, 597 ms; singleflight
             GETs=500, DB calls=1, 531 ms; 5,000 waiters, 1 s rebuild: ~100k GET/s (Redis
             7.4.11, Node 24) — deadlock-distributed-lock-cron.vi.txt, "Cache rebuild lock".
-See:        claims DL-19..DL-21 and the cases in claims.py; wait_window.py; docs/load.md.
+See:        claims.py, wait_window.py, docs/load.md; waiters yield what they await (autopipe).
 """
 
 from __future__ import annotations
@@ -37,8 +37,7 @@ async def setup(env: Env) -> None:
 
 
 def query_db(env: Env) -> Waiter[bytes]:
-    """The rebuild: rebuild_ms of query (time is the subject); with rebuild_fails the first
-    one of a process throws. On the trace: the invariant and the wait window read it."""
+    """rebuild_ms of query, on the trace; with rebuild_fails a process's first one throws."""
     env.add("db_calls")
     fails = env.params["rebuild_fails"] and env.counters["db_calls"] == 1
     start = env.now_ms()
@@ -71,8 +70,6 @@ def write(env: Env, key: str, value: bytes, ttl_s: int) -> Waiter[None]:
     env.trace("cache", "set", key=key)
 
 
-# Waiters (lab/autopipe.py): `yield` where the document's code says `await`, `Call` for a
-# call of its own (each JavaScript async call is its own promise), run by env.do.
 async def buggy(env: Env, conn: object, actor: int) -> str:
     try:
         await env.do(get_polling(env, actor))
@@ -136,17 +133,15 @@ async def rebuild_once(env: Env, actor: int) -> bytes:
     for _ in range(env.params["max_polls"]):  # another process rebuilds: bounded wait
         await asyncio.sleep(env.params["poll_ms"] / 1000 * rng.uniform(1, 2))
         env.add("polls")
-        found: bytes | None = await env.do(get(env, KEY))
-        if found is not None:
-            return found
+        if (found := await env.do(get(env, KEY))) is not None:
+            return bytes(found)
     raise TimeoutError("another process holds the rebuild lock")
 
 
 async def stale(env: Env, at_once: bool = False) -> bool:  # -p stale=true: a stale copy?
-    if not env.params["stale"] or await env.do(get(env, STALE)) is None:
-        return False
-    env.add("stale_at_once" if at_once else "stale_after_waiting")
-    return True
+    if found := env.params["stale"] and await env.do(get(env, STALE)) is not None:
+        env.add("stale_at_once" if at_once else "stale_after_waiting")
+    return bool(found)
 
 
 async def invariant(env: Env) -> list[Check]:

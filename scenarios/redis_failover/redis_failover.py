@@ -24,13 +24,11 @@ See:        DL-14 in claims.py. The run owns a primary, its replica and three Se
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from lab.aio import until
 from lab.redislock import COMPARE_AND_DELETE
 from lab.redissentinel import NAME, Events
 from lab.scenario import Check, Env
@@ -53,13 +51,6 @@ async def setup(env: Env) -> None:
         INSERT INTO fences VALUES ('{LOCK}', {FENCES_BEFORE})""")
 
 
-async def _synced(primary: aioredis.Redis, replica: aioredis.Redis) -> bool:
-    """Whether the replica is linked and has everything the primary has."""
-    info = await replica.info("replication")
-    offset = (await primary.info("replication")).get("master_repl_offset")
-    return info.get("master_link_status") == "up" and info.get("slave_repl_offset") == offset
-
-
 async def _fence(env: Env, r: aioredis.Redis, from_storage: bool) -> int:
     if from_storage:
         value = await env.db.fetchval(
@@ -78,20 +69,17 @@ async def _write(env: Env, who: str, fence: int) -> int:
 
 async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None:
     group = await env.redis_sentinel()
-    events = Events(group)
-    await events.start()
+    events = await Events(group).start()
     sentinel = group.sentinel(decode_responses=True, retry_on_timeout=False)
     a = sentinel.master_for(NAME)  # the service's client: asks the Sentinels for the primary
-    observers = group.direct(group.primary), group.direct(group.replica)
     holders: list[dict[str, Any]] = []
-    clients = [a, *observers]
+    clients = [a]
     try:
         await a.set(FENCE, FENCES_BEFORE)
-        await until(lambda: _synced(*observers), SYNC_S, "the replica to catch up")
+        await group.until_synced(SYNC_S)
         env.trace("observer", "replica in sync", fence=FENCES_BEFORE)
 
-        # Partition: both servers keep the link open; what the primary accepts now is lost
-        await asyncio.to_thread(group.cut)
+        await group.partition()  # both keep the link open; what the primary accepts is lost
         env.trace("observer", "replication link partitioned")
         token_a = secrets.token_hex(8)
         got = await a.set(LOCK, token_a, nx=True, px=LEASE_MS)
@@ -106,28 +94,22 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
         fence_a = None
         if acked > 0:  # A proceeds
             fence_a = await _fence(env, a, storage_fence)
-            holders.append(
-                {"who": "A", "server": "primary", "fence": fence_a, "granted": bool(got)}
-            )
+            holders.append({"who": "A", "fence": fence_a, "granted": bool(got)})
             env.trace("A", "got lock", fence=fence_a)
             await _write(env, "A", fence_a)
 
         events.mark()  # the Sentinels' events are timed from the primary's death
         group.kill_primary()
         env.trace("observer", "primary killed (SIGKILL); the Sentinels decide what follows")
-        await events.wait_for("+switch-master", FAILOVER_S)
-        host, port = await sentinel.discover_master(NAME)
-        env.trace("observer", "Sentinels switched the primary", to=f"{host}:{port}")
+        new_primary = await events.promoted(FAILOVER_S)
+        env.trace("observer", "Sentinels switched the primary", to=new_primary)
         b = sentinel.master_for(NAME)
         clients.append(b)
         lock = await b.get(LOCK)
-        token_b = secrets.token_hex(8)
-        got_b = await b.set(LOCK, token_b, nx=True, px=LEASE_MS)
+        got_b = await b.set(LOCK, secrets.token_hex(8), nx=True, px=LEASE_MS)
         env.trace("B", "SET NX PX on the new primary", ok=bool(got_b), lock_found=lock)
         fence_b = await _fence(env, b, storage_fence)
-        holders.append(
-            {"who": "B", "server": "promoted replica", "fence": fence_b, "granted": bool(got_b)}
-        )
+        holders.append({"who": "B", "fence": fence_b, "granted": bool(got_b)})
         env.trace("B", "got lock", fence=fence_b)
         env.outcome("wrote" if await _write(env, "B", fence_b) else "write_rejected")
 
@@ -136,7 +118,7 @@ async def _run(env: Env, *, storage_fence: bool, wait_for_replica: bool) -> None
         else:  # A wakes from its pause, still inside its lease, and writes again
             rows = await _write(env, "A", fence_a)
             env.outcome("stale_write_landed" if rows else "stale_write_rejected")
-        failover = group.failover(events, f"{host}:{port}", lock_on_new_primary=lock)
+        failover = group.failover(events, new_primary, lock_on_new_primary=lock)
         env.extra_evidence.update(
             {"holders": holders, "fence_a": fence_a, "fence_b": fence_b, "failover": failover}
         )
