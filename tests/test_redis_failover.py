@@ -70,12 +70,12 @@ def test_nothing_of_the_group_outlives_the_lab(tmp_path: Path, sig: int) -> None
     )
     try:
         deadline = time.monotonic() + 60
-        while len(sentinels := _group(proc.pid, "--sentinel")) < 3:
+        while len(_group(proc.pid, "--sentinel")) < 3:
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "the Sentinels never started"
             time.sleep(0.02)
-        group = sentinels + _group(proc.pid, "redis-server") + _group(proc.pid, "lab.netdelay")
-        assert len(set(group)) >= 6, group  # 3 Sentinels, primary, replica, link proxy
+        group = sorted({*_group(proc.pid, "redis-server"), *_group(proc.pid, "lab.netdelay")})
+        assert len(group) >= 6, group  # 3 Sentinels, primary, replica, link proxy
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     finally:
@@ -85,10 +85,11 @@ def test_nothing_of_the_group_outlives_the_lab(tmp_path: Path, sig: int) -> None
     assert proc.returncode != 0
     if sig == signal.SIGINT:
         assert "Traceback" not in stderr and stderr.strip().splitlines()[-1].startswith("locklab:")
-    assert_gone(list(set(group)), wait_s=20)
+    assert_gone(group, wait_s=20)
 
 
 def _group(lab_pid: int, word: str) -> list[int]:
-    """PIDs of the lab's servers (in its folders) and children whose command line has `word`."""
-    found = [p for p, cmd in lab_processes() if word in cmd and _owned_by(p, lab_pid)]
-    return found + [p for p, cmd in _children(lab_pid) if word in cmd]
+    """PIDs of the lab's servers (in its folders) and descendants whose command line has
+    `word`, each once (a server is both)."""
+    found = {p for p, cmd in lab_processes() if word in cmd and _owned_by(p, lab_pid)}
+    return sorted(found | {p for p, cmd in _children(lab_pid) if word in cmd})
