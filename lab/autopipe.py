@@ -468,6 +468,43 @@ class _Waiter:
         self.engine.step(self, None, exc)
 
 
+class Done:
+    """What `advance` gives when the outermost call returned: its value."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def advance(stack: list[Waiter[Any]], value: Any, exc: BaseException | None) -> Any:
+    """Resume a waiter's innermost call with `value` (or throw `exc` into it), following
+    its `Call`s and returns, until it waits: the `Command` or `Sleep` it yielded, or `Done`
+    when the outermost call returned. What the outermost call raises is raised here."""
+    while True:
+        try:
+            op = stack[-1].throw(exc) if exc is not None else stack[-1].send(value)
+        except StopIteration as stop:
+            stack.pop()
+            value, exc = stop.value, None
+            if not stack:
+                return Done(value)
+            continue
+        except Exception as error:  # the call raised: its caller gets it
+            stack.pop()
+            if not stack:
+                raise
+            value, exc = None, error
+            continue
+        value, exc = None, None
+        if isinstance(op, Call):
+            stack.append(op.gen)
+        elif isinstance(op, (Command, Sleep)):
+            return op
+        else:
+            exc = TypeError(f"a waiter yielded {op!r}: expected Command, Sleep or Call")
+
+
 class Waiters:
     """Runs generator waiters: their commands in the pipeline's one write per tick, their
     sleeps on one timer heap, each resumed with `send()`."""
@@ -477,7 +514,6 @@ class Waiters:
         self._timers: list[tuple[float, int, _Waiter]] = []
         self._seq = 0
         self._handle: asyncio.TimerHandle | None = None
-        self.resumes = 0
 
     def run(self, gen: Waiter[T]) -> asyncio.Future[T]:
         """Start `gen` now; the future of what it returns (or raises). Cancelling the
@@ -490,42 +526,21 @@ class Waiters:
         """Resume `w` with `value` (or `exc`) until it waits for a command or a timer."""
         if w.future.done():
             return
-        stack = w.stack
-        while True:
-            self.resumes += 1
-            try:
-                op = stack[-1].throw(exc) if exc is not None else stack[-1].send(value)
-            except StopIteration as stop:
-                stack.pop()
-                value, exc = stop.value, None
-                if not stack:
-                    w.future.set_result(value)
-                    return
-                continue
-            except Exception as error:  # the waiter raised: its caller gets it
-                stack.pop()
-                value, exc = None, error
-                if not stack:
-                    w.future.set_exception(error)
-                    return
-                continue
-            exc = None
-            if isinstance(op, Command):
-                w.convert = op.convert
-                self._pipe._enqueue(op.packed, w)
-                return
-            if isinstance(op, Sleep):
-                self._seq += 1
-                due = time.perf_counter() + op.seconds
-                heapq.heappush(self._timers, (due, self._seq, w))
-                if self._timers[0][2] is w:  # the earliest now: the tick comes for it
-                    self._arm()
-                return
-            if isinstance(op, Call):
-                stack.append(op.gen)
-                value = None
-                continue
-            exc = TypeError(f"a waiter yielded {op!r}: expected Command, Sleep or Call")
+        try:
+            op = advance(w.stack, value, exc)
+        except Exception as error:
+            w.future.set_exception(error)
+            return
+        if isinstance(op, Done):
+            w.future.set_result(op.value)
+        elif isinstance(op, Command):
+            w.convert = op.convert
+            self._pipe._enqueue(op.packed, w)
+        else:  # a Sleep
+            self._seq += 1
+            heapq.heappush(self._timers, (time.perf_counter() + op.seconds, self._seq, w))
+            if self._timers[0][2] is w:  # the earliest now: the tick comes for it
+                self._arm()
 
     def _arm(self) -> None:
         """One loop timer, for the earliest sleep. The dues are on the real clock: uvloop's
@@ -553,34 +568,17 @@ async def drive(gen: Waiter[T], client: Any) -> T:
     stack: list[Waiter[Any]] = [gen]
     value: Any = None
     exc: BaseException | None = None
-    while True:
-        try:
-            op = stack[-1].throw(exc) if exc is not None else stack[-1].send(value)
-        except StopIteration as stop:
-            stack.pop()
-            value, exc = stop.value, None
-            if not stack:
-                result: T = value
-                return result
-            continue
-        except Exception as error:
-            stack.pop()
-            if not stack:
-                raise
-            value, exc = None, error
-            continue
+    while not isinstance(op := advance(stack, value, exc), Done):
         value, exc = None, None
         try:
             if isinstance(op, Command):
                 value = await getattr(client, op.method)(*op.args, **op.kwargs)
                 value = op.convert(value) if op.convert else value
-            elif isinstance(op, Sleep):
-                await asyncio.sleep(op.seconds)
-            elif isinstance(op, Call):
-                stack.append(op.gen)
             else:
-                raise TypeError(f"a waiter yielded {op!r}: expected Command, Sleep or Call")
+                await asyncio.sleep(op.seconds)
         except ResponseError as error:  # an error reply: the pipelined client's class
             exc = error if isinstance(error, ReplyError) else ReplyError(str(error))
         except Exception as error:  # the command failed: thrown into the waiter
             exc = error
+    result: T = op.value
+    return result

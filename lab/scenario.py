@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
+from lab.autopipe import Command, drive
 from lab.claims import Claim
 from lab.errors import ScenarioFailure
 from lab.published import Measured, published_line
@@ -34,7 +35,7 @@ from lab.records import InvariantJson
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from lab.autopipe import Command, Waiter
+    from lab.autopipe import Waiter
     from lab.redisnodes import RedisNodes
     from lab.redissentinel import SentinelGroup
     from lab.steps import Pinned
@@ -275,8 +276,6 @@ class Env:
         """Run a waiter (a generator that yields `Command`, `Sleep` or `Call` where a
         coroutine would await: lab/autopipe.py), or one `Command`, on the actors' Redis:
         on the pipelined client's waiter engine, else one await per command (pooled)."""
-        from lab.autopipe import Command, drive
-
         gen = _only(what) if isinstance(what, Command) else what
         if self.commands is not None:
             return self.commands.waiters.run(gen)  # type: ignore[no-any-return]
