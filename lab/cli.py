@@ -1170,7 +1170,21 @@ def trace_cmd(
     """Print the transcript of a schedule: each step, its SQL and result, who waited. A
     PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints."""
     if scenario.endswith(".spec"):
-        guarded(lambda: _trace_spec(Path(scenario), pg_dsn, pg_version, expected))
+        extra = {
+            "--variant": variant != "all",
+            "--schedule": schedule is not None,
+            "--isolation": isolation is not None,
+            "--svg": svg is not None,
+            "--deadlock-timeout": deadlock_timeout is not None,
+        }
+        given = [name for name, on in extra.items() if on]
+
+        def spec() -> None:
+            if given:  # the spec says its sessions, steps and permutations itself
+                raise LabError(f"{', '.join(given)}: not for an isolation spec ({scenario})")
+            _trace_spec(Path(scenario), pg_dsn, pg_version, expected)
+
+        guarded(spec)
         return
 
     def body() -> None:
@@ -1185,6 +1199,8 @@ def trace_cmd(
         )
         from lab.results import new_run_id
 
+        if expected is not None:
+            raise LabError("--expected diffs an isolation spec's output: give a FILE.spec")
         sc = find_scenario(scenario)
         runs = schedules_for(sc, variants_of(sc, variant), schedule)
         levels = isolation_levels(sc, isolation)
@@ -1193,7 +1209,7 @@ def trace_cmd(
             raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
         picture = None if svg is None else svg_target(svg)
         console, log, run_id = out(), err(), new_run_id()
-        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+        with servers_for([sc], pg_dsn, None, pg_version=pg_version) as srv:
             report.servers(log, srv.infos(), srv.notes)
             shown: list[str] = []
 

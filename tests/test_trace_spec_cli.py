@@ -35,3 +35,15 @@ def test_a_bad_spec_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
     proc = locklab("trace", str(bad), results=tmp_path)
     assert proc.returncode == 2
     assert_one_line_error(proc, rf"{bad}:\d+", tmp_path)
+
+
+def test_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:
+    """A spec names its own sessions and steps: --svg or --schedule on one is refused, and
+    --expected on a scenario; one line each, exit 2, before any server starts."""
+    spec = str(SPECS / "deadlock-simple.spec")
+    svg = locklab("trace", spec, "--svg", str(tmp_path / "x.svg"), results=tmp_path)
+    assert svg.returncode == 2
+    assert_one_line_error(svg, r"--svg: not for an isolation spec", tmp_path)
+    wrong = locklab("trace", "checkout-deadlock", "--expected", spec, results=tmp_path)
+    assert wrong.returncode == 2
+    assert_one_line_error(wrong, r"--expected diffs an isolation spec's output", tmp_path)
