@@ -24,8 +24,9 @@ Counting:   counters redis_get/set/del/eval are the client's commands. INFO comm
             `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
             lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
             run of 4 at n=500, where the client's event loop is saturated).
-Python:     each recursion level stays on the stack when the poll resumes; past ~1000
-            levels (50 s of polling) it raises RecursionError and the run fails loudly.
+Python:     each recursive poll is a call of its own (lab/autopipe.py's Call), as each
+            JavaScript async call is its own promise: like the document's, it never
+            overflows a stack; each poll keeps one more generator alive until the answer.
 """
 
 from __future__ import annotations
