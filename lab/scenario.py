@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 
-from lab.autopipe import Command, drive
 from lab.claims import Claim
 from lab.errors import ScenarioFailure
 from lab.published import Measured, published_line
 from lab.records import InvariantJson
+from lab.waiters import Command, Waiters, drive
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from lab.autopipe import Waiter
     from lab.redisnodes import RedisNodes
     from lab.redissentinel import SentinelGroup
     from lab.steps import Pinned
+    from lab.waiters import Waiter
 
 Actor = Callable[["Env", "asyncpg.Connection | None", int], Awaitable[str]]
 Script = Callable[["Env"], Awaitable[None]]
@@ -262,6 +262,7 @@ class Env:
         # The processes whose CPU is the lab's (the worker processes of a sharded run).
         self.lab_pids: list[int] = [os.getpid()]
         self.commands: Any = None  # --redis-client pipelined: a lab.autopipe.AutoPipeline
+        self._waiters: Waiters | None = None  # lab.waiters' engine on `commands`
         # The scenario's own per-run state (what its observers saw, handles it keeps
         # between setup, the variant and the invariant): on the run, never in the module.
         self.state: dict[str, Any] = {}
@@ -274,11 +275,13 @@ class Env:
 
     def do(self, what: Command | Waiter[Any]) -> Awaitable[Any]:
         """Run a waiter (a generator that yields `Command`, `Sleep` or `Call` where a
-        coroutine would await: lab/autopipe.py), or one `Command`, on the actors' Redis:
+        coroutine would await: lab/waiters.py), or one `Command`, on the actors' Redis:
         on the pipelined client's waiter engine, else one await per command (pooled)."""
         gen = _only(what) if isinstance(what, Command) else what
         if self.commands is not None:
-            return self.commands.waiters.run(gen)  # type: ignore[no-any-return]
+            if self._waiters is None:  # one engine on the pipelined client, made on first use
+                self._waiters = Waiters(self.commands)
+            return self._waiters.run(gen)
         return drive(gen, self.redis)
 
     @property

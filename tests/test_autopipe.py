@@ -9,18 +9,9 @@ import uuid
 import pytest
 
 from lab.aio import within
-from lab.autopipe import (
-    AutoPipeline,
-    Call,
-    Command,
-    ReplyError,
-    Sleep,
-    Waiter,
-    _PyReader,
-    drive,
-    pack,
-)
+from lab.autopipe import AutoPipeline, ReplyError, _PyReader, pack
 from lab.servers import Servers
+from lab.waiters import Call, Command, Sleep, Waiter, Waiters, drive
 
 
 @pytest.fixture
@@ -150,7 +141,7 @@ async def test_waiters_run_commands_sleeps_and_calls(client: AutoPipeline) -> No
     3,000 deep (deeper than Python's stack) and hands each value back; a sleep never ends
     before its time on the real clock; errors reach the waiter that caused them."""
     key, text = _key("n"), _key("text")
-    engine = client.waiters
+    engine = Waiters(client)
     try:
         assert await client.set(key, "7") and await client.set(text, "abc")
         before = client.batches
@@ -174,11 +165,11 @@ async def test_an_abandoned_waiter_does_not_shift_the_replies(client: AutoPipeli
     a, b = _key("a"), _key("b")
     try:
         await asyncio.gather(client.set(a, "A"), client.set(b, "B"))
-        first = client.waiters.run(_count_down(a, 0))
+        first = Waiters(client).run(_count_down(a, 0))
         first.cancel()
-        late = client.waiters.run(_sleeper(0.01))
+        late = Waiters(client).run(_sleeper(0.01))
         late.cancel()
-        assert await client.waiters.run(_only_get(b)) == b"B"
+        assert await Waiters(client).run(_only_get(b)) == b"B"
         assert await client.get(a) == b"A"
     finally:
         await client.delete(a, b)

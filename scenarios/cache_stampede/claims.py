@@ -24,7 +24,7 @@ Counting:   counters redis_get/set/del/eval are the client's commands. INFO comm
             `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
             lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
             run of 4 at n=500, where the client's event loop is saturated).
-Python:     each recursive poll is a call of its own (lab/autopipe.py's Call), as each
+Python:     each recursive poll is a call of its own (lab/waiters.py's Call), as each
             JavaScript async call is its own promise: like the document's, it never
             overflows a stack; each poll keeps one more generator alive until the answer.
 """
