@@ -11,7 +11,9 @@ CURVE_WIDTH = 40  # characters of the bar at the largest ratio shown
 
 
 def print_bench(console: Console, what: str, scale: bool, data: Mapping[str, Any]) -> None:
-    if what == "redis":
+    if what == "isolation":
+        _isolation(console, data)
+    elif what == "redis":
         _redis(console, data)
     elif scale:
         _scale(console, data)
@@ -85,4 +87,24 @@ def _redis(console: Console, d: Mapping[str, Any]) -> None:
         console,
         "us/GET: the lab's CPU-seconds per GET Redis counted (each poll also sends a SET NX); "
         "lab CPU: CPU-s/s of the lab's processes over the wait window",
+    )
+
+
+def _isolation(console: Console, d: Mapping[str, Any]) -> None:
+    pg, lab = d["pg_isolation_regress"], d["lab"]
+    c = lab["counts"]
+    _line(
+        console, f"pg_isolation_regress  {pg['wall_s']:7.1f} s  {pg['passed']} of {d['specs']} ok"
+    )
+    _line(
+        console,
+        f"lab spec-suite        {lab['wall_s']:7.1f} s  {c['identical']} identical, "
+        f"{c['differs']} differ, {c['skipped']} skipped ({lab['lanes']} lanes)",
+    )
+    verdict = "within" if d["ratio"] <= d["target_ratio"] else "ABOVE"
+    load = ", ".join(f"{x:.2f}" for x in d["loadavg"])
+    _line(
+        console,
+        f"ratio lab/pg_isolation_regress = {d['ratio']:.2f}  ({verdict} the "
+        f"{d['target_ratio']}x target; load average {load})",
     )

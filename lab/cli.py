@@ -624,7 +624,11 @@ def servers_status_cmd() -> None:
 @app.command()
 def bench(
     what: Annotated[
-        str, typer.Argument(help="checkout (against pgbench) | redis (against redis-benchmark).")
+        str,
+        typer.Argument(
+            help="checkout (against pgbench) | redis (against redis-benchmark) | isolation "
+            "(a spec folder, --specs, against pg_isolation_regress)."
+        ),
     ] = "checkout",
     n: Annotated[
         int | None,
@@ -640,24 +644,36 @@ def bench(
     redis_client: RedisClient = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
+    specs: Annotated[
+        Path | None,
+        typer.Option(help="isolation: a folder laid out like src/test/isolation."),
+    ] = None,
+    lanes: Annotated[int, typer.Option(help="isolation: the lab's lanes.")] = 4,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
     no_record: NoRecord = False,
 ) -> None:
-    """The lab against a reference tool on the same server: pgbench (checkout) or
-    redis-benchmark (redis); both sides, the ratio, and a record."""
+    """The lab against a reference tool on the same server: pgbench (checkout),
+    redis-benchmark (redis) or pg_isolation_regress (isolation); both sides, the ratio,
+    and a record."""
 
     def body() -> None:
         from lab.results import git_commit, new_run_id, write_json
 
-        if what not in ("checkout", "redis"):
-            raise LabError(f"bench {what!r}: expected checkout or redis")
+        if what not in ("checkout", "redis", "isolation"):
+            raise LabError(f"bench {what!r}: expected checkout, redis or isolation")
+        if (what == "isolation") != (specs is not None):
+            raise LabError("bench: --specs DIR goes with isolation, and isolation needs it")
         if (n is not None and n < 1) or rounds < 1:
             raise LabError("bench: -n and --rounds must be at least 1")
         if scale and (what != "checkout" or n is not None):
             raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
         run_id = new_run_id()
         short = run_id.replace("-", "")[-8:]
-        if what == "redis":
+        if what == "isolation":
+            assert specs is not None
+            data = _bench_isolation(specs, lanes, pg_dsn)
+            name = "isolation.json"
+        elif what == "redis":
             from lab.bench import REDIS_SIZES
 
             data = _bench_redis(short, (n,) if n else REDIS_SIZES, procs, redis_client, redis_url)
@@ -690,6 +706,18 @@ def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dic
         with err().status(f"bench: {rounds} rounds of {n} clients ..."):
             res = asyncio.run(run_bench(srv, n, rounds, run_id))
         return {**res.to_json(), "servers": {i.product: i.to_json() for i in srv.infos()}}
+
+
+def _bench_isolation(folder: Path, lanes: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.servers.versions import open_for
+    from lab.spec.bench import run_bench as run_isolation
+
+    with open_for(pg_dsn, None, None, None, need_pg=True, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        assert srv.pg is not None
+        with err().status("bench isolation: pg_isolation_regress, then the lab ..."):
+            res = run_isolation(folder, srv.pg.dsn, srv.pg.bindir, lanes)
+        return {**res, "servers": {i.product: i.to_json() for i in srv.infos()}}
 
 
 def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
@@ -1265,6 +1293,60 @@ def _expected_files(expected: Path) -> list[Path]:
         raise LabError(f"--expected {expected}: no such file")
     alternates = sorted(expected.parent.glob(f"{expected.stem}_[0-9]*{expected.suffix}"))
     return [expected, *alternates]
+
+
+@app.command("spec-suite")
+def spec_suite_cmd(
+    folder: Annotated[
+        Path,
+        typer.Argument(help="A folder laid out like src/test/isolation: specs/, expected/."),
+    ],
+    lanes: Annotated[int, typer.Option(help="Specs run side by side, a database each.")] = 4,
+    only: Annotated[
+        str | None, typer.Option(help="A comma list of spec names (default: the schedule's).")
+    ] = None,
+    pg_dsn: PgDsn = None,
+    pg_version: PgVersion = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record only.")] = False,
+    no_record: NoRecord = False,
+) -> None:
+    """Run every isolation spec of a folder, compare each with its expected output: a table
+    of identical / differs / skipped; outputs and diffs in the results folder. Exit 1 if
+    one differs."""
+
+    def body() -> None:
+        from lab.results import new_run_id
+        from lab.servers.versions import open_for
+        from lab.spec.suite import run_suite, suite_names, table_lines, write_results
+
+        names = suite_names(folder)
+        if only is not None:
+            asked = [n.strip() for n in only.split(",") if n.strip()]
+            unknown = [n for n in asked if not (folder / "specs" / f"{n}.spec").is_file()]
+            if unknown or not asked:
+                raise LabError(f"--only {only!r}: no spec {', '.join(unknown) or 'named'}")
+            names = asked
+        log = err()
+        with open_for(pg_dsn, None, pg_version, None, need_pg=True, need_redis=False) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            assert srv.pg is not None
+
+            def done(o: Any) -> None:
+                log.print(f"[dim]{o.name:<40} {o.status} {o.why}[/dim]", markup=True)
+
+            res = run_suite(folder, srv.pg.dsn, lanes=lanes, names=names, on_done=done)
+        if not no_record:
+            path = write_results(res, results_root() / new_run_id() / "spec-suite")
+            log.print(f"[dim]record: {path}[/dim]")
+        if as_json:
+            sys.stdout.write(json.dumps(res.to_json()) + "\n")
+        else:
+            for line in table_lines(res):
+                out().print(line, markup=False, soft_wrap=True)
+        if res.counts()["differs"]:
+            raise typer.Exit(1)
+
+    guarded(body)
 
 
 @app.command("explore")

@@ -1,6 +1,6 @@
 """Isolation specs: the lab's runner against PostgreSQL's own isolationtester.
 
-Each spec under tests/data/specs runs through `lab.spec.run_spec` and through the real
+Each spec under tests/data/isolation/specs runs through `lab.spec.run_spec` and through the real
 tester (the server's build's own, found by its pg_config) on the same embedded server, a
 fresh database each; the two texts must be byte-identical, and equal to the golden
 expected/<name>.out (made by the tester). Bad specs are one-line errors naming file and
@@ -25,11 +25,20 @@ from lab.spec import SpecError, parse_spec, read_spec, run_spec, trace_spec
 from lab.spec.run import all_permutations
 from lab.spec.wire import PgConn, message_text
 
-SPECS = Path(__file__).parent / "data" / "specs"
+SUITE = Path(__file__).parent / "data" / "isolation"  # laid out like src/test/isolation
+SPECS, EXPECTED = SUITE / "specs", SUITE / "expected"
 NAMES = sorted(p.stem for p in SPECS.glob("*.spec"))
 # Specs whose step waits for the tester's limit (twice this: 2 s), for both runs
 TIMEOUT_DEFAULT_S = {"cancel": 1, "invalid-permutation": 1, "mutual-blockers": 1}
 EXIT_CODE = {"mutual-blockers": 1, "setup-fails": 1}  # the tester gives up: exit(1)
+
+
+def limits(seconds: int) -> dict[str, str]:
+    """The environment that gives a step `2 * seconds` before its cancel, for the tester
+    of PostgreSQL 16 and later (PG_TEST_TIMEOUT_DEFAULT, doubled) and of 15 (its own)."""
+    return {"PG_TEST_TIMEOUT_DEFAULT": str(seconds), "PGISOLATIONTIMEOUT": str(2 * seconds)}
+
+
 TESTER_S = 120.0  # a whole spec; the slowest (cancel) takes about 2 s
 
 
@@ -75,9 +84,11 @@ def _ours(servers: Servers, name: str, monkeypatch: pytest.MonkeyPatch) -> tuple
     assert servers.pg is not None
     monkeypatch.delenv("PGAPPNAME", raising=False)  # a session's application_name is "/s1"
     if name in TIMEOUT_DEFAULT_S:
-        monkeypatch.setenv("PG_TEST_TIMEOUT_DEFAULT", str(TIMEOUT_DEFAULT_S[name]))
+        for key, value in limits(TIMEOUT_DEFAULT_S[name]).items():
+            monkeypatch.setenv(key, value)
     else:
         monkeypatch.delenv("PG_TEST_TIMEOUT_DEFAULT", raising=False)
+        monkeypatch.delenv("PGISOLATIONTIMEOUT", raising=False)
     return trace_spec(SPECS / f"{name}.spec", servers.pg.dsn)
 
 
@@ -91,7 +102,7 @@ def test_matches_isolationtester(
 ) -> None:
     """The lab prints byte for byte what isolationtester prints for the same spec."""
     binary, env = tester
-    env = {**env, "PG_TEST_TIMEOUT_DEFAULT": str(TIMEOUT_DEFAULT_S.get(name, 180))}
+    env = {**env, **limits(TIMEOUT_DEFAULT_S.get(name, 180))}
     spec = (SPECS / f"{name}.spec").read_bytes()
     real = subprocess.run(
         [str(binary), fresh_db],
@@ -111,7 +122,7 @@ def test_matches_expected(name: str, servers: Servers, monkeypatch: pytest.Monke
     """The lab's text for each spec is its golden expected/<name>.out, made by the tester."""
     text, code = _ours(servers, name, monkeypatch)
     assert code == EXIT_CODE.get(name, 0)
-    assert text == (SPECS / "expected" / f"{name}.out").read_text(encoding="utf-8")
+    assert text == (EXPECTED / f"{name}.out").read_text(encoding="utf-8")
 
 
 def test_every_construct_is_covered() -> None:

@@ -8,12 +8,12 @@ from pathlib import Path
 from lab.servers import Servers
 from tests.test_cli import ROOT, assert_one_line_error, locklab
 
-SPECS = ROOT / "tests" / "data" / "specs"
+SPECS, EXPECTED = ROOT / "tests/data/isolation/specs", ROOT / "tests/data/isolation/expected"
 
 
 def test_trace_spec_prints_the_testers_text_and_diffs_it(servers: Servers, tmp_path: Path) -> None:
     assert servers.pg is not None
-    spec, want = SPECS / "deadlock-simple.spec", SPECS / "expected" / "deadlock-simple.out"
+    spec, want = SPECS / "deadlock-simple.spec", EXPECTED / "deadlock-simple.out"
     dsn = ("--pg-dsn", servers.pg.dsn)
     same = locklab("trace", str(spec), "--expected", str(want), *dsn, results=tmp_path)
     assert same.returncode == 0, same.stderr

@@ -11,7 +11,7 @@ later step, in launch order, ``<... completed>`` when it ends. A step whose sess
 still running an earlier one waits for it first. ``(*)`` prints ``<waiting ...>`` at once;
 ``(s2a)`` holds a step's completion until s2a has completed, ``(s2a notices N)`` until
 s2a's session has sent N more notices. A step running longer than the tester's limit
-(360 s, or twice ``PG_TEST_TIMEOUT_DEFAULT``) is cancelled and reported as the tester
+(that version's: `step_wait_s`) is cancelled and reported as the tester
 does; at twice the limit the run ends, exit code 1, as the tester exits. (The tester of
 PostgreSQL 14 and later prints no "invalid permutation detected": a step due on a session
 still waiting waits for it, and so does this runner.)
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +45,11 @@ class _Exit(Exception):
     """Where the tester calls exit(1): the run ends, what was printed stays."""
 
 
+class Stopped(LabError):
+    """The run was asked to stop (Ctrl-C in a suite): its connections close, its database
+    goes."""
+
+
 @dataclass
 class _Conn:
     name: str
@@ -58,10 +65,17 @@ class SpecRun:
     spec: Spec
     conns: list[_Conn] = field(default_factory=list)  # [0] is the control connection
     out: list[str] = field(default_factory=list)
-    step_wait_s: float = DEFAULT_STEP_WAIT_S
+    step_wait_s: float = DEFAULT_STEP_WAIT_S  # set at connect, as the server's tester sets it
+    wait_given: float | None = None  # a caller's limit instead
     new_notice: bool = False
     pids: str = ""  # the sessions' backends, as pg_isolation_test_session_is_blocked takes them
     targets: dict[int, int] = field(default_factory=dict)  # id(blocker) -> notices awaited
+    startup: Mapping[str, str] = field(default_factory=dict)  # each connection's startup
+    stop: threading.Event | None = None  # set: the run ends at its next look
+
+    def check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped("stopped")
 
     def emit(self, text: str) -> None:
         self.out.append(text)
@@ -69,9 +83,10 @@ class SpecRun:
     def connect(self, dsn: str, database: str) -> None:
         """The control connection and one per session, each with "/<session>" appended to
         its application_name, as the tester names them."""
-        self.conns.append(_Conn("control connection", PgConn(dsn, database=database)))
+        pg = PgConn(dsn, database=database, startup=self.startup)
+        self.conns.append(_Conn("control connection", pg))
         for sess in self.spec.sessions:
-            conn = _Conn(sess.name, PgConn(dsn, database=database))
+            conn = _Conn(sess.name, PgConn(dsn, database=database, startup=self.startup))
             conn.pg.notice = _NoticePrinter(self, conn)
             self.conns.append(conn)
         for conn in self.conns:
@@ -81,6 +96,8 @@ class SpecRun:
                 f" current_setting('application_name') || '/' || '{name}', false)"
             )
         self.pids = ",".join(str(c.pg.pid) for c in self.conns[1:])
+        major = server_major(self.conns[0].pg)
+        self.step_wait_s = step_wait_s(major) if self.wait_given is None else self.wait_given
 
     def close(self) -> None:
         for c in self.conns:
@@ -122,6 +139,7 @@ class SpecRun:
         while conn.pg.is_busy():
             if conn.pg.read(POLL_S):
                 continue
+            self.check_stop()
             if flags & NONBLOCK and self.is_blocked(conn):
                 conn.pg.read(0)
                 if not conn.pg.is_busy():
@@ -193,6 +211,7 @@ class SpecRun:
                 raise _Exit
 
     def permutation(self, steps: list[PermutationStep]) -> None:
+        self.check_stop()
         self.emit("\nstarting permutation:" + "".join(f" {ps.name}" for ps in steps) + "\n")
         for sql in self.spec.setups:
             self.run_sql(self.conns[0], sql, "setup failed", fatal=True)
@@ -204,6 +223,7 @@ class SpecRun:
             conn = self.conn_of(ps)
             start = time.monotonic()
             while conn.active is not None:
+                self.check_stop()
                 old = conn.active
                 if not self.try_complete(old, RETRY):
                     waiting.remove(old)
@@ -282,20 +302,46 @@ def all_permutations(spec: Spec) -> list[list[PermutationStep]]:
     return out
 
 
-def step_wait_s() -> float:
-    """The tester's limit: twice PG_TEST_TIMEOUT_DEFAULT when set, else 360 s."""
-    env = os.environ.get("PG_TEST_TIMEOUT_DEFAULT")
-    return 2.0 * int(env) if env and env.strip().lstrip("-").isdigit() else DEFAULT_STEP_WAIT_S
+def step_wait_s(major: int = 17) -> float:
+    """The tester's limit, as the isolationtester of PostgreSQL `major` sets it: 16 and
+    later, twice PG_TEST_TIMEOUT_DEFAULT when set, else 360 s; 15 and earlier,
+    PGISOLATIONTIMEOUT when set, else 300 s."""
+    if major <= 15:
+        env, default, factor = os.environ.get("PGISOLATIONTIMEOUT"), 300.0, 1.0
+    else:
+        env, default, factor = os.environ.get("PG_TEST_TIMEOUT_DEFAULT"), 360.0, 2.0
+    return factor * int(env) if env and env.strip().lstrip("-").isdigit() else default
 
 
-def run_spec(spec: Spec, dsn: str, wait_s: float | None = None) -> tuple[str, int]:
-    """Run every permutation of `spec` on a database of its own made through `dsn` (and
-    dropped after): the text the isolation tester prints (stdout and stderr, in order) and
-    its exit code (1 where it gives up: a step past twice the limit, mutually blocked
-    steps, a failed setup)."""
-    run = SpecRun(spec, step_wait_s=step_wait_s() if wait_s is None else wait_s)
+def server_major(conn: PgConn) -> int:
+    """The server's major version, from what it reported at login (17 if it did not)."""
+    version = conn.server.get("server_version", "17")
+    head = version.split(".")[0].split()[0]
+    return int(head) if head.isdigit() else 17
+
+
+def run_spec(
+    spec: Spec,
+    dsn: str,
+    wait_s: float | None = None,
+    *,
+    database: str | None = None,
+    startup: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[str, int]:
+    """Run every permutation of `spec` through `dsn`: the text the isolation tester prints
+    (stdout and stderr, in order) and its exit code (1 where it gives up: a step past twice
+    the limit, mutually blocked steps, a failed setup). On `database` when given (a suite's
+    lane: made and dropped by its caller), else on a database of its own, dropped after.
+    `startup`: parameters every connection sends at login (application_name, TimeZone...)."""
+    run = SpecRun(spec)
+    run.wait_given = wait_s
+    run.startup, run.stop = dict(startup or {}), stop
     run.out += spec.warnings
     run.emit(f"Parsed test spec with {len(spec.sessions)} sessions\n")
+    if database is not None:
+        code = _run_on(run, dsn, database)
+        return "".join(run.out), code
     database = f"locklab_spec_{secrets.token_hex(4)}"
     admin = PgConn(dsn)
     try:
@@ -303,17 +349,23 @@ def run_spec(spec: Spec, dsn: str, wait_s: float | None = None) -> tuple[str, in
         if made is None or made.kind == "error":
             raise LabError(f"cannot create the spec's database: {_error(made).strip()}")
         try:
-            run.connect(dsn, database)
-            run.run()
-            code = 0
-        except _Exit:
-            code = 1
+            code = _run_on(run, dsn, database)
         finally:
-            run.close()
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     finally:
         admin.close()
     return "".join(run.out), code
+
+
+def _run_on(run: SpecRun, dsn: str, database: str) -> int:
+    try:
+        run.connect(dsn, database)
+        run.run()
+        return 0
+    except _Exit:
+        return 1
+    finally:
+        run.close()
 
 
 def trace_spec(path: Path, dsn: str) -> tuple[str, int]:

@@ -25,7 +25,7 @@ import struct
 import unicodedata
 import urllib.parse
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from lab.errors import LabError
@@ -154,15 +154,32 @@ def parse_dsn(dsn: str) -> dict[str, str]:
     return out
 
 
+# Startup parameters libpq takes from the environment when the DSN does not give them
+# (its PGOPTIONS, PGTZ, PGDATESTYLE, PGGEQO, PGCLIENTENCODING): pg_isolation_regress sets
+# the time zone, date style and interval style of every spec this way.
+STARTUP_ENV = (
+    ("options", "PGOPTIONS"),
+    ("TimeZone", "PGTZ"),
+    ("datestyle", "PGDATESTYLE"),
+    ("geqo", "PGGEQO"),
+    ("client_encoding", "PGCLIENTENCODING"),
+)
+
+
 class PgConn:
     """One connection; `notice` is called with each notice's text as libpq formats it."""
 
     def __init__(
-        self, dsn: str, notice: Callable[[str], None] | None = None, database: str = ""
+        self,
+        dsn: str,
+        notice: Callable[[str], None] | None = None,
+        database: str = "",
+        startup: Mapping[str, str] | None = None,
     ) -> None:
         self.params = parse_dsn(dsn)
         if database:
             self.params["dbname"] = database
+        self.params.update(startup or {})  # startup parameters the caller sets (a suite's)
         self.notice = notice
         self.inbox: deque[tuple[str, bytes]] = deque()
         self._buf = b""
@@ -173,6 +190,7 @@ class PgConn:
         self.query = ""  # the last text sent
         self.closed = False  # the server hung up (libpq's CONNECTION_BAD)
         self.pid = self._secret = 0
+        self.server: dict[str, str] = {}  # what the server reported at login
         host = self.params.get("host", "localhost")
         port = int(self.params.get("port", "5432"))
         try:
@@ -233,6 +251,9 @@ class PgConn:
         words = {"user": user, "database": self.params.get("dbname", user)}
         if app := self.params.get("application_name", os.environ.get("PGAPPNAME", "")):
             words["application_name"] = app
+        for key, env in STARTUP_ENV:  # what libpq sends from its environment, if set
+            if value := self.params.get(key, os.environ.get(env, "")):
+                words[key] = value
         body = b"".join(f"{k}\0{v}\0".encode() for k, v in words.items()) + b"\0"
         self.sock.sendall(struct.pack("!ii", len(body) + 8, PROTOCOL_3_0) + body)
         scram: _Scram | None = None
@@ -242,6 +263,9 @@ class PgConn:
                 raise LabError(f"PostgreSQL login: {error_fields(msg).get('M', '?')}")
             if kind == "K":
                 self.pid, self._secret = struct.unpack("!ii", msg[:8])
+            elif kind == "S":  # ParameterStatus: server_version, TimeZone, ...
+                name, got, _ = msg.split(b"\0", 2)
+                self.server[name.decode()] = got.decode()
             elif kind == "Z":
                 return
             elif kind == "R":
