@@ -223,6 +223,12 @@ def parse_step(item: str) -> tuple[str, str]:
     return who, step.strip().removesuffix(ON_ITS_OWN).rstrip()
 
 
+def schedule(text: str) -> tuple[str, ...]:
+    """A schedule written as `--schedule` takes it: ``"s1 read, s2 read, s1 commit"`` ->
+    ``("s1 read", "s2 read", "s1 commit")``. One line of steps reads as the order it is."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def on_its_own(item: str) -> bool:
     """Whether a schedule item is marked ``(*)``, as in the isolation tester: the step
     blocks and ends without another grant (a lock_timeout or statement_timeout fires).
@@ -260,6 +266,14 @@ def show_row(row: Mapping[str, Any] | None) -> str:
     if row is None:
         return "(no row)"
     return " ".join(f"{k}={v}" for k, v in row.items())
+
+
+def show_ids(rows: Sequence[asyncpg.Record | Mapping[str, Any]]) -> str:
+    """Rows by their sorted ids, a run of more than four shortened: [1001, 1002, 1003 ... 1010]."""
+    got = sorted(r["id"] for r in rows)
+    if len(got) > 4 and got == list(range(got[0], got[-1] + 1)):
+        return f"[{got[0]}, {got[1]}, {got[2]} ... {got[-1]}]"
+    return "[" + ", ".join(map(str, got)) + "]"
 
 
 def show_rows(rows: Sequence[Mapping[str, Any]]) -> str:

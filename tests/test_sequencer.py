@@ -22,7 +22,7 @@ from lab.sequencer import (
     interleavings,
 )
 from lab.servers import Servers
-from lab.steps import Session, show_sql
+from lab.steps import Session, schedule, show_ids, show_sql
 from tests.conftest import throwaway_database
 
 # The deadlock test asserts s1 (the first waiter) is the victim: that holds only if s2's
@@ -227,6 +227,24 @@ def test_interleavings_keep_each_session_order() -> None:
     assert all_[0] == ("s1 a", "s1 b", "s1 c", "s2 a", "s2 b", "s2 c")
     for sched in all_:
         assert [x for x in sched if x.startswith("s1")] == ["s1 a", "s1 b", "s1 c"]
+
+
+def test_a_schedule_reads_as_one_line() -> None:
+    """schedule() splits a schedule as --schedule does: at commas, marks and blanks kept apart."""
+    assert schedule("s1 read, s2 read,s1 commit ,s2 alter(*),") == (
+        "s1 read",
+        "s2 read",
+        "s1 commit",
+        "s2 alter(*)",
+    )
+
+
+def test_ids_are_shown_sorted_a_run_shortened() -> None:
+    """Five consecutive ids print as the document's [1001, 1002, 1003 ... 1005]; others in full."""
+    run = [{"id": i} for i in (1003, 1001, 1002, 1005, 1004)]
+    assert show_ids(run) == "[1001, 1002, 1003 ... 1005]"
+    assert show_ids([{"id": 9}, {"id": 7}]) == "[7, 9]"
+    assert show_ids([]) == "[]"
 
 
 def test_sql_is_shown_with_its_parameters() -> None:
