@@ -148,8 +148,11 @@ def event(rec: Record, who: str, name: str) -> dict[str, Any]:
 
 def writes(rec: Record) -> str:
     row = rec["evidence"].get("final_row") or {}
-    w = [f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}" for e in rec["trace"]
-         if e["event"] == "write"]  # fmt: skip
+    w = [
+        f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}"
+        for e in rec["trace"]
+        if e["event"] == "write"
+    ]
     return "; ".join([*w, f"row {{body: {row.get('body')!r}, fence: {row.get('fence')}}}"])
 
 
@@ -157,8 +160,12 @@ def fenced_verdict(rec: Record) -> tuple[bool, str]:
     """B's write lands (1 row), A's later stale write changes 0 rows, the row is B's."""
     aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
     row = rec["evidence"].get("final_row") or {}
-    held = (bool(aw and bw) and (bw["rows"], aw["rows"]) == (1, 0) and bw["t_ms"] < aw["t_ms"]
-            and row.get("body") == "from B")  # fmt: skip
+    held = (
+        bool(aw and bw)
+        and (bw["rows"], aw["rows"]) == (1, 0)
+        and bw["t_ms"] < aw["t_ms"]
+        and row.get("body") == "from B"
+    )
     return held, writes(rec)
 
 

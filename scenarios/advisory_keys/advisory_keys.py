@@ -82,9 +82,11 @@ async def invariant(env: Env) -> list[Check]:
     ha, hb = await env.db.fetchrow("SELECT hashtext($1), hashtext($2)", a, b) or (None, None)
     refused = env.outcomes.get("lock_busy", 0)
     return [
-        Check(COLLIDE, ha == hb == COLLIDING_HASH, f"hashtext({a!r}) = {ha}, hashtext({b!r}) = {hb}"),
+        Check(
+            COLLIDE, ha == hb == COLLIDING_HASH, f"hashtext({a!r}) = {ha}, hashtext({b!r}) = {hb}"
+        ),
         Check(APART, refused == 0, f"try-locks refused: {refused}"),
-    ]  # fmt: skip
+    ]
 
 
 # --- pinned: B asks while A holds, the order the document warns about --------------------
@@ -94,5 +96,8 @@ B_WHILE_A_HOLDS = ("s1 hold", "s1 locks", "s2 try", "s2 lock", "s1 commit", "s2 
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={"buggy": STEPS, "fixed": STEPS},
-    schedules={"buggy": {"b-while-a-holds": B_WHILE_A_HOLDS}, "fixed": {"b-while-a-holds": B_WHILE_A_HOLDS}},
-)  # fmt: skip
+    schedules={
+        "buggy": {"b-while-a-holds": B_WHILE_A_HOLDS},
+        "fixed": {"b-while-a-holds": B_WHILE_A_HOLDS},
+    },
+)

@@ -31,8 +31,14 @@ def a_holds(run: Mapping[str, Any]) -> tuple[int, ...] | None:
     return tuple(int(g) for g in m.groups()) if m else None
 
 
-def _order(variant: str, text: str, ends: dict[str, str], waited: list[str],
-           lock: tuple[int, int, int], published: str) -> Claim:  # fmt: skip
+def _order(
+    variant: str,
+    text: str,
+    ends: dict[str, str],
+    waited: list[str],
+    lock: tuple[int, int, int],
+    published: str,
+) -> Claim:
     """B while A holds: each job's end, who the server showed waiting, A's pg_locks row;
     and on the server, the two names' hashtext() equal to COLLIDING_HASH."""
 

@@ -95,7 +95,10 @@ def _one_rebuild(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     for v, rec in records.items():
         calls, late = _c(rec, "db_calls"), _c(rec, "rebuilds_after_fill")
         ok = ok and calls - late == 1 and (v != "fixed" or calls == 1)
-        raced = f" ({late} after the cache was filled: GET missed before the write, SET NX after the DEL)"
+        raced = (
+            f" ({late} after the cache was filled: GET missed before the write, SET NX after "
+            "the DEL)"
+        )
         parts.append(f"{v}: DB calls={calls}" + (raced if late else ""))
     return ok, "; ".join(parts)
 
@@ -249,14 +252,22 @@ BOTH = ("buggy", "fixed")
 # The document's runs: 500 concurrent misses, rebuild 400 ms (Node 24 + node-redis).
 MEASURED = {
     "buggy": (
-        Measured(n=500, wall_ms=597, figures={"redis GETs": 2739, "DB calls": 1},
-                 label="recursive 50ms poll (Notion)"),
+        Measured(
+            n=500,
+            wall_ms=597,
+            figures={"redis GETs": 2739, "DB calls": 1},
+            label="recursive 50ms poll (Notion)",
+        ),
     ),
     "fixed": (
-        Measured(n=500, wall_ms=531, figures={"redis GETs": 500, "DB calls": 1},
-                 label="singleflight + bounded wait"),
+        Measured(
+            n=500,
+            wall_ms=531,
+            figures={"redis GETs": 500, "DB calls": 1},
+            label="singleflight + bounded wait",
+        ),
     ),
-}  # fmt: skip
+}
 PUBLISHED = published_lines(MEASURED)
 CLAIMS = (
     Claim(
@@ -275,7 +286,8 @@ CLAIMS = (
         "singleflight makes one GET per request",
         BOTH,
         _poll_multiplies_gets,
-        published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; 500 waiter poll mỗi 50 ms tạo 5.5x số GET",
+        published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; 500 waiter poll mỗi 50 ms tạo 5.5x "
+        "số GET",
     ),
     Claim(
         "DL-19",

@@ -81,9 +81,13 @@ async def invariant(env: Env) -> list[Check]:
     sold = {r["sku"]: INITIAL_QTY - r["qty"] for r in rows}
     commits = env.outcomes.get("ok", 0)
     return [
-        Check(f"stock of {sku} moved once per commit", sold[sku] == commits, f"{sku} sold {sold[sku]}, commits {commits}")
+        Check(
+            f"stock of {sku} moved once per commit",
+            sold[sku] == commits,
+            f"{sku} sold {sold[sku]}, commits {commits}",
+        )
         for sku in SKUS
-    ]  # fmt: skip
+    ]
 
 
 # --- pinned: two carts, s1 in cart order [A-1, B-2], s2 reversed -------------------------
@@ -100,13 +104,31 @@ PINNED = Pinned(
         # each cart takes its first row before either asks for its second: the cycle
         "buggy": {
             "cross": ("s1 lock-a", "s2 lock-b", "s1 lock-b", "s2 lock-a", "s1 commit", "s2 commit"),
-            "serial": ("s1 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 lock-a", "s2 commit"),
+            "serial": (
+                "s1 lock-a",
+                "s1 lock-b",
+                "s1 commit",
+                "s2 lock-b",
+                "s2 lock-a",
+                "s2 commit",
+            ),
         },
         # the same start, sorted: s2 waits for its first row instead of holding one
-        "fixed": {"cross": ("s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")},
+        "fixed": {
+            "cross": ("s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")
+        },
         "fixed-lock-first": {
-            "cross": ("s1 lock-all", "s2 lock-all", "s1 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 lock-a", "s2 commit"),
+            "cross": (
+                "s1 lock-all",
+                "s2 lock-all",
+                "s1 lock-a",
+                "s1 lock-b",
+                "s1 commit",
+                "s2 lock-b",
+                "s2 lock-a",
+                "s2 commit",
+            ),
         },
     },
     isolation=ISOLATION_LEVELS,
-)  # fmt: skip
+)

@@ -318,8 +318,13 @@ async def _crash(env: Env, observer: asyncpg.Connection, pod1: Pod, race: Race) 
     race.at_crash = dict(await observer.fetchrow(AT_CRASH, pod1.backend_pid) or {})
     pod1.worker.sigkill()
     race.killed_at = env.now_ms()
-    env.trace("lab", "SIGKILL pod-1", pid=pod1.worker.pid, after_customers=race.pod1_billed,
-              session=race.at_crash.get("state"))  # fmt: skip
+    env.trace(
+        "lab",
+        "SIGKILL pod-1",
+        pid=pod1.worker.pid,
+        after_customers=race.pod1_billed,
+        session=race.at_crash.get("state"),
+    )
     if race.pod2_result:  # pod-2 is done with the lock: polling now disturbs nobody
         race.release = asyncio.create_task(_released(env, observer, pod1.backend_pid))
 

@@ -39,8 +39,11 @@ async def main(child: Child) -> None:
             await gate()
         t0 = time.perf_counter()
         conn = await asyncpg.connect(config["dsn"], **config["login"])
-        child.emit("connected", backend_pid=conn.get_server_pid(),
-                   connect_ms=(time.perf_counter() - t0) * 1000)  # fmt: skip
+        child.emit(
+            "connected",
+            backend_pid=conn.get_server_pid(),
+            connect_ms=(time.perf_counter() - t0) * 1000,
+        )
         await run_job(conn, job, report, gate)
         await conn.close()
     except (asyncpg.PostgresError, OSError) as exc:

@@ -19,8 +19,14 @@ from scenarios.deadlock_detector.deadlock_detector import DEADLOCK_TIMEOUT_MS, S
 
 def _dp8(lock_timeout_ms: int, sqlstate: str, after_ms: int) -> Claim:
     def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        p = next((x for x in records["buggy"]["evidence"]["dp8"]
-                  if x["lock_timeout_ms"] == lock_timeout_ms), None)  # fmt: skip
+        p = next(
+            (
+                x
+                for x in records["buggy"]["evidence"]["dp8"]
+                if x["lock_timeout_ms"] == lock_timeout_ms
+            ),
+            None,
+        )
         if p is None:
             return None
         t = p["after_ms"][0]  # s1 waited first: its timer (deadlock or lock) fires first
@@ -39,8 +45,9 @@ def _dp8(lock_timeout_ms: int, sqlstate: str, after_ms: int) -> Claim:
         ("buggy",),
         check,
         published="SET lock_timeout = '5s' -- to prevent permanent deadlock"
-        if lock_timeout_ms == 5000 else "",
-    )  # fmt: skip
+        if lock_timeout_ms == 5000
+        else "",
+    )
 
 
 def _victim(records: Mapping[str, Record]) -> tuple[bool, str]:

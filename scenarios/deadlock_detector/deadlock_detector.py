@@ -18,11 +18,12 @@ Published:  "-- Set lock timeout to prevent permanent deadlock / SET lock_timeou
 See:        claims DP-8, LC-35 in claims.py; expected/ has the schedules' transcripts. Two
             sessions pinned to the schedule `cross`: s1 locks its first row, s2 its first,
             s1 asks for its second (the server shows s1 blocked), then s2 asks for its
-            second and the cycle closes. Times are from each session's own second statement. DP-8 runs the pair at lock_timeout 5 s and 500 ms with
-            deadlock_timeout 1 s. LC-35 runs `victim_trials` pairs where the session that
-            waits SECOND has deadlock_timeout 200 ms (SET per session; the lab connects as a
-            superuser, recorded); the two rows' order alternates between trials. The 5 s pair
-            is the control: equal timeouts, the first waiter is the victim.
+            second and the cycle closes. Times are from each session's own second statement. DP-8
+            runs the pair at lock_timeout 5 s and 500 ms with deadlock_timeout 1 s. LC-35 runs
+            `victim_trials` pairs where the session that waits SECOND has deadlock_timeout 200 ms
+            (SET per session; the lab connects as a superuser, recorded); the two rows' order
+            alternates between trials. The 5 s pair is the control: equal timeouts, the first waiter
+            is the victim.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from typing import Any
 
 import asyncpg
 
-from lab.scenario import Check, Env
+from lab.scenario import Check, Env, executes
 from lab.sequencer import Sequencer
-from lab.steps import Pinned, Session, show_sql
+from lab.steps import Pinned, Session, schedule, show_sql
 
 ROWS = ("A", "B")
 DEADLOCK_TIMEOUT_MS = 1000  # the documents' setting
@@ -46,8 +47,7 @@ Settings = Sequence[Mapping[str, str]]  # each session's SET LOCALs, s1 first
 TRACED: Settings = ({"lock_timeout": f"{DP8_TIMEOUTS_MS[0]}ms"},) * 2  # trace / explore
 
 
-async def schema(env: Env) -> None:
-    await env.db.execute("CREATE TABLE accounts (id text PRIMARY KEY, balance int NOT NULL)")
+schema = executes("CREATE TABLE accounts (id text PRIMARY KEY, balance int NOT NULL)")
 
 
 async def setup(env: Env) -> None:
@@ -95,14 +95,14 @@ async def fixed(env: Env, s: Session) -> str:
 
 
 STEPS = ("first", "second", "commit")
+# s1 takes its first row before s2 starts; sorted, s2 then waits at its first
+CROSS = schedule("s1 first, s2 first, s1 second, s2 second, s1 commit, s2 commit")
+SORTED = schedule("s1 first, s2 first, s1 second, s1 commit, s2 second, s2 commit")
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={v: {"s1": STEPS, "s2": STEPS} for v in ("buggy", "fixed")},
-    schedules={  # s1 takes its first row before s2 starts; sorted, s2 then waits at its first
-        "buggy": {"cross": ("s1 first", "s2 first", "s1 second", "s2 second", "s1 commit", "s2 commit")},
-        "fixed": {"cross": ("s1 first", "s2 first", "s1 second", "s1 commit", "s2 second", "s2 commit")},
-    },
-)  # fmt: skip
+    schedules={"buggy": {"cross": CROSS}, "fixed": {"cross": SORTED}},
+)
 
 
 async def pair(env: Env, settings: Settings, swap: bool = False) -> dict[str, Any]:
@@ -112,15 +112,23 @@ async def pair(env: Env, settings: Settings, swap: bool = False) -> dict[str, An
     code = PINNED.code[env.variant]
     conns = [await env.connect(), await env.connect()]
     try:
-        seq = Sequencer(env.db, {n: (c, lambda s: code(env, s)) for n, c in zip(("s1", "s2"), conns, strict=True)},
-                        label=f"{env.scenario} / {env.variant}", header="schedule cross")  # fmt: skip
+        seq = Sequencer(
+            env.db,
+            {n: (c, lambda s: code(env, s)) for n, c in zip(("s1", "s2"), conns, strict=True)},
+            label=f"{env.scenario} / {env.variant}",
+            header="schedule cross",
+        )
         ends = await seq.run(PINNED.schedules[env.variant]["cross"])
     finally:
         for conn in conns:
             await conn.close()
-    return {"settings": [dict(s) for s in settings], "ends": [ends["s1"], ends["s2"]],
-            "pids": [c.get_server_pid() for c in conns], "transcript": seq.transcript.text(),
-            "after_ms": [env.state["after_ms"].get(n) for n in ("s1", "s2")]}  # fmt: skip
+    return {
+        "settings": [dict(s) for s in settings],
+        "ends": [ends["s1"], ends["s2"]],
+        "pids": [c.get_server_pid() for c in conns],
+        "transcript": seq.transcript.text(),
+        "after_ms": [env.state["after_ms"].get(n) for n in ("s1", "s2")],
+    }
 
 
 async def run(env: Env) -> None:

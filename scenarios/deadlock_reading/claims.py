@@ -107,8 +107,13 @@ def _monitor(variant: str, finds: bool) -> Claim:
         if finds
         else "find nothing"
     )
-    return Claim("DL-23", f"{variant}: the monitoring queries {what}", (variant,), check,
-                 published="alert theo số 40P01/phút, và invariant query định kỳ" if finds else "")  # fmt: skip
+    return Claim(
+        "DL-23",
+        f"{variant}: the monitoring queries {what}",
+        (variant,),
+        check,
+        published="alert theo số 40P01/phút, và invariant query định kỳ" if finds else "",
+    )
 
 
 CLAIMS = (

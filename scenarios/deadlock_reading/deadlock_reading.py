@@ -52,15 +52,22 @@ FROM pg_locks WHERE pid = $1 AND NOT granted AND waitstart IS NOT NULL"""
 async def setup(env: Env) -> None:
     await env.db.execute(
         "CREATE TABLE stock (sku text PRIMARY KEY, qty int NOT NULL);"
-        "CREATE TABLE invoices (id serial PRIMARY KEY, customer_id int NOT NULL, period text NOT NULL);"
+        "CREATE TABLE invoices (id serial PRIMARY KEY, customer_id int NOT NULL, period "
+        "text NOT NULL);"
         "CREATE TABLE jobs (id serial PRIMARY KEY, customer_id int NOT NULL, status text NOT NULL,"
         " started_at timestamptz NOT NULL DEFAULT now())"
     )
     await env.db.executemany("INSERT INTO stock VALUES ($1, 1000)", [(s,) for s in SKUS])
 
 
-async def bill(conn: asyncpg.Connection, customer: int, cart: tuple[str, ...], fix: bool,
-               first_done: asyncio.Event, go: asyncio.Event) -> str:  # fmt: skip
+async def bill(
+    conn: asyncpg.Connection,
+    customer: int,
+    cart: tuple[str, ...],
+    fix: bool,
+    first_done: asyncio.Event,
+    go: asyncio.Event,
+) -> str:
     """One billing job: job row, invoice, reserve the cart's SKUs, job done."""
     job = await conn.fetchval(  # step start: the job row, committed
         "INSERT INTO jobs (customer_id, status) VALUES ($1, 'running') RETURNING id", customer
@@ -68,8 +75,9 @@ async def bill(conn: asyncpg.Connection, customer: int, cart: tuple[str, ...], f
     await conn.execute(  # step invoice: committed before the checkout, as the job does
         "INSERT INTO invoices (customer_id, period) VALUES ($1, $2)"
         + (" ON CONFLICT (customer_id, period) DO NOTHING" if fix else ""),
-        customer, PERIOD,
-    )  # fmt: skip
+        customer,
+        PERIOD,
+    )
     async with conn.transaction():
         skus = sorted(cart) if fix else cart
         await conn.execute("UPDATE stock SET qty = qty - 1 WHERE sku = $1", skus[0])  # step first
@@ -104,8 +112,9 @@ async def _run(env: Env, fix: bool) -> None:
 
     try:
         for i in (0, 1):  # j1 takes its first SKU before j2 starts
-            tasks.append(asyncio.create_task(
-                attempt(conns[i], i + 1, carts[i], fix, firsts[i], gos[i])))  # fmt: skip
+            tasks.append(
+                asyncio.create_task(attempt(conns[i], i + 1, carts[i], fix, firsts[i], gos[i]))
+            )
             await done_or_blocked(env.db, pids[i], firsts[i], what=f"j{i + 1} first")
         gos[0].set()
         if await task_or_blocked(env.db, pids[0], tasks[0], what="j1 second") is not None:

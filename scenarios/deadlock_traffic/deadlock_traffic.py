@@ -10,13 +10,13 @@ Published:  "死锁会随着流量增加而增多" (deadlocks increase as traffi
             产环境中的并发情况" (the test environment lacks production's concurrency). No
             numbers — deadlock-prevention.zh.txt, "常见的借口" (common excuses).
 See:        claim DP-9 in claims.py; scenarios/checkout_deadlock/ (the published 200-cart run,
-            DL-1 – DL-5, and the same two carts pinned to schedules). The scenario's own settings are the 200-cart point; cases n10 … n100 run
-            the buggy checkout at 10, 20, 40, 100 carts, all at burst arrival (every cart
-            released at once) and the same deadlock_timeout. What grows is the count: at
-            burst most carts fail at every size (measured 60–100 %, 70–100 % from 20 carts
-            on: the share is near saturation and does not keep rising), so the count is
-            close to n and each step of n (×2 or more) leaves a wide margin (e.g. at most 9
-            of 10, at least 14 of 20); judged on one run of each size.
+            DL-1 – DL-5, and the same two carts pinned to schedules). The scenario's own settings
+            are the 200-cart point; cases n10 … n100 run the buggy checkout at 10, 20, 40, 100
+            carts, all at burst arrival (every cart released at once) and the same deadlock_timeout.
+            What grows is the count: at burst most carts fail at every size (measured 60–100 %,
+            70–100 % from 20 carts on: the share is near saturation and does not keep rising), so
+            the count is close to n and each step of n (×2 or more) leaves a wide margin (e.g. at
+            most 9 of 10, at least 14 of 20); judged on one run of each size.
 """
 
 from __future__ import annotations

@@ -118,9 +118,15 @@ CLAIMS = (
         "PostgreSQL 17 (NO KEY UPDATE does not conflict with KEY SHARE)",
         expect=False,
     ),
-    *(kept_in_all("LC-11", v, f"{v}: every committed write landed once, in every interleaving") for v in BOTH),
-    *(invariants_hold("LC-11", v, f"{v}: every committed write landed once under a load") for v in BOTH),
-)  # fmt: skip
+    *(
+        kept_in_all("LC-11", v, f"{v}: every committed write landed once, in every interleaving")
+        for v in BOTH
+    ),
+    *(
+        invariants_hold("LC-11", v, f"{v}: every committed write landed once under a load")
+        for v in BOTH
+    ),
+)
 
 SCENARIO = Scenario(
     id="fk-lock-modes",

@@ -33,8 +33,8 @@ See:        claims LC-11, LC-13, LC-15 in claims.py; expected/ has the schedules
 
 from __future__ import annotations
 
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session
+from lab.scenario import Check, Env, executes
+from lab.steps import Pinned, Session, schedule
 
 ORDER, CUSTOMER = 42, 7
 LOCK = (
@@ -47,15 +47,13 @@ PAY = "UPDATE orders SET status = 'paid' WHERE id = $1"
 RENAME = "UPDATE customers SET name = 'An Nguyen' WHERE id = $1"
 
 
-async def schema(env: Env) -> None:
-    for ddl in (
-        "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)",
-        "CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES"
-        " customers (id), status text NOT NULL DEFAULT 'new')",
-        "CREATE TABLE order_items (id serial PRIMARY KEY,"
-        " order_id int NOT NULL REFERENCES orders (id), sku text NOT NULL)",
-    ):
-        await env.db.execute(ddl)
+schema = executes(
+    "CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL)",
+    "CREATE TABLE orders (id int PRIMARY KEY, customer_id int NOT NULL REFERENCES"
+    " customers (id), status text NOT NULL DEFAULT 'new')",
+    "CREATE TABLE order_items (id serial PRIMARY KEY,"
+    " order_id int NOT NULL REFERENCES orders (id), sku text NOT NULL)",
+)
 
 
 async def setup(env: Env) -> None:
@@ -94,27 +92,38 @@ async def invariant(env: Env) -> list[Check]:
     assert row is not None
     paid, ok = env.outcomes.get("paid", 0), env.outcomes.get("ok", 0)
     return [
-        Check("one item per committed request", row["items"] == paid + ok, f"{row['items']} item(s), {paid + ok} committed"),
-        Check(f"order {ORDER} paid iff a payer committed", (row["status"] == "paid") == (paid > 0), f"status {row['status']}, payers committed {paid}"),
-    ]  # fmt: skip
+        Check(
+            "one item per committed request",
+            row["items"] == paid + ok,
+            f"{row['items']} item(s), {paid + ok} committed",
+        ),
+        Check(
+            f"order {ORDER} paid iff a payer committed",
+            (row["status"] == "paid") == (paid > 0),
+            f"status {row['status']}, payers committed {paid}",
+        ),
+    ]
 
 
 # --- pinned: s1 pays order 42, s2 is the customer's second request -----------------------
-
 PAYER, OTHER = ("add-item", "lock", "pay", "commit"), ("rename", "add-item", "lock", "commit")
 STEPS = {"s1": PAYER, "s2": OTHER}
+SCHEDULES = {
+    # s1 holds its lock; s2's child INSERT asks FOR KEY SHARE on the same order
+    "parent-locked": schedule(
+        "s2 rename, s1 add-item, s1 lock, s2 add-item, s1 pay, s1 commit, s2 lock, s2 commit"
+    ),
+    # s1 holds its lock; s2 updates the customer the lock's join touched
+    "customer-locked": schedule(
+        "s1 add-item, s1 lock, s2 rename, s1 pay, s1 commit, s2 add-item, s2 lock, s2 commit"
+    ),
+    # both hold KEY SHARE (a child each), then both lock the parent
+    "cross": schedule(
+        "s2 rename, s1 add-item, s2 add-item, s1 lock, s2 lock, s1 pay, s1 commit, s2 commit"
+    ),
+}
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={"buggy": STEPS, "fixed": STEPS},
-    schedules={
-        v: {
-            # s1 holds its lock; s2's child INSERT asks FOR KEY SHARE on the same order
-            "parent-locked": ("s2 rename", "s1 add-item", "s1 lock", "s2 add-item", "s1 pay", "s1 commit", "s2 lock", "s2 commit"),
-            # s1 holds its lock; s2 updates the customer the lock's join touched
-            "customer-locked": ("s1 add-item", "s1 lock", "s2 rename", "s1 pay", "s1 commit", "s2 add-item", "s2 lock", "s2 commit"),
-            # both hold KEY SHARE (a child each), then both lock the parent
-            "cross": ("s2 rename", "s1 add-item", "s2 add-item", "s1 lock", "s2 lock", "s1 pay", "s1 commit", "s2 commit"),
-        }
-        for v in ("buggy", "fixed")
-    },
-)  # fmt: skip
+    schedules={v: SCHEDULES for v in ("buggy", "fixed")},
+)

@@ -18,7 +18,9 @@ from scenarios.hot_row import hot_row as code
 SPEEDUP = 2.0  # fixed must sell at least this many times as many units per second as buggy
 BOTH = ("buggy", "fixed")
 SERIAL = "mọi cách lock đều xếp hàng tuần tự trên row đó"
-BUCKETS = 'chia stock thành nhiều row "bucket" (ví dụ 10 row mỗi row 100 chiếc, request chọn ngẫu nhiên)'  # fmt: skip
+BUCKETS = (
+    'chia stock thành nhiều row "bucket" (ví dụ 10 row mỗi row 100 chiếc, request chọn ngẫu nhiên)'
+)
 
 
 def _rate(rec: Record) -> float:
@@ -47,13 +49,44 @@ def _buckets_faster(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 
 CLAIMS = (
-    Claim("LC-25", "buggy: buyers of one row run one at a time (wall >= buyers × work_ms)", ("buggy",), _serialised, published=SERIAL),
-    Claim("LC-25", f"fixed: bucket rows sell at least {SPEEDUP:.0f}× as many units per second", BOTH, _buckets_faster, published=BUCKETS),
+    Claim(
+        "LC-25",
+        "buggy: buyers of one row run one at a time (wall >= buyers × work_ms)",
+        ("buggy",),
+        _serialised,
+        published=SERIAL,
+    ),
+    Claim(
+        "LC-25",
+        f"fixed: bucket rows sell at least {SPEEDUP:.0f}× as many units per second",
+        BOTH,
+        _buckets_faster,
+        published=BUCKETS,
+    ),
     *(invariants_hold("LC-25", v, f"{v}: units sold == ok, no bucket negative") for v in BOTH),
-    canonical("LC-25", "buggy", "both-take", "buggy: the second buyer's UPDATE waits for the first one's commit on the one stock row", outcomes={"s1": "ok", "s2": "ok"}, waited=("s2 take",), kept=True, published=SERIAL),
-    nobody_waited("LC-25", "fixed", "both-take", "fixed: two buyers on two random buckets do not wait for each other", ends=("ok",), published=BUCKETS),
-    *(kept_in_all("LC-25", v, f"{v}: units sold == ok, no bucket negative, in every interleaving") for v in BOTH),
-)  # fmt: skip
+    canonical(
+        "LC-25",
+        "buggy",
+        "both-take",
+        "buggy: the second buyer's UPDATE waits for the first one's commit on the one stock row",
+        outcomes={"s1": "ok", "s2": "ok"},
+        waited=("s2 take",),
+        kept=True,
+        published=SERIAL,
+    ),
+    nobody_waited(
+        "LC-25",
+        "fixed",
+        "both-take",
+        "fixed: two buyers on two random buckets do not wait for each other",
+        ends=("ok",),
+        published=BUCKETS,
+    ),
+    *(
+        kept_in_all("LC-25", v, f"{v}: units sold == ok, no bucket negative, in every interleaving")
+        for v in BOTH
+    ),
+)
 
 SCENARIO = Scenario(
     id="hot-row",

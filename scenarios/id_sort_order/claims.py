@@ -14,22 +14,47 @@ from scenarios.id_sort_order import id_sort_order as code
 
 PUBLISHED = "thứ tự lại không nhất quán và deadlock quay lại"
 CLAIMS = (
-    deadlocks("DL-6", "buggy", "String-sorted path against ORDER BY id deadlocks", expect=True,
-              published=PUBLISHED),
+    deadlocks(
+        "DL-6",
+        "buggy",
+        "String-sorted path against ORDER BY id deadlocks",
+        expect=True,
+        published=PUBLISHED,
+    ),
     all_ok("DL-6", "fixed", "Both paths in numeric order: every transfer commits"),
     deadlocks("DL-6", "fixed", "Both paths in numeric order: zero deadlocks", expect=False),
-    *(invariants_hold("DL-6", v, f"{v}: balances moved once per commit") for v in ("buggy", "fixed")),
-    error_in("DL-6", "buggy", "40P01", "String sort vs ORDER BY id: some interleavings of two "
-             "transfers deadlock", expect=True, published=PUBLISHED),
-    error_in("DL-6", "fixed", "40P01", "Numeric order in both paths: no interleaving deadlocks",
-             expect=False),
-    canonical("DL-6", "buggy", "app-first", "The app path holds 10, the SQL path locks 9 and "
-              "waits for 10, the app path waits for 9: one of them gets 40P01",
-              # only the first waiter must be seen blocked: the second waits only until a
-              # detector fires, and the 40P01 is the server's report that it did
-              outcomes=("ok", "40P01"), waited=("s2 lock-both",),
-              kept=True),
-)  # fmt: skip
+    *(
+        invariants_hold("DL-6", v, f"{v}: balances moved once per commit")
+        for v in ("buggy", "fixed")
+    ),
+    error_in(
+        "DL-6",
+        "buggy",
+        "40P01",
+        "String sort vs ORDER BY id: some interleavings of two transfers deadlock",
+        expect=True,
+        published=PUBLISHED,
+    ),
+    error_in(
+        "DL-6",
+        "fixed",
+        "40P01",
+        "Numeric order in both paths: no interleaving deadlocks",
+        expect=False,
+    ),
+    canonical(
+        "DL-6",
+        "buggy",
+        "app-first",
+        "The app path holds 10, the SQL path locks 9 and "
+        "waits for 10, the app path waits for 9: one of them gets 40P01",
+        # only the first waiter must be seen blocked: the second waits only until a
+        # detector fires, and the 40P01 is the server's report that it did
+        outcomes=("ok", "40P01"),
+        waited=("s2 lock-both",),
+        kept=True,
+    ),
+)
 
 SCENARIO = Scenario(
     id="id-sort-order",

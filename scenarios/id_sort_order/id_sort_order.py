@@ -80,9 +80,13 @@ async def invariant(env: Env) -> list[Check]:
     rows = await env.db.fetch("SELECT id, balance FROM accounts ORDER BY id")
     commits = env.outcomes.get("ok", 0)
     return [
-        Check(f"account {r['id']} moved once per commit", r["balance"] - INITIAL == commits * AMOUNT, f"moved {r['balance'] - INITIAL}, commits {commits}")
+        Check(
+            f"account {r['id']} moved once per commit",
+            r["balance"] - INITIAL == commits * AMOUNT,
+            f"moved {r['balance'] - INITIAL}, commits {commits}",
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 # --- pinned: s1 the app path, s2 the SQL path --------------------------------------------
@@ -96,7 +100,27 @@ PINNED = Pinned(
     },
     schedules={
         # the app path holds its first row before the SQL path asks for both
-        "buggy": {"app-first": ("s1 lock-10", "s2 lock-both", "s1 lock-9", "s1 touch", "s1 commit", "s2 touch", "s2 commit")},
-        "fixed": {"app-first": ("s1 lock-9", "s2 lock-both", "s1 lock-10", "s1 touch", "s1 commit", "s2 touch", "s2 commit")},
+        "buggy": {
+            "app-first": (
+                "s1 lock-10",
+                "s2 lock-both",
+                "s1 lock-9",
+                "s1 touch",
+                "s1 commit",
+                "s2 touch",
+                "s2 commit",
+            )
+        },
+        "fixed": {
+            "app-first": (
+                "s1 lock-9",
+                "s2 lock-both",
+                "s1 lock-10",
+                "s1 touch",
+                "s1 commit",
+                "s2 touch",
+                "s2 commit",
+            )
+        },
     },
-)  # fmt: skip
+)

@@ -30,7 +30,7 @@ import asyncpg
 
 from lab.errors import ScenarioFailure
 from lab.scenario import Env, executes
-from lab.steps import Pinned, Session, as_actor, show_sql
+from lab.steps import Pinned, Session, as_actor, schedule, show_ids, show_sql
 
 FIRST_JOB = 1001
 DRAIN_TIMEOUT_S = 10.0  # on top of the lease: all jobs done by then, or the run failed
@@ -39,18 +39,22 @@ CREATE TABLE jobs (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, kind text
   payload jsonb NOT NULL, status text NOT NULL DEFAULT 'pending', run_at timestamptz NOT NULL
   DEFAULT now(), locked_until timestamptz, attempts int NOT NULL DEFAULT 0, last_error text);
 CREATE INDEX jobs_ready_idx ON jobs (run_at) WHERE status IN ('pending', 'running');
-CREATE TABLE runs (job_id bigint NOT NULL, worker text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE runs (job_id bigint NOT NULL, worker text NOT NULL,
+  at timestamptz NOT NULL DEFAULT clock_timestamp());
 """
 schema = executes(SCHEMA)  # once per database; `setup` fills the jobs each run
 ENQUEUE = """INSERT INTO jobs (id, kind, payload, run_at) OVERRIDING SYSTEM VALUE
-SELECT i, 'email', jsonb_build_object('n', i), now() - interval '1 hour' + (i - $1) * interval '1 millisecond'
+SELECT i, 'email', jsonb_build_object('n', i),
+  now() - interval '1 hour' + (i - $1) * interval '1 millisecond'
 FROM generate_series($1::bigint, $2::bigint) AS i"""  # CLAIM: the document's, only {locking} varies
 CLAIM = """
 WITH next AS (
-  SELECT id FROM jobs WHERE (status = 'pending' AND run_at <= now()) OR (status = 'running' AND locked_until < now())
+  SELECT id FROM jobs
+  WHERE (status = 'pending' AND run_at <= now()) OR (status = 'running' AND locked_until < now())
   ORDER BY run_at LIMIT $1 {locking}
 )
-UPDATE jobs j SET status = 'running', locked_until = now() + $2 * interval '1 millisecond', attempts = j.attempts + 1
+UPDATE jobs j SET status = 'running', locked_until = now() + $2 * interval '1 millisecond',
+  attempts = j.attempts + 1
 FROM next WHERE j.id = next.id RETURNING j.id, j.kind, j.attempts
 """
 LOCKING = {"buggy": "FOR UPDATE", "buggy-no-lock": "", "fixed": "FOR UPDATE SKIP LOCKED"}  # the fix
@@ -64,19 +68,13 @@ async def setup(env: Env) -> None:
     await env.db.execute(ENQUEUE, FIRST_JOB, FIRST_JOB + env.params["jobs"] - 1)
 
 
-def ids(rows: Sequence[asyncpg.Record]) -> str:
-    """The document's notation: [1001, 1002, 1003 ... 1010]."""
-    got = sorted(r["id"] for r in rows)
-    if len(got) > 4 and got == list(range(got[0], got[-1] + 1)):
-        return f"[{got[0]}, {got[1]}, {got[2]} ... {got[-1]}]"
-    return "[" + ", ".join(map(str, got)) + "]"
-
-
 async def claim(env: Env, s: Session, locking: str) -> list[asyncpg.Record]:
     """The claim, in a transaction of its own: pinned, the schedule decides when it commits."""
     sql, args = CLAIM.format(locking=locking), (env.params["batch"], env.params["lease_ms"])
     async with s.transaction():
-        rows: list[asyncpg.Record] = await s.step("claim", s.conn.fetch, sql, *args, shown=show_sql(sql, args), result=ids)  # fmt: skip
+        rows: list[asyncpg.Record] = await s.step(
+            "claim", s.conn.fetch, sql, *args, shown=show_sql(sql, args), result=show_ids
+        )
     return rows
 
 
@@ -100,7 +98,7 @@ async def worker(env: Env, s: Session, locking: str) -> str:
     if me == p["crash"]:  # its process dies: the jobs stay 'running' until the lease passes
         env.add("orphaned", len(rows))
         env.sample("orphaned_claim_began_ms", began)
-        env.trace(me, "dies; its jobs stay 'running'", jobs=ids(rows))
+        env.trace(me, "dies; its jobs stay 'running'", jobs=show_ids(rows))
         return DIED
     word, batch, nap = CLAIMED if rows else EMPTY, rows, p["poll_ms"] / 1000
     for _ in range(int((p["lease_ms"] / 1000 + DRAIN_TIMEOUT_S) / nap) + 1):
@@ -116,7 +114,7 @@ async def worker(env: Env, s: Session, locking: str) -> str:
         if back:  # an expired lease: a dead worker's jobs
             env.add("reclaimed", len(back))
             env.sample("reclaimed_at_ms", env.now_ms())
-            env.trace(me, "reclaims expired lease", jobs=ids(back))
+            env.trace(me, "reclaims expired lease", jobs=show_ids(back))
     left = [r["id"] for r in await s.conn.fetch(NOT_DONE)]
     raise ScenarioFailure(f"{env.scenario} / {env.variant}: jobs {left} never came back")
 
@@ -134,17 +132,17 @@ async def fixed(env: Env, s: Session) -> str:
 
 
 # --- pinned: s1..s3 are worker-1..3, each claims and commits ------------------------------
-
 STEPS = {s: ("claim", "commit") for s in ("s1", "s2", "s3")}
-RACE = ("s1 claim", "s2 claim", "s3 claim", "s1 commit", "s2 commit", "s3 commit")  # all in flight
-QUEUE = ("s1 claim", "s2 claim", "s1 commit", "s3 claim", "s2 commit", "s3 commit")  # s3 after s1
+RACE = schedule("s1 claim, s2 claim, s3 claim, s1 commit, s2 commit, s3 commit")  # all in flight
+QUEUE = schedule("s1 claim, s2 claim, s1 commit, s3 claim, s2 commit, s3 commit")  # s3 after s1
 PINNED = Pinned(
     code={"buggy": buggy, "buggy-no-lock": buggy_no_lock, "fixed": fixed},
     steps={"buggy": STEPS, "buggy-no-lock": STEPS, "fixed": STEPS},
     sessions=("s1", "s2", "s3"),
     # with two claims waiting, which one wins once s1 commits is up to the server: no race
-    schedules={"buggy": {"queue": QUEUE}, "buggy-no-lock": {"queue": QUEUE}, "fixed": {"race": RACE, "queue": QUEUE}},
-    params={"lease_ms": 5 * 60 * 1000, "crash": ""},  # the document's lease: no schedule outlasts it
-)  # fmt: skip
+    schedules={v: {"queue": QUEUE} for v in LOCKING} | {"fixed": {"race": RACE, "queue": QUEUE}},
+    # the document's lease: no schedule outlasts it
+    params={"lease_ms": 5 * 60 * 1000, "crash": ""},
+)
 # as a load: each variant's worker loop, the same claim with the same clause
 VARIANTS = {v: as_actor(partial(worker, locking=lk)) for v, lk in LOCKING.items()}

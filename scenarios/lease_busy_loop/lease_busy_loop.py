@@ -52,14 +52,25 @@ async def _run(env: Env, *, fenced: bool) -> None:
     rng = env.rng()
     tokens = {who: f"{who}-{rng.getrandbits(64):016x}" for who in "AB"}
     conn = await env.connect()
-    cfg = {"who": "A", "redis_url": env.redis_url, "dsn": env.dsn, "key": key,
-           "fence_key": fence_key, "ttl_ms": p["ttl_ms"], "token": tokens["A"],
-           "release": "cad", "fenced": fenced, "pause_at": "work", "stall": "cpu",
-           "busy_rows": p["busy_rows"]}  # fmt: skip
+    cfg = {
+        "who": "A",
+        "redis_url": env.redis_url,
+        "dsn": env.dsn,
+        "key": key,
+        "fence_key": fence_key,
+        "ttl_ms": p["ttl_ms"],
+        "token": tokens["A"],
+        "release": "cad",
+        "fenced": fenced,
+        "pause_at": "work",
+        "stall": "cpu",
+        "busy_rows": p["busy_rows"],
+    }
 
     def b_lease(b: Holder) -> Lease:
-        return Lease(env.redis, conn, key, fence_key, p["ttl_ms"], tokens["B"], "cad", fenced,
-                     b.report)  # fmt: skip
+        return Lease(
+            env.redis, conn, key, fence_key, p["ttl_ms"], tokens["B"], "cad", fenced, b.report
+        )
 
     env.extra_evidence["ttl_ms"] = p["ttl_ms"]
     await overlap(env, cfg, [env.redis], b_lease, frozen=False)

@@ -100,8 +100,17 @@ async def choreography(env: Env, code: Code) -> None:
     procs: list[ProcessActor] = []
 
     def start(w: Actor, pause_at: str | None, stall: Hook, work: Hook) -> None:
-        lease = Lease(env.redis, conns.pop(), key, f"{key}:fence", p["ttl_ms"], tokens[w.who],
-                      code.release, code.fenced, w.report)  # fmt: skip
+        lease = Lease(
+            env.redis,
+            conns.pop(),
+            key,
+            f"{key}:fence",
+            p["ttl_ms"],
+            tokens[w.who],
+            code.release,
+            code.fenced,
+            w.report,
+        )
         body = hold(lease, w.who, pause_at=pause_at, stall=stall, work=work)
         tasks.append(asyncio.create_task(w.run(body)))
 
@@ -140,8 +149,11 @@ async def choreography(env: Env, code: Code) -> None:
         "A is killed": (kill_a, a.done, []),
     }
     skip = "A wakes" if code.killed else "A is killed"
-    steps = [Step(0.0 if when == "0" else float(p[when]), name, *actions[name])
-             for when, name in SCHEDULE if name != skip]  # fmt: skip
+    steps = [
+        Step(0.0 if when == "0" else float(p[when]), name, *actions[name])
+        for when, name in SCHEDULE
+        if name != skip
+    ]
 
     def check(name: str) -> None:
         if procs and procs[0].error:
@@ -154,10 +166,18 @@ async def choreography(env: Env, code: Code) -> None:
         if as_process:
             if not env.redis_url:
                 raise ScenarioFailure(f"{env.scenario}: no Redis URL for the worker process")
-            cfg = {"who": "A", "redis_url": env.redis_url, "dsn": env.dsn, "key": key,
-                   "fence_key": f"{key}:fence", "ttl_ms": p["ttl_ms"], "token": tokens["A"],
-                   "release": code.release, "fenced": code.fenced,
-                   "pause_at": code.pause_at}  # fmt: skip
+            cfg = {
+                "who": "A",
+                "redis_url": env.redis_url,
+                "dsn": env.dsn,
+                "key": key,
+                "fence_key": f"{key}:fence",
+                "ttl_ms": p["ttl_ms"],
+                "token": tokens["A"],
+                "release": code.release,
+                "fenced": code.fenced,
+                "pause_at": code.pause_at,
+            }
             procs.append(await WorkerProcess.start(env, a, cfg))
         env.t0 = time.perf_counter()  # the clock starts with A; every worker is connected
         watch.restart_clock()

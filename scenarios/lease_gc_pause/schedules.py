@@ -28,26 +28,62 @@ Steps = dict[str, dict[str, tuple[str, ...]]]
 STEPS: Steps = {
     "buggy": {"A": PAUSED, "B": HOLDER, "C": HOLDER},
     "fixed": {"A": PAUSED, "B": HOLDER, "C": HOLDER},
-    "buggy-get-then-del": {"A": ("acquire", "write", "get", "pause", "wake", "del"),
-                           "B": GET_DEL, "C": GET_DEL},
+    "buggy-get-then-del": {
+        "A": ("acquire", "write", "get", "pause", "wake", "del"),
+        "B": GET_DEL,
+        "C": GET_DEL,
+    },
     "holder-killed": {"A": ("acquire", "pause", "kill"), "B": HOLDER, "C": HOLDER},
-}  # fmt: skip
+}
 # the published story: A stalls past its lease, B takes the lock, A wakes, writes and
 # releases, then C comes, then B releases
-PUBLISHED = ("A acquire", "A pause", "B acquire", "B write", "A wake", "A write", "A release",
-             "C acquire", "C write", "C release", "B release")  # fmt: skip
+PUBLISHED = (
+    "A acquire",
+    "A pause",
+    "B acquire",
+    "B write",
+    "A wake",
+    "A write",
+    "A release",
+    "C acquire",
+    "C write",
+    "C release",
+    "B release",
+)
 SCHEDULES: Steps = {
     "buggy": {"published": PUBLISHED},
     "fixed": {"published": PUBLISHED},
     "buggy-get-then-del": {
-        "published": ("A acquire", "A write", "A get", "A pause", "B acquire", "B write",
-                      "A wake", "A del", "C acquire", "C write", "C get", "C del", "B get",
-                      "B del"),
+        "published": (
+            "A acquire",
+            "A write",
+            "A get",
+            "A pause",
+            "B acquire",
+            "B write",
+            "A wake",
+            "A del",
+            "C acquire",
+            "C write",
+            "C get",
+            "C del",
+            "B get",
+            "B del",
+        ),
     },
     # B comes while A, frozen or not, still holds its lease; C after it ran out
-    "holder-killed": {"killed": ("A acquire", "B acquire", "A pause", "A kill", "C acquire",
-                                 "C write", "C release")},
-}  # fmt: skip
+    "holder-killed": {
+        "killed": (
+            "A acquire",
+            "B acquire",
+            "A pause",
+            "A kill",
+            "C acquire",
+            "C write",
+            "C release",
+        )
+    },
+}
 NOTES = {
     "published": "A stalls past its lease; B takes the lock; A wakes, writes, releases; C comes",
     "killed": "B is refused while A holds its lease; A dies frozen; C gets in once it ran out",
@@ -79,12 +115,24 @@ def cast(env: Env, variant: str) -> dict[str, InProcess]:
     code = VARIANTS[variant]
     env.state["tokens"] = tokens = {who: token(env, who) for who in "ABC"}
     key = env.key(KEY)
-    config = {"who": "A", "redis_url": env.redis_url, "dsn": env.dsn, "key": key,
-              "fence_key": f"{key}:fence", "ttl_ms": env.params["ttl_ms"], "token": tokens["A"],
-              "release": code.release, "fenced": code.fenced, "pause_at": code.pause_at}  # fmt: skip
+    config = {
+        "who": "A",
+        "redis_url": env.redis_url,
+        "dsn": env.dsn,
+        "key": key,
+        "fence_key": f"{key}:fence",
+        "ttl_ms": env.params["ttl_ms"],
+        "token": tokens["A"],
+        "release": code.release,
+        "fenced": code.fenced,
+        "pause_at": code.pause_at,
+    }
     pause = Fault("pause", a_lease_runs_out, f"A's lease runs out (PEXPIRE {KEY} 1)")
-    return {"A": InProcess(WORKER, config, {"pause": pause, "wake": Fault("wake"),
-                                            "kill": Fault("kill")})}  # fmt: skip
+    return {
+        "A": InProcess(
+            WORKER, config, {"pause": pause, "wake": Fault("wake"), "kill": Fault("kill")}
+        )
+    }
 
 
 PINNED = Staged(

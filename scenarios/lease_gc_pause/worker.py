@@ -56,9 +56,14 @@ class QuorumLease:
 
     async def acquire(self) -> int | None:
         grant = await self.lock.acquire()
-        self.report("quorum", votes=grant.votes, nodes=grant.nodes, won=grant.won,
-                    elapsed_ms=round(grant.elapsed_ms, 2),
-                    validity_ms=round(grant.validity_ms, 1))  # fmt: skip
+        self.report(
+            "quorum",
+            votes=grant.votes,
+            nodes=grant.nodes,
+            won=grant.won,
+            elapsed_ms=round(grant.elapsed_ms, 2),
+            validity_ms=round(grant.validity_ms, 1),
+        )
         if not grant.won:
             return None
         return int(await self.conn.fetchval("SELECT nextval('invoice_fence')"))
@@ -126,8 +131,18 @@ async def main(child: Child) -> str:
             lock = Redlock(nodes, cfg["key"], cfg["ttl_ms"], cfg["token"])
             lease = QuorumLease(lock, conn, cfg["fenced"], child.emit)
         else:
-            lease = Lease(nodes[0], conn, cfg["key"], cfg["fence_key"], cfg["ttl_ms"],
-                          cfg["token"], cfg["release"], cfg["fenced"], child.emit, steps)  # fmt: skip
+            lease = Lease(
+                nodes[0],
+                conn,
+                cfg["key"],
+                cfg["fence_key"],
+                cfg["ttl_ms"],
+                cfg["token"],
+                cfg["release"],
+                cfg["fenced"],
+                child.emit,
+                steps,
+            )
         stall = noop if pinned else frozen_by_the_lab(child)
         if cfg.get("stall") == "cpu":
             stall = busy(child, busy_payload(int(cfg["busy_rows"])))  # built before "go"

@@ -102,7 +102,10 @@ def _no_false_cycle(records: Mapping[str, Record]) -> tuple[bool, str]:
     waits = rec["evidence"].get("wait_for_graph", {}).get("waiting", {})
     first = next(iter(waits.items()), None)
     e_g = f" (e.g. {first[0]} waits for {first[1]})" if first else ""
-    seen = f"fixed: {len(_cycles(rec))} cycles in {det.get('snapshots')} snapshots; {len(waits)} waits{e_g}"
+    seen = (
+        f"fixed: {len(_cycles(rec))} cycles in {det.get('snapshots')} snapshots; {len(waits)} "
+        f"waits{e_g}"
+    )
     return not _cycles(rec) and det.get("snapshots", 0) > 0, seen
 
 

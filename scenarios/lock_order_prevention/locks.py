@@ -94,10 +94,16 @@ async def release(env: Env, s: Session, resource: str, token: str) -> None:
 
 
 async def take(
-    env: Env, s: Session, resource: str, token: str, hierarchy: LockHierarchy | None,
-    timeout: bool, once: bool,
-) -> bool:  # fmt: skip
-    """One lock, the way a variant takes it: one try (once), else polled until taken, at most lock_timeout_ms (timeout)
+    env: Env,
+    s: Session,
+    resource: str,
+    token: str,
+    hierarchy: LockHierarchy | None,
+    timeout: bool,
+    once: bool,
+) -> bool:
+    """One lock, the way a variant takes it: one try (once), else polled until taken, at most
+    lock_timeout_ms (timeout)
     or watch_ms (the lab's hard limit on a wait that has none)."""
     if hierarchy is not None:  # checked before Redis is asked
         hierarchy.check(level_of(resource), resource)

@@ -25,7 +25,7 @@ import time
 import asyncpg
 
 from lab.scenario import Check, Env, executes
-from lab.steps import Pinned, Session
+from lab.steps import Pinned, Session, schedule
 
 schema = executes("CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)")
 ROOT_SQL = "SELECT * FROM orders WHERE id=42 FOR UPDATE"
@@ -57,7 +57,8 @@ async def buggy(env: Env, s: Session) -> str:
 
 
 async def fixed(env: Env, s: Session) -> str:
-    return await _session(env, s, f"SET LOCAL lock_timeout = {int(env.params['ddl_lock_timeout_ms'])}; ")  # fmt: skip
+    timeout = int(env.params["ddl_lock_timeout_ms"])
+    return await _session(env, s, f"SET LOCAL lock_timeout = {timeout}; ")
 
 
 async def _session(env: Env, s: Session, ddl_setting: str) -> str:
@@ -107,7 +108,11 @@ DBA = {  # the dba's steps: (SQL, what the transcript shows)
 
 def _psql(rows: list[asyncpg.Record]) -> str:
     """A row per `;`, its cells as psql prints them (`ddl {root,upd} active`), no query."""
-    cells = [[f"{{{','.join(v)}}}" if isinstance(v, list) else str(v) for k, v in r.items() if k not in ("pid", "query")] for r in rows]  # fmt: skip
+
+    def cell(v: object) -> str:
+        return f"{{{','.join(v)}}}" if isinstance(v, list) else str(v)
+
+    cells = [[cell(v) for k, v in r.items() if k not in ("pid", "query")] for r in rows]
     return "; ".join(" ".join(c) for c in cells) or "(none)"
 
 
@@ -116,33 +121,30 @@ async def invariant(env: Env) -> list[Check]:
     after = env.extra_evidence.get("after")
     timeout, gave_up = env.params["ddl_lock_timeout_ms"], env.samples.get("alter_gave_up_ms", [])
     late = all(ms >= timeout for ms in gave_up)  # a 55P03 no sooner than lock_timeout
+    landed = status == "paid"
+    each = f"{len(gave_up)} 55P03, each at or after {timeout} ms" if late else f"after {gave_up} ms"
     return [
-        Check("the updater's write landed once the root was gone", status == "paid", f"status {status}"),
+        Check("the updater's write landed once the root was gone", landed, f"status {status}"),
         Check("nothing waits on a lock once the root is gone", after == [], f"tree after: {after}"),
-        Check("lock_timeout fires no sooner than its timeout", late, f"{len(gave_up)} 55P03, each at or after {timeout} ms" if late else f"after {gave_up} ms"),
-    ]  # fmt: skip
+        Check("lock_timeout fires no sooner than its timeout", late, each),
+    ]
 
 
 # --- pinned: one canonical schedule per variant, the same steps ---------------------------
-
 SESSIONS = ("root", "dml1", "dml2", "upd", "ddl", "r1", "r2", "r3", "dba")
-STEPS = {
-    "root": ("lock",), "dml1": ("update", "commit"), "dml2": ("update", "commit"),
-    "upd": ("update",), "ddl": ("alter",), "r1": ("read",), "r2": ("read",), "r3": ("read",),
-    "dba": tuple(DBA),
-}  # fmt: skip
-QUEUE = (
-    "root lock", "dml1 update", "dml2 update", "dba locks", "dml1 commit", "dml2 commit",
-    "upd update", "ddl alter", "r1 read", "r2 read", "r3 read", "dba tree", "dba terminate", "dba after",
-)  # fmt: skip
+STEPS = {"root": ("lock",), "dml1": ("update", "commit"), "dml2": ("update", "commit")}
+STEPS |= {"upd": ("update",), "ddl": ("alter",)} | {r: ("read",) for r in ("r1", "r2", "r3")}
+STEPS["dba"] = tuple(DBA)
+QUEUE = schedule(
+    "root lock, dml1 update, dml2 update, dba locks, dml1 commit, dml2 commit, upd update, "
+    "ddl alter, r1 read, r2 read, r3 read, dba tree, dba terminate, dba after"
+)
+# fixed: the ALTER's lock_timeout fires by itself (*), before the readers come
+QUEUE_FIXED = tuple(x.replace("alter", "alter(*)") for x in QUEUE)
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={"buggy": STEPS, "fixed": STEPS},
     sessions=SESSIONS,
-    # fixed: the ALTER's lock_timeout fires by itself (*), before the readers come
-    schedules={
-        "buggy": {"queue": QUEUE},
-        "fixed": {"queue": tuple(x.replace("alter", "alter(*)") for x in QUEUE)},
-    },
+    schedules={"buggy": {"queue": QUEUE}, "fixed": {"queue": QUEUE_FIXED}},
     canonical_only=True,  # nine sessions: the canonical order is the story, the others noise
 )

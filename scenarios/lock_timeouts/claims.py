@@ -3,8 +3,9 @@
 The claims are judged on loads of the code in lock_timeouts.py: the `slow-holder` case
 (12 carts, each holding its rows past the global timeout) for the mechanism; at the
 document's load (200 carts, published profile, over trials) the sentence does not
-reproduce on an idle machine, and the gap is kept as NOT REPRODUCED with the 55P03 counts. The same carts run pinned (`locklab trace
-lock-timeouts`, expected/): s2 queued behind s1, who holds its rows HOLD_MS each.
+reproduce on an idle machine, and the gap is kept as NOT REPRODUCED with the 55P03 counts. The same
+carts run pinned (`locklab trace lock-timeouts`, expected/): s2 queued behind s1, who holds its rows
+HOLD_MS each.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def _load_gap(records: Mapping[str, Record]) -> tuple[bool, str]:
 CLAIMS = (
     Claim(
         "LC-27",
-        f"buggy, each holder keeping the row ~{2 * SLOW_PAUSE_MS:.0f} ms: under the global {GLOBAL_TIMEOUT} "
+        f"buggy, each holder keeping the row ~{2 * SLOW_PAUSE_MS:.0f} ms: under the global "
+        f"{GLOBAL_TIMEOUT} "
         "lock_timeout most sorted checkouts (no deadlock possible) fail with 55P03",
         ("buggy",),
         _fails,

@@ -19,9 +19,9 @@ Published:  "lock_timeout quá ngắn cho DML thường: đặt 100 ms toàn c�
 See:        claim LC-27 in claims.py; expected/ has the pinned schedule's transcripts (s1
             holds each row HOLD_MS; s2, queued behind it, gets 55P03 under the global
             setting and waits under SET LOCAL). Both variants run on a database whose
-            lock_timeout is 100 ms (`ALTER DATABASE ... SET lock_timeout`, what a postgresql.conf line does for one
-            database); the fix overrides it inside each transaction. The checkout here is
-            this scenario's own, sorted in both variants: only the timeout differs.
+            lock_timeout is 100 ms (`ALTER DATABASE ... SET lock_timeout`, what a postgresql.conf
+            line does for one database); the fix overrides it inside each transaction. The checkout
+            here is this scenario's own, sorted in both variants: only the timeout differs.
             What PostgreSQL 17 does differs from "fails whenever there is contention". The
             limit "applies separately to each lock acquisition attempt" (PostgreSQL docs):
             when a holder commits its waiters wake, one takes the row and the rest wait again
@@ -34,9 +34,10 @@ See:        claim LC-27 in claims.py; expected/ has the pinned schedule's transc
             in all five trials of one on an idle machine; SET LOCAL 3 s had {"ok":200} in
             every run. So the document's "fails whenever there is normal contention" does not
             reproduce at its own load on an idle machine: the published profile keeps it as a
-            gap over 5 trials (NOT REPRODUCED, never counted held) with the 55P03 counts. The `slow-holder` case shows the mechanism without
-            chance: 60 ms of other logic after each update (12 carts) fails nearly every
-            queued cart under the global setting and none under SET LOCAL 3 s.
+            gap over 5 trials (NOT REPRODUCED, never counted held) with the 55P03 counts. The
+            `slow-holder` case shows the mechanism without chance: 60 ms of other logic after each
+            update (12 carts) fails nearly every queued cart under the global setting and none under
+            SET LOCAL 3 s.
 """
 
 from __future__ import annotations
@@ -107,10 +108,26 @@ async def fixed(env: Env, s: Session) -> str:
 CART = ("lock-a", "lock-b", "commit")
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
-    steps={"buggy": {"s1": CART, "s2": CART}, "fixed": {"s1": ("set-local", *CART), "s2": ("set-local", *CART)}},
+    steps={
+        "buggy": {"s1": CART, "s2": CART},
+        "fixed": {"s1": ("set-local", *CART), "s2": ("set-local", *CART)},
+    },
     schedules={  # s2 queues behind s1, who holds A-1 while it takes B-2
-        "buggy": {SLOW: ("s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")},
-        "fixed": {SLOW: ("s1 set-local", "s2 set-local", "s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")},
+        "buggy": {
+            SLOW: ("s1 lock-a", "s2 lock-a", "s1 lock-b", "s1 commit", "s2 lock-b", "s2 commit")
+        },
+        "fixed": {
+            SLOW: (
+                "s1 set-local",
+                "s2 set-local",
+                "s1 lock-a",
+                "s2 lock-a",
+                "s1 lock-b",
+                "s1 commit",
+                "s2 lock-b",
+                "s2 commit",
+            )
+        },
     },
     params={"step_pause_ms": HOLD_MS},
-)  # fmt: skip
+)

@@ -39,9 +39,19 @@ def _answer(run: Mapping[str, Any], step: str) -> tuple[str, bool]:
     return " ".join(last[cut:].split()), i > commit
 
 
-def answers(cid: str, variant: str, text: str, *, waits: bool, error: Mapping[str, str], after_commit: bool, published: str = "") -> Claim:  # fmt: skip
+def answers(
+    cid: str,
+    variant: str,
+    text: str,
+    *,
+    waits: bool,
+    error: Mapping[str, str],
+    after_commit: bool,
+    published: str = "",
+) -> Claim:
     """For the row (schedule row-held) and the table (table-held): s2's ask was shown
-    blocked (`waits`), its answer is 55P03 with `error[step]` (none when `error` is empty) and came after s1's COMMIT
+    blocked (`waits`), its answer is 55P03 with `error[step]` (none when `error` is empty) and came
+    after s1's COMMIT
     (`after_commit`) or before it; the invariants held."""
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
@@ -58,7 +68,7 @@ def answers(cid: str, variant: str, text: str, *, waits: bool, error: Mapping[st
             got = f"55P03 {error[step]}" in answer if error else "ERROR" not in answer
             held &= waited == waits and got and late == after_commit and run["kept"]
             when = "after" if late else "before"
-            seen.append(f"{step}: {'waited, ' if waited else ''}{answer} ({when} s1 COMMIT)")  # fmt: skip
+            seen.append(f"{step}: {'waited, ' if waited else ''}{answer} ({when} s1 COMMIT)")
         return held, f"{variant}: " + "; ".join(seen)
 
     return Claim(cid, text, (variant,), check, published, explore=True, levels=(RC,))
@@ -123,7 +133,8 @@ CLAIMS = (
     *(
         _under_load(
             v,
-            f"{v}: under a load too, every 55P03 came as fast (NOWAIT) or as late (lock_timeout) as it should",
+            f"{v}: under a load too, every 55P03 came as fast (NOWAIT) or as late "
+            "(lock_timeout) as it should",
         )
         for v in ("fixed-nowait", "fixed-lock-timeout")
     ),

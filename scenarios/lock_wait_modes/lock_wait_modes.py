@@ -15,10 +15,10 @@ Published:  NOWAIT: báo lỗi ngay ERROR: could not obtain lock on row in relat
 See:        claim LC-12 in claims.py; expected/ has the schedules' transcripts. s1, the
             holder, locks product 101 of inventory FOR UPDATE and reads orders in one
             transaction, works `hold_ms` (time is the subject: a slow transaction; pinned,
-            it holds until its commit is granted), then commits. s2 asks the same row, then ACCESS EXCLUSIVE on orders (the lock ALTER
-            TABLE takes), each in its own implicit transaction, in the variant's wait mode.
-            Defaults lock_timeout_ms=200, hold_ms=400 keep the run short; -p
-            lock_timeout_ms=2000 -p hold_ms=2500 is the published setting.
+            it holds until its commit is granted), then commits. s2 asks the same row, then ACCESS
+            EXCLUSIVE on orders (the lock ALTER TABLE takes), each in its own implicit transaction,
+            in the variant's wait mode. Defaults lock_timeout_ms=200, hold_ms=400 keep the run
+            short; -p lock_timeout_ms=2000 -p hold_ms=2500 is the published setting.
 """
 
 from __future__ import annotations
@@ -30,17 +30,23 @@ from typing import Any
 import asyncpg
 
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session
+from lab.scenario import Check, Env, executes
+from lab.steps import Pinned, Session, schedule
 
 PRODUCT = 101
-HOLD = f"SELECT i.stock, (SELECT count(*) FROM orders) AS orders FROM inventory i WHERE product_id = {PRODUCT} FOR UPDATE OF i"  # fmt: skip
+HOLD = f"""SELECT i.stock, (SELECT count(*) FROM orders) AS orders
+FROM inventory i WHERE product_id = {PRODUCT} FOR UPDATE OF i"""
 WORK = "SELECT pg_sleep($1)"  # the holder's slow work inside its transaction
-# s2's steps -> (its statement, the NOWAIT error's text)
-ASKS = {
-    "ask-row": (f"SELECT stock FROM inventory WHERE product_id = {PRODUCT} FOR UPDATE", 'could not obtain lock on row in relation "inventory"'),
-    "ask-table": ("LOCK TABLE orders IN ACCESS EXCLUSIVE MODE", 'could not obtain lock on relation "orders"'),
-}  # fmt: skip
+ASKS = {  # s2's steps -> (its statement, the NOWAIT error's text)
+    "ask-row": (
+        f"SELECT stock FROM inventory WHERE product_id = {PRODUCT} FOR UPDATE",
+        'could not obtain lock on row in relation "inventory"',
+    ),
+    "ask-table": (
+        "LOCK TABLE orders IN ACCESS EXCLUSIVE MODE",
+        'could not obtain lock on relation "orders"',
+    ),
+}
 TIMEOUT_TEXT = "canceling statement due to lock timeout"
 TIMER_SLACK_MS = 200.0  # the holder keeps its locks this long past lock_timeout (validate)
 
@@ -55,9 +61,8 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         )
 
 
-async def schema(env: Env) -> None:
-    await env.db.execute("CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL)")
-    await env.db.execute("CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)")
+schema = executes("""CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL);
+CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)""")
 
 
 async def setup(env: Env) -> None:
@@ -114,34 +119,32 @@ async def invariant(env: Env) -> list[Check]:
     """A NOWAIT refusal came sooner than lock_timeout would fire; a lock_timeout one never
     before the timeout. Relative bounds only: how long past the timeout the answer comes
     depends on how loaded the machine is, so it is not judged."""
-    timeout = env.params["lock_timeout_ms"]
-    nowait, timed = env.samples.get("55P03_ms.nowait", []), env.samples.get("55P03_ms.lock_timeout", [])  # fmt: skip
-    at_once = all(ms < timeout for ms in nowait)
-    in_window = all(ms >= timeout for ms in timed)
+    timeout, nowait = env.params["lock_timeout_ms"], env.samples.get("55P03_ms.nowait", [])
+    timed = env.samples.get("55P03_ms.lock_timeout", [])
+    at_once, fired = all(ms < timeout for ms in nowait), all(ms >= timeout for ms in timed)
+    sooner = f"{len(nowait)} refusal(s), each sooner than lock_timeout ({timeout} ms)"
+    later = f"{len(timed)} timeout(s), each at or after {timeout} ms"
     return [
-        Check("NOWAIT refuses at once", at_once, f"{len(nowait)} refusal(s), each sooner than lock_timeout ({timeout} ms)" if at_once else f"after {nowait} ms"),
-        Check("lock_timeout fires at its timeout", in_window, f"{len(timed)} timeout(s), each at or after {timeout} ms" if in_window else f"after {timed} ms"),
-    ]  # fmt: skip
+        Check("NOWAIT refuses at once", at_once, sooner if at_once else f"after {nowait} ms"),
+        Check("lock_timeout fires at its timeout", fired, later if fired else f"after {timed} ms"),
+    ]
 
 
 # --- pinned: s1 holds row and table, s2 asks for each --------------------------------------
-
 HOLDER, WAITER = ("hold", "work", "commit"), tuple(ASKS)
 VARIANTS = ("buggy", "fixed-nowait", "fixed-lock-timeout")
+SCHEDULES = {
+    # s2 asks the row while s1 holds it; the table only after s1 has committed
+    "row-held": schedule("s1 hold, s2 ask-row, s1 work, s1 commit, s2 ask-table"),
+    # s2 takes the row before s1 does; then asks the table while s1 reads it
+    "table-held": schedule("s2 ask-row, s1 hold, s2 ask-table, s1 work, s1 commit"),
+}
 PINNED = Pinned(
     code={"buggy": buggy, "fixed-nowait": fixed_nowait, "fixed-lock-timeout": fixed_lock_timeout},
     steps={v: {"s1": HOLDER, "s2": WAITER} for v in VARIANTS},
-    schedules={
-        v: {
-            # s2 asks the row while s1 holds it; the table only after s1 has committed
-            "row-held": ("s1 hold", "s2 ask-row", "s1 work", "s1 commit", "s2 ask-table"),
-            # s2 takes the row before s1 does; then asks the table while s1 reads it
-            "table-held": ("s2 ask-row", "s1 hold", "s2 ask-table", "s1 work", "s1 commit"),
-        }
-        for v in VARIANTS
-    },
+    schedules={v: SCHEDULES for v in VARIANTS},
     # pinned, s1 holds until its commit is granted: the schedule is the slow transaction,
     # and a lock_timeout's 55P03 ends s2's blocked ask before the next step, in every order
     params={"hold_ms": 0},
     ends_by_itself={"fixed-lock-timeout": frozenset(f"s2 {a}" for a in ASKS)},
-)  # fmt: skip
+)

@@ -34,8 +34,8 @@ from typing import Any
 import asyncpg
 
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import ISOLATION_LEVELS, Pinned, Session
+from lab.scenario import Check, Env, executes
+from lab.steps import ISOLATION_LEVELS, Pinned, Session, schedule
 
 PRODUCT = 101
 INITIAL_VERSION = 7  # the document's form opened at version 7
@@ -58,11 +58,9 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError("-p stock must be >= 0 and qty >= 1")
 
 
-async def schema(env: Env) -> None:
-    await env.db.execute(
-        "CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL,"
-        " version int NOT NULL)"
-    )
+schema = executes(
+    "CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL, version int NOT NULL)"
+)
 
 
 async def setup(env: Env) -> None:
@@ -123,28 +121,30 @@ async def invariant(env: Env) -> list[Check]:
     stock = await env.db.fetchval("SELECT stock FROM inventory WHERE product_id = $1", PRODUCT)
     sold = env.outcomes.get("ok", 0) * env.params["qty"]
     initial = env.params["stock"]
+    moved = f"stock {initial} -> {stock}"
     return [
         Check("no oversell", sold <= initial, f"sold {sold}, initial stock {initial}"),
-        Check("sold == initial - final stock", sold == initial - stock, f"sold {sold}, stock {initial} -> {stock}"),
+        Check("sold == initial - final stock", sold == initial - stock, f"sold {sold}, {moved}"),
         Check("stock never negative", stock >= 0, f"final stock {stock}"),
-    ]  # fmt: skip
+    ]
 
 
 # --- pinned: the steps each buyer takes, and the orders the documents describe -----------
-
 S = ("read", "write", "commit")
-BOTH = {"s1": S, "s2": S}
-BOTH_READ = ("s1 read", "s2 read", "s1 write", "s2 write", "s1 commit", "s2 commit")
+SERIAL = schedule("s1 read, s1 write, s1 commit, s2 read, s2 write, s2 commit")
+BOTH_READ = schedule("s1 read, s2 read, s1 write, s2 write, s1 commit, s2 commit")
+READ_WAITS = schedule("s1 read, s2 read, s1 write, s1 commit, s2 write, s2 commit")
+CODE = {"buggy": buggy, "fixed": fixed}
+CODE |= {"fixed-for-update": fixed_for_update, "fixed-optimistic": fixed_optimistic}
 PINNED = Pinned(
-    code={"buggy": buggy, "fixed": fixed, "fixed-for-update": fixed_for_update, "fixed-optimistic": fixed_optimistic},
-    steps={"buggy": BOTH, "fixed": {"s1": S[1:], "s2": S[1:]}, "fixed-for-update": BOTH, "fixed-optimistic": BOTH},
+    code=CODE,
+    steps={v: {"s1": S, "s2": S} for v in CODE} | {"fixed": {"s1": S[1:], "s2": S[1:]}},
     schedules={
         # both read 1 before either writes; the second writer meets an uncommitted write
-        "buggy": {"both-read-first": BOTH_READ, "serial": ("s1 read", "s1 write", "s1 commit", "s2 read", "s2 write", "s2 commit")},
-        "fixed": {"both-read-first": ("s1 write", "s2 write", "s1 commit", "s2 commit")},
-        # s2's locking read waits for s1, so s1 writes and commits before s2 can go on
-        "fixed-for-update": {"both-read-first": ("s1 read", "s2 read", "s1 write", "s1 commit", "s2 write", "s2 commit")},
+        "buggy": {"both-read-first": BOTH_READ, "serial": SERIAL},
+        "fixed": {"both-read-first": schedule("s1 write, s2 write, s1 commit, s2 commit")},
+        "fixed-for-update": {"both-read-first": READ_WAITS},  # s2's locking read waits for s1
         "fixed-optimistic": {"both-read-first": BOTH_READ},
     },
     isolation=("read_committed", "repeatable_read"),
-)  # fmt: skip
+)

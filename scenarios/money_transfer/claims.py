@@ -55,17 +55,39 @@ async def invariant(env: Env) -> list[Check]:
     """Money is conserved, never negative, moved once per commit, never twice per request."""
     bal = {r["id"]: r["balance"] for r in await env.db.fetch("SELECT id, balance FROM accounts")}
     ledger = await env.db.fetchval("SELECT count(*) FROM transfers")
-    env.extra_evidence.update(balances={str(a): b for a, b in sorted(bal.items())}, ledger_rows=ledger)  # fmt: skip
+    env.extra_evidence.update(
+        balances={str(a): b for a, b in sorted(bal.items())}, ledger_rows=ledger
+    )
     c12, c21 = env.counters["committed_1_to_2"], env.counters["committed_2_to_1"]
     expected = code.INITIAL_BALANCE - env.params["amount"] * (c12 - c21)
     requests = len({code.transfer_of(env, a)[0] for a in range(env.n)})
     return [
-        Check(f"total balance stays {TOTAL}", sum(bal.values()) == TOTAL, f"total {sum(bal.values())}"),
+        Check(
+            f"total balance stays {TOTAL}", sum(bal.values()) == TOTAL, f"total {sum(bal.values())}"
+        ),
         Check("no negative balance", min(bal.values()) >= 0, f"lowest {min(bal.values())}"),
-        Check(MOVED_ONCE, bal[1] == expected, f"account 1: {bal[1]}, expected {expected} ({c12} commits 1→2, {c21} commits 2→1)"),
-        Check("no request moved money twice", c12 + c21 <= requests, f"{c12 + c21} commits for {requests} distinct requests"),
-        *([Check("one ledger row (idempotency key) per commit", ledger == c12 + c21, f"{ledger} rows in transfers, {c12 + c21} commits")] if env.variant == "fixed" else []),
-    ]  # fmt: skip
+        Check(
+            MOVED_ONCE,
+            bal[1] == expected,
+            f"account 1: {bal[1]}, expected {expected} ({c12} commits 1→2, {c21} commits 2→1)",
+        ),
+        Check(
+            "no request moved money twice",
+            c12 + c21 <= requests,
+            f"{c12 + c21} commits for {requests} distinct requests",
+        ),
+        *(
+            [
+                Check(
+                    "one ledger row (idempotency key) per commit",
+                    ledger == c12 + c21,
+                    f"{ledger} rows in transfers, {c12 + c21} commits",
+                )
+            ]
+            if env.variant == "fixed"
+            else []
+        ),
+    ]
 
 
 def _deadlocks_in(variant: str, text: str, *, expect: bool) -> Claim:
@@ -220,7 +242,8 @@ CLAIMS = (
     ),
     Claim(
         "DL-8",
-        f"Retried at once, the deadlock repeats: ≥{MIN_ATTEMPTS_PER_TRANSFER} attempts per transfer",
+        f"Retried at once, the deadlock repeats: ≥{MIN_ATTEMPTS_PER_TRANSFER} attempts per "
+        "transfer",
         ("buggy",),
         _buggy_attempts,
         published="attempts=215 for 40 transfers (5.4×)",

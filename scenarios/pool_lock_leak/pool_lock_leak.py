@@ -10,8 +10,8 @@ Published:  "Advisory lock rò rỉ: session lock không unlock trong nhánh exc
             trả về pool vẫn giữ lock, và job không bao giờ chạy lại cho tới khi restart. Xem
             pg_locks WHERE locktype = 'advisory'" — locking-concurrency-control.vi.txt
             ("Gotchas")
-See:        claim LC-24 in claims.py (advisory-pgbouncer has the PgBouncer leak, LC-23). asyncpg's own pool
-            hides this bug: on release it runs Connection.reset(), whose default query is
+See:        claim LC-24 in claims.py (advisory-pgbouncer has the PgBouncer leak, LC-23). asyncpg's
+            own pool hides this bug: on release it runs Connection.reset(), whose default query is
             `SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL;`
             (Connection.get_reset_query, asyncpg 0.30+); every run measures that pool too and
             finds no lock left. node-postgres's and pgx's pools run no reset, so the pods'
@@ -99,8 +99,13 @@ async def _leak(env: Env) -> dict[str, Any]:
     finally:
         pod1.terminate()
         pod2.terminate()
-    return {"first": first, "pod1_pid": pod1_pid, "locks_after_failure": held,
-            "later": later, "after_restart": after_restart}  # fmt: skip
+    return {
+        "first": first,
+        "pod1_pid": pod1_pid,
+        "locks_after_failure": held,
+        "later": later,
+        "after_restart": after_restart,
+    }
 
 
 async def _asyncpg_default(env: Env) -> dict[str, Any]:

@@ -19,7 +19,8 @@ def _claim(variant: str, want: Mapping[str, int], text: str, published: str = ""
         rec = records[variant]
         ev = rec["evidence"]
         return dict(rec["outcomes"]) == dict(want), (
-            f"{variant}: balance after ROLLBACK {ev['balance_after_rollback']} (was {code.BALANCE}); "
+            f"{variant}: balance after ROLLBACK {ev['balance_after_rollback']} (was "
+            f"{code.BALANCE}); "
             f"row locked for another request: {ev['row_locked']}; asyncpg: "
             f"{sorted(set(ev['asyncpg']))}"
         )

@@ -10,8 +10,8 @@ Fix:        one connection for the whole transaction, the document's `withTx` he
 Published:  withTx "dùng một client cho cả transaction (dùng pool.query cho từng câu sẽ chạy
             mỗi câu trên connection khác nhau)" — locking-concurrency-control.vi.txt (the
             transaction helper)
-See:        claim LC-26 in claims.py. The application's pool is asyncpg's, two connections. asyncpg rolls
-            back a connection released inside a transaction (it reports "Resetting connection
+See:        claim LC-26 in claims.py. The application's pool is asyncpg's, two connections. asyncpg
+            rolls back a connection released inside a transaction (it reports "Resetting connection
             with an active transaction" to the event loop; recorded), so each statement is its
             own transaction even when the pool hands back the same connection; node-postgres
             leaves the BEGIN open on the first client instead (an idle-in-transaction session)

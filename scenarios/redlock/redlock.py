@@ -67,9 +67,16 @@ async def _run(env: Env, *, fenced: bool) -> None:
     tokens = {who: f"{who}-{rng.getrandbits(64):016x}" for who in "AB"}
     clients = [aioredis.Redis.from_url(u, retry=Retry(NoBackoff(), 0)) for u in servers.urls()]
     conn = await env.connect()
-    cfg = {"who": "A", "redis_urls": servers.urls(), "dsn": env.dsn, "key": key,
-           "ttl_ms": p["ttl_ms"], "token": tokens["A"], "fenced": fenced,
-           "pause_at": "work"}  # fmt: skip
+    cfg = {
+        "who": "A",
+        "redis_urls": servers.urls(),
+        "dsn": env.dsn,
+        "key": key,
+        "ttl_ms": p["ttl_ms"],
+        "token": tokens["A"],
+        "fenced": fenced,
+        "pause_at": "work",
+    }
 
     def b_lease(b: Holder) -> QuorumLease:
         return QuorumLease(Redlock(clients, key, p["ttl_ms"], tokens["B"]), conn, fenced, b.report)

@@ -19,9 +19,13 @@ def _frozen(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["buggy"]
     f = rec["evidence"].get("freeze", {})
     tries = f.get("tries", {})
-    held = (rec["outcomes"] == {"frozen": 2} and len(f.get("cycle", [])) == 2
-            and all(b > a for a, b in tries.values()) and f.get("redis_set_calls", 0) > 0
-            and all(s in ("S", "R") for s in f.get("process_state", {}).values()))  # fmt: skip
+    held = (
+        rec["outcomes"] == {"frozen": 2}
+        and len(f.get("cycle", [])) == 2
+        and all(b > a for a, b in tries.values())
+        and f.get("redis_set_calls", 0) > 0
+        and all(s in ("S", "R") for s in f.get("process_state", {}).values())
+    )
     return held, (
         f"buggy: {'; '.join(f.get('cycle', [])) or 'no cycle'}; unchanged {f.get('window_ms')} ms "
         f"while both kept polling (tries {tries}, Redis counted {f.get('redis_set_calls')} SETs),"
@@ -37,11 +41,22 @@ def _completes(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 PUBLISHED = "如果它们共享资源（数据库行、Redis 键、文件），就会发生冲突"
 CLAIMS = (
-    Claim("DP-10", "buggy: two services with opposite orders on the same Redis keys freeze "
-          "each other: no error, no crash, no progress", ("buggy",), _frozen, PUBLISHED),
-    Claim("DP-10", "fixed: the same services with one order across them both complete",
-          ("fixed",), _completes, "在各服务之间协调锁顺序"),
-)  # fmt: skip
+    Claim(
+        "DP-10",
+        "buggy: two services with opposite orders on the same Redis keys freeze "
+        "each other: no error, no crash, no progress",
+        ("buggy",),
+        _frozen,
+        PUBLISHED,
+    ),
+    Claim(
+        "DP-10",
+        "fixed: the same services with one order across them both complete",
+        ("fixed",),
+        _completes,
+        "在各服务之间协调锁顺序",
+    ),
+)
 
 SCENARIO = Scenario(
     id="service-lock-order",

@@ -104,10 +104,16 @@ async def _run(env: Env, orders: Sequence[Sequence[str]]) -> None:
     workers: list[Worker] = []
     try:
         for name, order in zip(SERVICES, orders, strict=True):
-            cfg = {"redis_url": env.redis_url, "token": tokens[name],
-                   "keys": [env.key(k) for k in order]}  # fmt: skip
-            workers.append(await Worker.spawn(WORKER, cfg, name=name, ready_s=None, fork=True,
-                                              on_event=_tracer(env, name)))  # fmt: skip
+            cfg = {
+                "redis_url": env.redis_url,
+                "token": tokens[name],
+                "keys": [env.key(k) for k in order],
+            }
+            workers.append(
+                await Worker.spawn(
+                    WORKER, cfg, name=name, ready_s=None, fork=True, on_event=_tracer(env, name)
+                )
+            )
         for w in workers:
             await w.wait_for("ready")
         env.t0 = time.perf_counter()

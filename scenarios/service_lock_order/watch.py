@@ -33,15 +33,17 @@ def state(w: Worker) -> str:
 async def snapshot(env: Env, workers: Sequence[Worker]) -> dict[str, Any]:
     stats = await env.redis.info("commandstats")
     return {
-        "tries": {w.name: (ev.fields["tries"] if (ev := last(w, "waiting")) else 0)
-                  for w in workers},
+        "tries": {
+            w.name: (ev.fields["tries"] if (ev := last(w, "waiting")) else 0) for w in workers
+        },
         "set_calls": int(stats.get("cmdstat_set", {}).get("calls", 0)),
         "state": {w.name: proc_state(w.pid) for w in workers},
-    }  # fmt: skip
+    }
 
 
-async def watch(env: Env, workers: Sequence[Worker], keys: Sequence[str],
-                owners: Mapping[str, str]) -> None:  # fmt: skip
+async def watch(
+    env: Env, workers: Sequence[Worker], keys: Sequence[str], owners: Mapping[str, str]
+) -> None:
     """Until both are done, or a wait-for cycle has stood still for the freeze window;
     `owners` names the service of each token."""
     names = [env.key(k) for k in keys]
@@ -53,8 +55,11 @@ async def watch(env: Env, workers: Sequence[Worker], keys: Sequence[str],
             return "done"
         values = [v.decode() if isinstance(v, bytes) else v for v in await env.redis.mget(names)]
         holders = {k: owners.get(v, "?") if v else None for k, v in zip(names, values, strict=True)}
-        waits = {w.name: ev.fields["key"] for w in workers
-                 if state(w) == "waiting" and (ev := last(w, "waiting"))}  # fmt: skip
+        waits = {
+            w.name: ev.fields["key"]
+            for w in workers
+            if state(w) == "waiting" and (ev := last(w, "waiting"))
+        }
         if not (len(waits) == 2 and all(holders[k] not in (None, w) for w, k in waits.items())):
             cycle_seen.clear()
             return ""
@@ -67,20 +72,25 @@ async def watch(env: Env, workers: Sequence[Worker], keys: Sequence[str],
         env.extra_evidence["freeze"] = {
             "holders": {k.removeprefix(env.prefix): h for k, h in holders.items()},
             "waits_for": {w: k.removeprefix(env.prefix) for w, k in waits.items()},
-            "cycle": [f"{w} waits for {k.removeprefix(env.prefix)}, held by {holders[k]}"
-                      for w, k in waits.items()],
+            "cycle": [
+                f"{w} waits for {k.removeprefix(env.prefix)}, held by {holders[k]}"
+                for w, k in waits.items()
+            ],
             "window_ms": round(env.now_ms() - cycle_seen["since"], 1),
             "tries": {n: [start["tries"][n], end["tries"][n]] for n in end["tries"]},
             "redis_set_calls": end["set_calls"] - start["set_calls"],
             "process_state": end["state"],
-        }  # fmt: skip
+        }
         return "frozen"
 
     what = f"{env.scenario} / {env.variant}: done or frozen"
     end = await until(done_or_frozen, window / 1000 + GIVE_UP_S, what, every=OBSERVE_MS / 1000)
     if end == "frozen":
-        env.trace("lab", "frozen: killing both by PID",
-                  window_ms=env.extra_evidence["freeze"]["window_ms"])  # fmt: skip
+        env.trace(
+            "lab",
+            "frozen: killing both by PID",
+            window_ms=env.extra_evidence["freeze"]["window_ms"],
+        )
         for w in workers:
             await w.close()
     for _ in workers:

@@ -44,10 +44,16 @@ def _charge_trace(rec: Record) -> str:
     charges = rec["evidence"].get("provider", {}).get("charges", [])
     calls = [e for e in rec["trace"] if e["who"] == "job"]
     said = ", ".join(
-        f"call {e['attempt']}: " + ("timed out" if e["event"] == "charge timed out"
-                                    else "replayed" if e["replayed"] else "charged")
+        f"call {e['attempt']}: "
+        + (
+            "timed out"
+            if e["event"] == "charge timed out"
+            else "replayed"
+            if e["replayed"]
+            else "charged"
+        )
         for e in calls
-    )  # fmt: skip
+    )
     keys = sorted({str(c["key"]) for c in charges})
     return f"{said}; the provider recorded {len(charges)} charge(s) (keys: {', '.join(keys)})"
 
@@ -62,11 +68,16 @@ def _charges(variant: str, expect: int) -> Claim:
         held = timed_out and calls >= 2 and n == (calls if expect == 2 else 1)
         return held, f"{variant}: {_charge_trace(rec)}"
 
-    text = ("buggy: the provider times out after charging; the retry without a key charges "
-            "twice") if expect == 2 else ("fixed: the same retry with Idempotency-Key "
-                                          "bill:{customer}:{period} charges once")  # fmt: skip
-    published = ("provider timeout sau khi đã xử lý" if expect == 2
-                 else "idempotency key bill:{customer}:{period} khi gọi payment provider")  # fmt: skip
+    text = (
+        ("buggy: the provider times out after charging; the retry without a key charges twice")
+        if expect == 2
+        else ("fixed: the same retry with Idempotency-Key bill:{customer}:{period} charges once")
+    )
+    published = (
+        "provider timeout sau khi đã xử lý"
+        if expect == 2
+        else "idempotency key bill:{customer}:{period} khi gọi payment provider"
+    )
     return Claim("DL-26", text, (variant,), check, published)
 
 
@@ -77,9 +88,11 @@ def _messages(variant: str, per_attempt: bool) -> Claim:
         held = dl >= 1 and att > com and msg == (att if per_attempt else com)
         return held, f"{variant}: {dl} x 40P01, {att} attempts, {com} commits, {msg} messages"
 
-    text = ("buggy: a message sent inside a transaction repeats with every retry after 40P01"
-            if per_attempt else "fixed: the outbox sends exactly one message per committed "
-            "transaction")  # fmt: skip
+    text = (
+        "buggy: a message sent inside a transaction repeats with every retry after 40P01"
+        if per_attempt
+        else "fixed: the outbox sends exactly one message per committed transaction"
+    )
     return Claim("LC-32", text, (variant,), check, PUBLISHED_RETRY)
 
 

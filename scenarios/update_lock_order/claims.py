@@ -39,7 +39,9 @@ def _result(run: dict[str, Any], who: str) -> str:
 
 
 def _serial_reads(run: dict[str, Any]) -> dict[str, str]:
-    return {w: _result(run, w) for w in ("gate open-s1", "s1 checkout", "gate open-s2", "s2 checkout")}  # fmt: skip
+    return {
+        w: _result(run, w) for w in ("gate open-s1", "s1 checkout", "gate open-s2", "s2 checkout")
+    }
 
 
 def _plan_dependent(run: dict[str, Any]) -> tuple[bool, str]:
@@ -47,9 +49,11 @@ def _plan_dependent(run: dict[str, Any]) -> tuple[bool, str]:
     stopped with 202 free and updated 101 first."""
     got = _serial_reads(run)
     want = {
-        "gate open-s1": "free 101; open", "s1 checkout": "updated 202, 101",
-        "gate open-s2": "free 202; open", "s2 checkout": "updated 101, 202",
-    }  # fmt: skip
+        "gate open-s1": "free 101; open",
+        "s1 checkout": "updated 202, 101",
+        "gate open-s2": "free 202; open",
+        "s2 checkout": "updated 101, 202",
+    }
     seen = "; ".join(f"{k}: {v}" for k, v in got.items())
     return got == want and run["kept"], f"serial: {seen}"
 
@@ -69,7 +73,10 @@ def _server_reports(run: dict[str, Any]) -> tuple[bool, str]:
     """A 40P01 whose DETAIL names each checkout waiting for the other's transaction."""
     text = run["transcript"]
     details = [x.split("DETAIL ", 1)[1] for x in text.splitlines() if "DETAIL " in x]
-    cycle = {"s1 waits for ShareLock on transaction X; blocked by s2.", "s2 waits for ShareLock on transaction X; blocked by s1."}  # fmt: skip
+    cycle = {
+        "s1 waits for ShareLock on transaction X; blocked by s2.",
+        "s2 waits for ShareLock on transaction X; blocked by s1.",
+    }
     held = "ERROR 40P01 deadlock detected" in text and cycle <= set(details)
     return held, f"cross: {'; '.join(details) or 'no deadlock DETAIL'}"
 
@@ -129,7 +136,12 @@ CLAIMS = (
         kept=True,
     ),
     error_in("LC-1", "fixed", "40P01", "fixed: no interleaving deadlocks", expect=False),
-    *(kept_in_all("LC-1", v, f"{v}: stock moved once per committed checkout, in every interleaving") for v in BOTH),
+    *(
+        kept_in_all(
+            "LC-1", v, f"{v}: stock moved once per committed checkout, in every interleaving"
+        )
+        for v in BOTH
+    ),
     # Whether buggy's racing checkouts deadlock is chance: judged over LOAD_TRIALS runs, so
     # the counterfactual (buggy's runs) holds only if none of them deadlocked.
     repeated(all_ok("LC-1", "fixed", "fixed: every checkout of a load succeeds"), LOAD_TRIALS),
@@ -137,8 +149,11 @@ CLAIMS = (
         deadlocks("LC-1", "fixed", "fixed: zero deadlocks under a load", expect=False),
         LOAD_TRIALS,
     ),
-    *(invariants_hold("LC-1", v, f"{v}: stock moved once per committed checkout under a load") for v in BOTH),
-)  # fmt: skip
+    *(
+        invariants_hold("LC-1", v, f"{v}: stock moved once per committed checkout under a load")
+        for v in BOTH
+    ),
+)
 
 SCENARIO = Scenario(
     id="update-lock-order",

@@ -98,15 +98,52 @@ async def invariant(env: Env) -> list[Check]:
 
 S = ("check", "write", "commit")
 PINNED = Pinned(
-    code={"buggy": buggy, "fixed-lock-shift": fixed_lock_shift, "fixed-for-update": fixed_for_update},
-    steps={"buggy": {"s1": S, "s2": S}, "fixed-lock-shift": {"s1": ("lock", *S), "s2": ("lock", *S)}, "fixed-for-update": {"s1": S, "s2": S}},
+    code={
+        "buggy": buggy,
+        "fixed-lock-shift": fixed_lock_shift,
+        "fixed-for-update": fixed_for_update,
+    },
+    steps={
+        "buggy": {"s1": S, "s2": S},
+        "fixed-lock-shift": {"s1": ("lock", *S), "s2": ("lock", *S)},
+        "fixed-for-update": {"s1": S, "s2": S},
+    },
     schedules={
         # both check before either writes: each sees two on call
-        "buggy": {"both-check-first": ("s1 check", "s2 check", "s1 write", "s2 write", "s1 commit", "s2 commit")},
+        "buggy": {
+            "both-check-first": (
+                "s1 check",
+                "s2 check",
+                "s1 write",
+                "s2 write",
+                "s1 commit",
+                "s2 commit",
+            )
+        },
         # s2 asks for the shift's lock while s1 holds it: it waits until s1 commits
-        "fixed-lock-shift": {"both-check-first": ("s1 lock", "s1 check", "s2 lock", "s1 write", "s1 commit", "s2 check", "s2 write", "s2 commit")},
+        "fixed-lock-shift": {
+            "both-check-first": (
+                "s1 lock",
+                "s1 check",
+                "s2 lock",
+                "s1 write",
+                "s1 commit",
+                "s2 check",
+                "s2 write",
+                "s2 commit",
+            )
+        },
         # s2's locking check waits on s1's row locks, then re-reads: bob alone is on call
-        "fixed-for-update": {"both-check-first": ("s1 check", "s2 check", "s1 write", "s1 commit", "s2 write", "s2 commit")},
+        "fixed-for-update": {
+            "both-check-first": (
+                "s1 check",
+                "s2 check",
+                "s1 write",
+                "s1 commit",
+                "s2 write",
+                "s2 commit",
+            )
+        },
     },
     isolation=("read_committed", "repeatable_read", "serializable"),
-)  # fmt: skip
+)
