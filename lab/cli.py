@@ -1264,15 +1264,16 @@ def _trace_spec(
     """`locklab trace FILE.spec`: the spec run on the lab's PostgreSQL, a database of its
     own; stdout is the isolation tester's output, everything else stderr."""
     from lab.servers.versions import open_for
-    from lab.spec import read_spec, run_spec
+    from lab.spec import read_spec
     from lab.spec.expected import compare_expected
+    from lab.spec.run import run_spec_report
 
     spec = read_spec(path)  # a bad spec: one line, exit 2, before any server starts
     wanted = [] if expected is None else _expected_files(expected)
     with open_for(pg_dsn, None, pg_version, None, need_pg=True, need_redis=False) as srv:
         report.servers(err(), srv.infos(), srv.notes)
         assert srv.pg is not None
-        text, code = run_spec(spec, srv.pg.dsn)
+        text, code, gave_up = run_spec_report(spec, srv.pg.dsn)
     sys.stdout.write(text)
     sys.stdout.flush()
     if wanted:
@@ -1283,6 +1284,8 @@ def _trace_spec(
             code = code or 1
         else:
             err().print(f"identical to {same}", markup=False)
+    if gave_up is not None:  # the tester's text is out; the step that never returned, named
+        raise LabError(f"{path}:{gave_up[0]}: {gave_up[1]}")
     if code:
         raise typer.Exit(code)
 
@@ -1366,7 +1369,20 @@ def explore_cmd(
     svg: SvgFile = None,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
-    many kept the invariants and how the others broke them."""
+    many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
+    every interleaving of its steps, per isolation level, how each ended."""
+    if scenario.endswith(".spec"):
+        extra = {"--variant": variant != "all", "--svg": svg is not None}
+        given = [name for name, on in extra.items() if on]
+        extra_dl = deadlock_timeout
+
+        def spec() -> None:
+            if given:
+                raise LabError(f"{', '.join(given)}: not for an isolation spec ({scenario})")
+            _explore_spec(Path(scenario), isolation, extra_dl, pg_dsn, as_json, no_record)
+
+        guarded(spec)
+        return
 
     def body() -> None:
         from lab.pinned import (
@@ -1411,6 +1427,45 @@ def explore_cmd(
             console.print(f"[dim]record: {path}[/dim]")
 
     guarded(body)
+
+
+def _explore_spec(
+    path: Path,
+    isolation: str | None,
+    deadlock_ms: int | None,
+    pg_dsn: str | None,
+    as_json: bool,
+    no_record: bool,
+) -> None:
+    from lab.results import new_run_id, write_json
+    from lab.servers.versions import open_for
+    from lab.spec.explore import explore_spec, levels_for, table_lines
+    from lab.spec.parse import read_spec
+
+    read_spec(path)  # a bad spec: one line, exit 2, before any server starts
+    levels_for(path.read_text(errors="replace"), isolation)  # a bad --isolation too
+    if deadlock_ms is not None and deadlock_ms < 1:
+        raise LabError(f"--deadlock-timeout {deadlock_ms}: must be at least 1 ms")
+    with open_for(pg_dsn, None, None, None, need_pg=True, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        assert srv.pg is not None
+        with err().status(f"explore {path.name} ..."):
+            results = explore_spec(path, srv.pg.dsn, isolation, deadlock_ms)
+    record = {
+        "kind": "explore-spec",
+        "spec": str(path),
+        "deadlock_timeout_ms": deadlock_ms,
+        "levels": [r.to_json() for r in results],
+        "servers": {i.product: i.to_json() for i in srv.infos()},
+    }
+    if not no_record:
+        target = results_root() / new_run_id() / "explore-spec" / f"{path.stem}.json"
+        err().print(f"[dim]record: {write_json(target, record)}[/dim]")
+    if as_json:
+        sys.stdout.write(json.dumps(record, default=str) + "\n")
+        return
+    for line in table_lines(path, results):
+        out().print(line, markup=False, soft_wrap=True)
 
 
 # --- the lab on the user's own code, servers and versions (issue 11) -------------------

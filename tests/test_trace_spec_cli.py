@@ -47,3 +47,19 @@ def test_options_that_do_not_apply_are_refused(tmp_path: Path) -> None:
     wrong = locklab("trace", "checkout-deadlock", "--expected", spec, results=tmp_path)
     assert wrong.returncode == 2
     assert_one_line_error(wrong, r"--expected diffs an isolation spec's output", tmp_path)
+
+
+def test_steps_that_never_return_are_named_with_their_line(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """The tester gives up (mutually blocked steps): stdout is still its text, and one
+    line names the file, the line and the steps; exit 2."""
+    from tests.test_spec import limits
+
+    assert servers.pg is not None
+    spec = SPECS / "mutual-blockers.spec"
+    proc = locklab("trace", str(spec), "--pg-dsn", servers.pg.dsn, results=tmp_path, env=limits(1))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == (EXPECTED / "mutual-blockers.out").read_text()
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == f"locklab: {spec}:16: steps b, a2 block each other and never return", last

@@ -45,6 +45,12 @@ class _Exit(Exception):
     """Where the tester calls exit(1): the run ends, what was printed stays."""
 
 
+class Invalid(Exception):
+    """Explore only: a step came due on a session still waiting on a lock while another
+    session could still move (the tester before PostgreSQL 14 said "invalid permutation
+    detected"; the lab's sequencer skips such a schedule too)."""
+
+
 class Stopped(LabError):
     """The run was asked to stop (Ctrl-C in a suite): its connections close, its database
     goes."""
@@ -72,6 +78,9 @@ class SpecRun:
     targets: dict[int, int] = field(default_factory=dict)  # id(blocker) -> notices awaited
     startup: Mapping[str, str] = field(default_factory=dict)  # each connection's startup
     stop: threading.Event | None = None  # set: the run ends at its next look
+    invalid_if_blocked: bool = False  # explore: a step due on a waiting session -> Invalid
+    done: list[tuple[str, str, bool]] = field(default_factory=list)  # (step, SQLSTATE, waited)
+    gave_up: tuple[int, str] | None = None  # where the tester gave up on a step: (line, what)
 
     def check_stop(self) -> None:
         if self.stop is not None and self.stop.is_set():
@@ -156,6 +165,7 @@ class SpecRun:
                 canceled = True
             if waited > 2 * self.step_wait_s:
                 self.emit(f"step {step.name} timed out after {int(waited)} seconds\n")
+                self.gave_up = (ps.line, f"step {step.name} never returned ({int(waited)} s)")
                 raise _Exit
         if self.has_blocker(ps):
             if not flags & RETRY:
@@ -166,8 +176,12 @@ class SpecRun:
             if flags & RETRY
             else f"step {step.name}: {step.sql}\n"
         )
+        state = ""
         while (res := conn.pg.get_result()) is not None:
             self.print_result(res)
+            if res.kind == "error":
+                state = state or res.fields.get("C", "08006")  # no fields: the connection went
+        self.done.append((step.name, state, bool(flags & RETRY)))
         while conn.pg.read(0):
             pass
         conn.pg.parse()
@@ -225,6 +239,13 @@ class SpecRun:
             while conn.active is not None:
                 self.check_stop()
                 old = conn.active
+                if self.invalid_if_blocked and old in waiting:
+                    if not self.try_complete(old, NONBLOCK | RETRY):  # it ended meanwhile
+                        waiting.remove(old)
+                        continue
+                    if not self.all_waiting(waiting):
+                        self.emit("invalid permutation detected\n")
+                        raise Invalid
                 if not self.try_complete(old, RETRY):
                     waiting.remove(old)
                 waiting = self.try_complete_all(waiting, NONBLOCK | RETRY)
@@ -233,6 +254,8 @@ class SpecRun:
                     active = "".join(f" {c.active.name}" for c in self.conns[1:] if c.active)
                     self.emit(f"step {conn.active.name} timed out after {int(waited)} seconds\n")
                     self.emit(f"active steps are:{active}\n")
+                    what = f"step {conn.active.name} never returned ({int(waited)} s)"
+                    self.gave_up = (conn.active.line, what)
                     raise _Exit
             if not conn.pg.send_query(self.spec.step(ps.name).sql):
                 self.emit(f"failed to send query for step {ps.name}: {NO_CONNECTION}\n")
@@ -248,6 +271,8 @@ class SpecRun:
         waiting = self.try_complete_all(waiting, RETRY)
         if waiting:
             self.emit("failed to complete permutation due to mutually-blocking steps\n")
+            names = ", ".join(ps.name for ps in waiting)
+            self.gave_up = (waiting[0].line, f"steps {names} block each other and never return")
             raise _Exit
         for conn, sess in zip(self.conns[1:], self.spec.sessions, strict=True):
             if sess.teardown is not None:
@@ -255,6 +280,38 @@ class SpecRun:
                 self.run_sql(conn, sess.teardown, failed, fatal=False)
         if self.spec.teardown is not None:
             self.run_sql(self.conns[0], self.spec.teardown, "teardown failed", fatal=False)
+
+    def abandon(self) -> bool:
+        """After an invalid permutation: cancel the steps still running, roll every
+        session back and run the teardowns, printing nothing. False if that failed (the
+        caller starts again on a clean database)."""
+        out, self.out = self.out, []
+        try:
+            for conn in self.conns[1:]:
+                if conn.active is not None:
+                    conn.pg.cancel()
+                    while conn.pg.get_result() is not None:
+                        pass
+                    conn.active = None
+                if conn.pg.closed:
+                    return False
+                conn.pg.execute("ROLLBACK")
+            for conn, sess in zip(self.conns[1:], self.spec.sessions, strict=True):
+                if sess.teardown is not None:
+                    conn.pg.execute(sess.teardown)
+            if self.spec.teardown is not None:
+                res = self.conns[0].pg.execute(self.spec.teardown)
+                return res is not None and res.kind != "error"
+            return True
+        except (OSError, LabError):
+            return False
+        finally:
+            self.out = out
+
+    def all_waiting(self, waiting: list[PermutationStep]) -> bool:
+        """Every session is inside a step the server reported waiting: only the server
+        (its deadlock detector, a timeout) can move now."""
+        return all(c.active is not None and c.active in waiting for c in self.conns[1:])
 
     def blocker_conn(self, b: Blocker) -> _Conn:
         return self.conns[1 + self.spec.step(b.step).session]
@@ -320,7 +377,7 @@ def server_major(conn: PgConn) -> int:
     return int(head) if head.isdigit() else 17
 
 
-def run_spec(
+def run_spec_report(
     spec: Spec,
     dsn: str,
     wait_s: float | None = None,
@@ -328,8 +385,10 @@ def run_spec(
     database: str | None = None,
     startup: Mapping[str, str] | None = None,
     stop: threading.Event | None = None,
-) -> tuple[str, int]:
-    """Run every permutation of `spec` through `dsn`: the text the isolation tester prints
+) -> tuple[str, int, tuple[int, str] | None]:
+    """`run_spec`, and where the tester gave up on a step, if it did: (its line, what).
+
+    Run every permutation of `spec` through `dsn`: the text the isolation tester prints
     (stdout and stderr, in order) and its exit code (1 where it gives up: a step past twice
     the limit, mutually blocked steps, a failed setup). On `database` when given (a suite's
     lane: made and dropped by its caller), else on a database of its own, dropped after.
@@ -341,7 +400,7 @@ def run_spec(
     run.emit(f"Parsed test spec with {len(spec.sessions)} sessions\n")
     if database is not None:
         code = _run_on(run, dsn, database)
-        return "".join(run.out), code
+        return "".join(run.out), code, run.gave_up
     database = f"locklab_spec_{secrets.token_hex(4)}"
     admin = PgConn(dsn)
     try:
@@ -354,7 +413,23 @@ def run_spec(
             admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
     finally:
         admin.close()
-    return "".join(run.out), code
+    return "".join(run.out), code, run.gave_up
+
+
+def run_spec(
+    spec: Spec,
+    dsn: str,
+    wait_s: float | None = None,
+    *,
+    database: str | None = None,
+    startup: Mapping[str, str] | None = None,
+    stop: threading.Event | None = None,
+) -> tuple[str, int]:
+    """What the isolation tester prints for `spec`, and its exit code (see run_spec_report)."""
+    text, code, _ = run_spec_report(
+        spec, dsn, wait_s, database=database, startup=startup, stop=stop
+    )
+    return text, code
 
 
 def _run_on(run: SpecRun, dsn: str, database: str) -> int:

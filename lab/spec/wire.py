@@ -179,7 +179,7 @@ class PgConn:
         self.params = parse_dsn(dsn)
         if database:
             self.params["dbname"] = database
-        self.params.update(startup or {})  # startup parameters the caller sets (a suite's)
+        self.startup = dict(startup or {})  # sent at login as they are (any setting)
         self.notice = notice
         self.inbox: deque[tuple[str, bytes]] = deque()
         self._buf = b""
@@ -254,6 +254,7 @@ class PgConn:
         for key, env in STARTUP_ENV:  # what libpq sends from its environment, if set
             if value := self.params.get(key, os.environ.get(env, "")):
                 words[key] = value
+        words.update(self.startup)
         body = b"".join(f"{k}\0{v}\0".encode() for k, v in words.items()) + b"\0"
         self.sock.sendall(struct.pack("!ii", len(body) + 8, PROTOCOL_3_0) + body)
         scram: _Scram | None = None
