@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev run-scenario compare verify test lint format bench servers-up servers-down soak clean
+.PHONY: help venv dev run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -61,6 +61,14 @@ bench: venv
 # Kill / Ctrl-C / server-death trials, counted (minutes; not part of `make test`).
 soak: venv
 	$(BIN)/python tests/soak.py $(ARGS)
+
+# The docs site (mkdocs.yml) into site/: the docs extra when mkdocs or its theme is missing,
+# then a strict build (a broken link or a page left out of the nav fails it).
+docs: venv
+	@[ -x $(BIN)/mkdocs ] && $(BIN)/python -c 'import material' 2>/dev/null || \
+	  { echo "mkdocs or mkdocs-material missing in $(VENV): installing the docs extra"; \
+	    $(BIN)/pip install --quiet -e '.[docs]'; }
+	$(BIN)/mkdocs build --strict
 
 servers-up: venv
 	$(BIN)/locklab servers up
