@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 from redis.asyncio.sentinel import Sentinel
 
 from lab import netdelay
 from lab.aio import until
-from lab.errors import LabError
+from lab.errors import LabError, ScenarioFailure
 from lab.servers.embedded import EmbeddedRedis, make_base_dir, remove_base_dir, stop_pid
 
 NAME = "lab"  # the monitored primary's name, as clients ask the Sentinels for it
@@ -39,12 +40,20 @@ DOWN_AFTER_MS = 300  # unanswered PINGs this long: the primary is subjectively d
 # Long against a run: a Sentinel would otherwise repoint a replica whose master address
 # is not the primary's own (ours is the link proxy's) after this long ("+fix-slave-config").
 FAILOVER_TIMEOUT_MS = 60_000
+# Once the primary is down the Sentinels cannot "fix" the replica's master address (that
+# needs a sane primary), so the timeout is cut to this: an election lost to a split vote
+# (-failover-abort-not-elected) is tried again 2x this later, not 2x 60 s.
+RETRY_TIMEOUT_MS = 2_000
 READY_S = 20.0  # Sentinels find the replica and each other (hello messages every 2 s)
 EVENTS = (
     "+sdown",
     "+odown",
+    "+new-epoch",
     "+try-failover",
+    "+vote-for-leader",
     "+elected-leader",
+    "-failover-abort-not-elected",
+    "-failover-abort-no-good-slave",
     "+selected-slave",
     "+promoted-slave",
     "+switch-master",
@@ -160,7 +169,20 @@ class SentinelGroup:
         self.link.cut()
 
     def kill_primary(self) -> None:
+        """SIGKILL the primary; then every Sentinel's failover-timeout is cut to
+        RETRY_TIMEOUT_MS, so that an election that fails (a split vote, likelier on a
+        busy machine) is retried within seconds. The Sentinels still decide everything."""
         stop_pid(self.primary.pid, sig=signal.SIGKILL)
+        for s in self.sentinels:
+            client = redis.Redis(host="127.0.0.1", port=s.port, password=s.password)
+            try:
+                ask = client.execute_command  # redis-py's: not annotated
+                cut = ("SENTINEL", "SET", NAME, "failover-timeout", str(RETRY_TIMEOUT_MS))
+                ask(*cut)  # type: ignore[no-untyped-call]
+            except redis.RedisError:
+                pass  # a Sentinel that does not answer keeps its own; the others decide
+            finally:
+                client.close()
 
     def sentinel(self, **kwargs: Any) -> Sentinel:
         """A client that finds the primary by asking the Sentinels (holds the password)."""
@@ -191,6 +213,7 @@ class SentinelGroup:
             "quorum": QUORUM,
             "down_after_ms": self.down_after_ms,
             "failover_timeout_ms": FAILOVER_TIMEOUT_MS,
+            "failover_timeout_after_kill_ms": RETRY_TIMEOUT_MS,
             "version": self.primary.version,
             "primary": self.address(self.primary),
             "replica": self.address(self.replica),
@@ -272,7 +295,13 @@ class Events:
         def announced() -> dict[str, Any] | None:
             return self.first(event)
 
-        found = await until(announced, seconds, f"the Sentinels to announce {event}", every=0.01)
+        try:
+            found = await until(
+                announced, seconds, f"the Sentinels to announce {event}", every=0.01
+            )
+        except ScenarioFailure as exc:  # say what they did announce
+            said = ", ".join(f"{e['event']}@{e['t_ms']:.0f}ms" for e in self.seen) or "nothing"
+            raise type(exc)(f"{exc}; they announced: {said}") from None
         return found or {}  # until returns only what is truthy
 
     async def stop(self) -> None:
