@@ -1,4 +1,7 @@
-"""docs/write-a-scenario.md runs as printed: its code traces to its printed transcript."""
+"""The README and the docs site: docs/write-a-scenario.md runs as printed (its code traces
+to its printed transcript); README.md stays a newcomer's page whose figures are its
+recorded run's; every page in docs/ is in mkdocs.yml's nav and every relative link
+resolves (those last are pure file checks, no server)."""
 
 from __future__ import annotations
 
@@ -12,7 +15,11 @@ from typer.testing import CliRunner
 from lab.cli import app
 from lab.servers import Servers
 
-DOC = Path(__file__).parent.parent / "docs" / "write-a-scenario.md"
+ROOT = Path(__file__).parent.parent
+DOC = ROOT / "docs" / "write-a-scenario.md"
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+README_MAX_LINES = 250
 
 
 def blocks(kind: str) -> list[str]:
@@ -60,3 +67,66 @@ def test_the_tutorial_starts_from_new_and_its_claim_holds(
     assert len(printed) == 2
     for line, verdict in zip(printed, verdicts, strict=True):
         assert verdict["measured"].startswith(line), (line, verdict["measured"])
+
+
+def test_the_readme_is_a_newcomers_page() -> None:
+    """README.md stays short (the manual is in docs/) and keeps the two commands, both
+    Makefile targets."""
+    text = README.read_text()
+    lines = text.count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move sections to docs/"
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("run-scenario", "test"):
+        assert f"make {target}" in text
+        assert re.search(rf"^{target}:", makefile, flags=re.M), target
+
+
+def test_the_readme_output_is_its_recorded_run() -> None:
+    """The run-scenario output the README shows is the record it names, line for line."""
+    text = README.read_text()
+    m = re.search(r"record in `(results/reference/[^`]+?)/?`\):\n\n```\n(.*?)```", text, re.S)
+    assert m, "README.md: the run-scenario output and its record folder"
+    folder, block = ROOT / m[1], m[2]
+    shown = re.findall(r"^(\S+)\s+(\{.*?\})\s+in (\d+) ms$", block, flags=re.M)
+    assert shown, block
+    for variant, outcomes, ms in shown:
+        [record] = folder.glob(f"*.{variant}.json")
+        data = json.loads(record.read_text())
+        assert json.loads(outcomes) == data["outcomes"], variant
+        assert int(ms) == round(data["wall_ms"]), variant
+
+
+def nav_pages() -> list[str]:
+    """The .md files mkdocs.yml's nav lists (read as text: PyYAML comes with the docs extra)."""
+    text = (ROOT / "mkdocs.yml").read_text()
+    nav = text[text.index("\nnav:") :]
+    return re.findall(r"^\s*- (?:[^\n]*?: )?([\w./-]+\.md)\s*$", nav, flags=re.M)
+
+
+def test_every_docs_page_is_in_the_nav() -> None:
+    """Each page in docs/ is in mkdocs.yml's nav once, and the nav names no missing page."""
+    listed = nav_pages()
+    assert len(listed) == len(set(listed)), listed
+    assert set(listed) == {p.name for p in DOCS.glob("*.md")}
+
+
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def links(path: Path) -> list[str]:
+    """The relative link targets of a Markdown file, outside code blocks."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return [t for t in LINK.findall(text) if not re.match(r"[a-z]+:|#", t)]
+
+
+@pytest.mark.parametrize(
+    "page", [README, *sorted(DOCS.glob("*.md"))], ids=lambda p: str(p.relative_to(ROOT))
+)
+def test_relative_links_resolve(page: Path) -> None:
+    """Every relative link points at a file that exists; a docs page links only inside
+    docs/ (mkdocs --strict refuses a link out of docs_dir: name such files in code font)."""
+    for target in links(page):
+        resolved = (page.parent / target.split("#")[0]).resolve()
+        assert resolved.exists(), f"{page.name}: {target}"
+        if page.parent == DOCS:
+            assert resolved.is_relative_to(DOCS.resolve()), f"{page.name}: {target}"
