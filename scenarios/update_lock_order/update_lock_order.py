@@ -28,12 +28,13 @@ See:        claim LC-1 in claims.py; expected/ has the schedules' transcripts. P
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
+from lab import rowgate
 from lab.errors import LabError
 from lab.scenario import Check, Env
-from lab.steps import Pinned, Session, show_sql
+from lab.steps import Pinned, Session, schedule, show_sql
 
 FIRST, SECOND = 101, 202  # the cart, sorted; 202 is stored first (see setup)
 ITEMS = [FIRST, SECOND]
@@ -41,19 +42,22 @@ GATE = 4242  # advisory lock (GATE, session number): the trigger waits, the gate
 PADDING = 100  # other products, so a seq scan + hash of the 2-row list is the cheap join
 # plan -> the planner settings SET LOCAL turns off to force it; s1 seq-scan, s2 index
 PLANS: dict[str, tuple[str, ...]] = {
-    "seq-scan": ("enable_indexscan", "enable_indexonlyscan", "enable_bitmapscan", "enable_nestloop", "enable_mergejoin"),
+    "seq-scan": (
+        "enable_indexscan",
+        "enable_indexonlyscan",
+        "enable_bitmapscan",
+        "enable_nestloop",
+        "enable_mergejoin",
+    ),
     "index": ("enable_seqscan", "enable_bitmapscan", "enable_hashjoin", "enable_mergejoin"),
-}  # fmt: skip
-UPDATE = f"UPDATE inventory i SET stock = i.stock - v.qty FROM (VALUES ({FIRST}, 1), ({SECOND}, 1)) AS v(product_id, qty) WHERE i.product_id = v.product_id RETURNING i.product_id"  # fmt: skip
-LOCK_FIRST = "SELECT product_id FROM inventory WHERE product_id = ANY($1::int[]) ORDER BY product_id FOR NO KEY UPDATE"  # fmt: skip
-CLOSE = "BEGIN; " + "; ".join(f"SAVEPOINT gate_s{k}; SELECT pg_advisory_xact_lock({GATE}, {k})" for k in (2, 1))  # fmt: skip
-FREE = "SELECT product_id FROM inventory WHERE product_id = ANY($1::int[]) FOR UPDATE SKIP LOCKED"
-# after a row is locked, before it is changed: wait while the gate holds this session's key
-TRIGGER = (
-    "CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM "
-    f"pg_advisory_xact_lock_shared({GATE}, current_setting('lab.gate')::int); RETURN NEW; END $$;"
-    " CREATE TRIGGER gate BEFORE UPDATE ON inventory FOR EACH ROW EXECUTE FUNCTION gate()"
+}
+UPDATE = (
+    f"UPDATE inventory i SET stock = i.stock - v.qty FROM (VALUES ({FIRST}, 1), ({SECOND}, 1)) "
+    "AS v(product_id, qty) WHERE i.product_id = v.product_id RETURNING i.product_id"
 )
+LOCK_FIRST = """SELECT product_id FROM inventory WHERE product_id = ANY($1::int[])
+ORDER BY product_id FOR NO KEY UPDATE"""
+FREE = "SELECT product_id FROM inventory WHERE product_id = ANY($1::int[]) FOR UPDATE SKIP LOCKED"
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
@@ -63,7 +67,7 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
 
 async def schema(env: Env) -> None:
     await env.db.execute("CREATE TABLE inventory (product_id int PRIMARY KEY, stock int NOT NULL)")
-    await env.db.execute(TRIGGER)  # BEFORE UPDATE: the rows' INSERT does not fire it
+    await env.db.execute(rowgate.trigger("inventory", GATE))  # s1, s2 wait there, pinned
 
 
 async def setup(env: Env) -> None:
@@ -82,7 +86,7 @@ def _ids(rows: list[Any]) -> str:
 async def _checkout(s: Session, lock_first: bool) -> str:
     """Even sessions (s1, s3, ...) run on the seq-scan plan, odd ones on the index plan."""
     settings = [f"SET LOCAL {name} = off" for name in tuple(PLANS.values())[s.index % 2]]
-    settings.append(f"SET LOCAL lab.gate = {s.index % 2 + 1}")
+    settings.append(rowgate.setting(s.index % 2 + 1))
     sql = [*settings, *([show_sql(LOCK_FIRST, [ITEMS])] if lock_first else []), UPDATE]
 
     async def run() -> str:
@@ -96,6 +100,11 @@ async def _checkout(s: Session, lock_first: bool) -> str:
     return "ok"
 
 
+def gate(s: Session) -> Awaitable[str]:
+    """Pinned only: the session that holds s1 and s2 after each row lock, then lets each go."""
+    return rowgate.session(s, GATE, FREE, [ITEMS])
+
+
 async def buggy(env: Env, s: Session) -> str:
     return await (gate(s) if s.name == "gate" else _checkout(s, lock_first=False))
 
@@ -104,43 +113,33 @@ async def fixed(env: Env, s: Session) -> str:
     return await (gate(s) if s.name == "gate" else _checkout(s, lock_first=True))  # the fix
 
 
-async def gate(s: Session) -> str:
-    """Pinned only: hold both sessions' keys, then, for each, read the free rows and let it
-    go. All in one transaction, so an ended run leaves no lock behind."""
-    try:
-        await s.execute("close", CLOSE)
-        for key in (1, 2):
-
-            async def open_(key: int = key) -> str:
-                await s.conn.execute("SAVEPOINT probe")  # inside gate_sN: let go with it
-                free = await s.conn.fetch(FREE, ITEMS)
-                await s.conn.execute(f"ROLLBACK TO SAVEPOINT gate_s{key}")
-                return f"free {_ids(free) or 'none'}; open"
-
-            shown = f"SAVEPOINT probe; {show_sql(FREE, [ITEMS])}; ROLLBACK TO SAVEPOINT gate_s{key}"
-            await s.step(f"open-s{key}", open_, shown=shown)
-    finally:
-        if not s.conn.is_closed() and s.conn.is_in_transaction():
-            await s.conn.execute("ROLLBACK")
-    return "opened"
-
-
 async def invariant(env: Env) -> list[Check]:
     """Each committed checkout took one unit of both products; a deadlock loser none."""
-    rows = await env.db.fetch("SELECT product_id, stock FROM inventory WHERE product_id = ANY($1::int[]) ORDER BY 1", ITEMS)  # fmt: skip
+    rows = await env.db.fetch(
+        "SELECT product_id, stock FROM inventory WHERE product_id = ANY($1::int[]) ORDER BY 1",
+        ITEMS,
+    )
     commits = env.outcomes.get("ok", 0)
     return [
-        Check(f"stock of {r['product_id']} moved once per commit", 1000 - r["stock"] == commits, f"{r['product_id']} sold {1000 - r['stock']}, commits {commits}")
+        Check(
+            f"stock of {r['product_id']} moved once per commit",
+            1000 - r["stock"] == commits,
+            f"{r['product_id']} sold {1000 - r['stock']}, commits {commits}",
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 # --- pinned: s1 on the seq-scan plan, s2 on the index plan, the gate between their rows ---
-
-STEPS = {"s1": ("checkout", "commit"), "s2": ("checkout", "commit"), "gate": ("close", "open-s1", "open-s2")}  # fmt: skip
+CHECKOUT = ("checkout", "commit")
+STEPS = {"s1": CHECKOUT, "s2": CHECKOUT, "gate": rowgate.STEPS}
 # serial: one at a time, each stopped after its first row lock; cross: both stopped, then in turn
-SERIAL = ("gate close", "s1 checkout", "gate open-s1", "s1 commit", "s2 checkout", "gate open-s2", "s2 commit")  # fmt: skip
-CROSS = ("gate close", "s1 checkout", "s2 checkout", "gate open-s1", "gate open-s2", "s1 commit", "s2 commit")  # fmt: skip
+SERIAL = schedule(
+    "gate close, s1 checkout, gate open-s1, s1 commit, s2 checkout, gate open-s2, s2 commit"
+)
+CROSS = schedule(
+    "gate close, s1 checkout, s2 checkout, gate open-s1, gate open-s2, s1 commit, s2 commit"
+)
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={"buggy": STEPS, "fixed": STEPS},
