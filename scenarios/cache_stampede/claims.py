@@ -286,8 +286,8 @@ CLAIMS = (
         "singleflight makes one GET per request",
         BOTH,
         _poll_multiplies_gets,
-        published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; 500 waiter poll mỗi 50 ms tạo 5.5x "
-        "số GET",
+        published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; "
+        "500 waiter poll mỗi 50 ms tạo 5.5x số GET",
     ),
     Claim(
         "DL-19",

@@ -48,17 +48,14 @@ class Fix:
     xact_lock: bool  # pg_try_advisory_xact_lock, the whole job in one transaction
 
 
-FIXES = {
-    "buggy": Fix(unique=False, xact_lock=False),
-    "fixed": Fix(unique=True, xact_lock=False),
-    "fixed-xact-lock": Fix(unique=True, xact_lock=True),
-}
+FIXES = {"buggy": Fix(unique=False, xact_lock=False), "fixed": Fix(unique=True, xact_lock=False)}
+FIXES["fixed-xact-lock"] = Fix(unique=True, xact_lock=True)
 
 
 async def setup(env: Env) -> None:
     unique = ", UNIQUE (customer_id, period)" if FIXES[env.variant].unique else ""
-    await env.db.execute("CREATE TABLE invoices (customer_id int NOT NULL, period text NOT NULL,"
-                         f" amount int NOT NULL, billed_by text NOT NULL{unique})")  # fmt: skip
+    await env.db.execute(f"""CREATE TABLE invoices (customer_id int NOT NULL, period text NOT NULL,
+  amount int NOT NULL, billed_by text NOT NULL{unique})""")
 
 
 @dataclass(frozen=True)
@@ -117,8 +114,8 @@ async def _bill(conn: asyncpg.Connection, job: Job, report: Report, gate: Gate) 
         inserted = await conn.execute(sql, customer, PERIOD, AMOUNT, job.pod) == "INSERT 0 1"
         billed.inserted += inserted
         billed.conflicts += not inserted
-        report({"ev": "billed", "customer": customer, "inserted": inserted,
-                "ms": (time.perf_counter() - t0) * 1000})  # fmt: skip
+        ms = (time.perf_counter() - t0) * 1000
+        report({"ev": "billed", "customer": customer, "inserted": inserted, "ms": ms})
         if job.pause_ms:
             await asyncio.sleep(job.pause_ms / 1000)  # time is the subject: the payment call
     return billed
@@ -140,11 +137,13 @@ async def invariant(env: Env) -> list[Check]:
     dup = [t for t in trials if t["max_per_key"] > 1]
     missing = [t for t in trials if t["customers_invoiced"] != n]
     shown = (dup or trials or [{"trial": 0, "invoices": 0, "max_per_key": 0}])[0]
+    twice = (
+        f"{len(dup)}/{len(trials)} trials with duplicates; trial {shown['trial']}: "
+        f"{shown['invoices']} invoices for {n} customers, up to {shown['max_per_key']} per "
+        "(customer, period)"
+    )
+    all_n = f"{len(trials) - len(missing)}/{len(trials)} trials invoiced all {n} customers"
     return [
-        Check("one invoice per (customer, period)", bool(trials) and not dup,
-              f"{len(dup)}/{len(trials)} trials with duplicates; trial {shown['trial']}: "
-              f"{shown['invoices']} invoices for {n} customers, "
-              f"up to {shown['max_per_key']} per (customer, period)"),
-        Check("every customer invoiced after the retry", bool(trials) and not missing,
-              f"{len(trials) - len(missing)}/{len(trials)} trials invoiced all {n} customers"),
-    ]  # fmt: skip
+        Check("one invoice per (customer, period)", bool(trials) and not dup, twice),
+        Check("every customer invoiced after the retry", bool(trials) and not missing, all_n),
+    ]

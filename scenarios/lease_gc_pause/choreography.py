@@ -1,4 +1,5 @@
-"""lease-gc-pause's timed story (`locklab run`): SCHEDULE at its times, the key watcher, the timeline.
+"""lease-gc-pause's timed story (`locklab run`): SCHEDULE at its times, the key watcher,
+the timeline.
 
 The code under test is in lease_gc_pause.py. A, B and C each run `hold` on one invoice
 lock. Each step of SCHEDULE starts at its planned time and not before the step before it

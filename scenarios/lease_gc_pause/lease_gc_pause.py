@@ -28,7 +28,8 @@ from lab.steps import Session
 INVOICE_ID = 42  # the published timings (ttl_ms, pause_ms, ...) are the params, claims.py
 KEY = f"lock:invoice:{INVOICE_ID}"  # under the run's prefix: env.key(KEY)
 RELEASES = {"del": "plain DEL", "cad": "compare-and-delete", "get-del": "GET-then-DEL"}
-schema = executes("CREATE TABLE invoices (id int PRIMARY KEY, body text NOT NULL, fence bigint NOT NULL)")  # fmt: skip
+schema = executes("""CREATE TABLE invoices (id int PRIMARY KEY, body text NOT NULL,
+  fence bigint NOT NULL)""")
 WRITE_PLAIN = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42"
 WRITE_FENCED = "UPDATE invoices SET body = $2, fence = $1 WHERE id = 42 AND fence < $1"
 
@@ -72,8 +73,8 @@ class Lease:
     async def acquire(self) -> int | None:
         """The fence number when the lock was free, None when it was busy."""
         shown = f"SET {KEY} <{self.token[:1]}> NX PX {self.ttl_ms}; INCR {KEY}:fence"
-        fence: int | None = await self.steps.step("acquire", self._take, shown=shown,
-                                                  result=lambda f: f"OK, fence={f}" if f else "busy")  # fmt: skip
+        said = lambda f: f"OK, fence={f}" if f else "busy"  # noqa: E731
+        fence: int | None = await self.steps.step("acquire", self._take, shown=shown, result=said)
         return fence
 
     async def write(self, fence: int, body: str) -> int:
@@ -91,8 +92,8 @@ class Lease:
             plain = self.release_kind == "del"
             shown = f"DEL {KEY}" if plain else f"EVAL cad {KEY} <{self.token[:1]}>"
             return int(await step("release", delete if plain else cad, shown=shown))
-        value = await step("get", self.redis.get, self.key, shown=f"GET {KEY}",
-                           result=lambda v: f"<{v.decode()[:1]}>" if v else "(nil)")  # fmt: skip
+        said = lambda v: f"<{v.decode()[:1]}>" if v else "(nil)"  # noqa: E731
+        value = await step("get", self.redis.get, self.key, shown=f"GET {KEY}", result=said)
         self.report("GET", mine=(mine := value in (self.token, self.token.encode())))
         if not mine:  # GET-then-DEL: the check runs in the client
             return 0
@@ -132,8 +133,8 @@ class Code:  # what a variant runs: the release, whether the write is fenced, wh
 
     async def __call__(self, env: Env, s: Session) -> str:  # pinned B or C (A: worker.py)
         key, who, token = env.key(KEY), s.name, env.state["tokens"][s.name]
-        lease = Lease(env.redis, s.conn, key, f"{key}:fence", env.params["ttl_ms"], token,
-                      self.release, self.fenced, partial(env.trace, who), s)  # fmt: skip
+        trace, ttl, fkey = partial(env.trace, who), env.params["ttl_ms"], f"{key}:fence"
+        lease = Lease(env.redis, s.conn, key, fkey, ttl, token, self.release, self.fenced, trace, s)
         return await hold(lease, who, pause_at=None, stall=noop)
 
 

@@ -38,7 +38,15 @@ if __package__:  # imported by the lab (redlock and lease-busy-loop import Quoru
         noop,
     )
 else:  # the worker process
-    from lease_gc_pause import WRITE_FENCED, WRITE_PLAIN, Hook, Lease, Report, hold, noop  # type: ignore[import-not-found,no-redef]
+    from lease_gc_pause import (  # type: ignore[import-not-found,no-redef]
+        WRITE_FENCED,
+        WRITE_PLAIN,
+        Hook,
+        Lease,
+        Report,
+        hold,
+        noop,
+    )
 
 BUSY_ROW = '{"id": 1, "customer": "c-000001", "lines": [1, 2, 3], "amount": 1.5}'
 __all__ = ["BUSY_ROW", "QuorumLease", "busy_payload", "noop"]

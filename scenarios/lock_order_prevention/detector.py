@@ -51,7 +51,8 @@ async def new_state(env: Env, resources: list[str]) -> RunState:
     connection per worker opened before the clock starts."""
     st = env.state[KEY] = RunState(resources=resources)
     pool = env.redis.connection_pool
-    for c in await asyncio.gather(*(pool.get_connection() for _ in range(env.n))):  # type: ignore[no-untyped-call]
+    opened = (pool.get_connection() for _ in range(env.n))  # type: ignore[no-untyped-call]
+    for c in await asyncio.gather(*opened):
         await pool.release(c)
     return st
 

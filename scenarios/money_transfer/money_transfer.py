@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from lab.scenario import Env
-from lab.steps import Pinned, Session, show_sql
+from lab.scenario import Env, executes
+from lab.steps import Pinned, Session, schedule, show_sql
 
 ACCOUNTS = (1, 2)
 INITIAL_BALANCE = 100_000
@@ -30,43 +30,42 @@ LOCK = "SELECT * FROM accounts WHERE id = $1 FOR UPDATE"
 DEBIT = "UPDATE accounts SET balance = balance - $2 WHERE id = $1"
 DEBIT_IF_FUNDS = DEBIT + " AND balance >= $2"  # the fix's debit
 CREDIT = "UPDATE accounts SET balance = balance + $2 WHERE id = $1"
-RECORD = "INSERT INTO transfers (idem_key, from_id, to_id, amount) VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING"  # fmt: skip
+RECORD = """INSERT INTO transfers (idem_key, from_id, to_id, amount) VALUES ($1, $2, $3, $4)
+ON CONFLICT DO NOTHING"""
 LOCK_BOTH = "SELECT id FROM accounts WHERE id = ANY($1::int[]) ORDER BY id FOR UPDATE"
+schema = executes("""
+CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0));
+CREATE TABLE transfers (id bigserial PRIMARY KEY, idem_key text NOT NULL UNIQUE,
+  from_id int NOT NULL, to_id int NOT NULL, amount bigint NOT NULL)""")
+setup = executes(f"INSERT INTO accounts SELECT unnest(ARRAY{list(ACCOUNTS)}), {INITIAL_BALANCE}")
+Attempt = Callable[[Session], Awaitable[str]]  # one try of the whole transaction
+Retryable = Callable[[Exception], bool]  # which errors a retry policy retries
 
 
-class InsufficientFunds(Exception):
-    """The business error: rolls the transaction back, and is never retried."""
+class InsufficientFunds(Exception): ...  # the business error: rolls back, never retried
 
 
 def transfer_of(env: Env, i: int) -> tuple[str, int, int, int]:
     """Actor i sends request i (or i mod idem_keys: a replay); even requests go 1→2."""
-    keys = env.params["idem_keys"]
-    req = i % keys if keys > 0 else i
+    req = i % env.params["idem_keys"] if env.params["idem_keys"] > 0 else i
     src, dst = ACCOUNTS if req % 2 == 0 else ACCOUNTS[::-1]
     return f"transfer-{req}", src, dst, env.params["amount"]
 
 
-async def schema(env: Env) -> None:
-    await env.db.execute("CREATE TABLE accounts (id int PRIMARY KEY, balance bigint NOT NULL CHECK (balance >= 0))")  # fmt: skip
-    await env.db.execute("CREATE TABLE transfers (id bigserial PRIMARY KEY, idem_key text NOT NULL UNIQUE, from_id int NOT NULL, to_id int NOT NULL, amount bigint NOT NULL)")  # fmt: skip
-
-
-async def setup(env: Env) -> None:
-    await env.db.executemany("INSERT INTO accounts VALUES ($1, $2)", [(a, INITIAL_BALANCE) for a in ACCOUNTS])  # fmt: skip
-
-
 async def buggy(env: Env, s: Session, jitter: bool = False) -> str:
     _, src, dst, amount = transfer_of(env, s.index)
+    shown = f"{show_sql(DEBIT, (src, amount))}; {show_sql(CREDIT, (dst, amount))}"
 
     async def move(s: Session) -> str:  # one step: both rows are locked by now
-        return f"{await s.conn.execute(DEBIT, src, amount)}; {await s.conn.execute(CREDIT, dst, amount)}"  # fmt: skip
+        debited = await s.conn.execute(DEBIT, src, amount)
+        return f"{debited}; {await s.conn.execute(CREDIT, dst, amount)}"
 
     async def attempt(s: Session) -> str:
         async with s.transaction():
             await s.execute("lock-from", LOCK, src)
             await s.other_logic(env.params["fraud_ms"] / 1000)  # the fraud "HTTP call", locked
             await s.execute("lock-to", LOCK, dst)
-            await s.step("move", move, s, shown=f"{show_sql(DEBIT, (src, amount))}; {show_sql(CREDIT, (dst, amount))}")  # fmt: skip
+            await s.step("move", move, s, shown=shown)
         env.add(f"committed_{src}_to_{dst}")
         return "ok"
 
@@ -95,14 +94,13 @@ async def fixed(env: Env, s: Session) -> str:
         env.add(f"committed_{src}_to_{dst}")
         return "ok"
 
-    retryable = lambda exc: getattr(exc, "sqlstate", None) in RETRYABLE  # 3. only these  # noqa: E731
-    return await retried(env, s, attempt, FIXED_ATTEMPTS, retryable, jitter=True)
+    retryable = lambda exc: getattr(exc, "sqlstate", None) in RETRYABLE  # noqa: E731
+    return await retried(env, s, attempt, FIXED_ATTEMPTS, retryable, jitter=True)  # 3. only these
 
 
 async def retried(
-    env: Env, s: Session, attempt: Callable[[Session], Awaitable[str]], attempts: int,
-    retry_on: Callable[[Exception], bool], jitter: bool,
-) -> str:  # fmt: skip
+    env: Env, s: Session, attempt: Attempt, attempts: int, retry_on: Retryable, jitter: bool
+) -> str:
     """The whole transaction again from its first read, up to `attempts` times. Pinned, a
     retried attempt is the one step `retry` (its statements run inside it, ungranted)."""
     rng, who = env.rng(s.index), f"transfer-{s.index}"
@@ -110,7 +108,8 @@ async def retried(
         env.add("attempts")
         began, again = env.now_ms(), s.inside_step()  # `again`: not gated
         try:
-            word = await (attempt(s) if n == 1 else s.step("retry", attempt, again, shown=f"attempt {n}: the whole transaction again"))  # fmt: skip
+            shown = f"attempt {n}: the whole transaction again"
+            word = await (attempt(s) if n == 1 else s.step("retry", attempt, again, shown=shown))
         except Exception as exc:
             code = str(getattr(exc, "sqlstate", None) or type(exc).__name__)
             env.trace(who, code, attempt=n, ms=round(env.now_ms() - began, 1))
@@ -130,19 +129,22 @@ async def retried(
 
 
 # --- pinned: s1 sends 1→2, s2 sends 2→1 ---------------------------------------------------
-
-BUGGY = ("lock-from", "lock-to", "move", "commit", "retry")
-FIXED = ("record", "lock-both", "debit", "credit", "commit")
+BUGGY = dict.fromkeys(("s1", "s2"), ("lock-from", "lock-to", "move", "commit", "retry"))
+FIXED = dict.fromkeys(("s1", "s2"), ("record", "lock-both", "debit", "credit", "commit"))
 # each holds its `from` row before either asks for its `to` row: the cycle
-CROSS = ("s1 lock-from", "s2 lock-from", "s1 lock-to", "s2 lock-to", "s1 move", "s2 move", "s1 commit", "s2 commit", "s1 retry", "s2 retry")  # fmt: skip
+CROSS = schedule(
+    "s1 lock-from, s2 lock-from, s1 lock-to, s2 lock-to, s1 move, s2 move, s1 commit, s2 commit, "
+    "s1 retry, s2 retry"
+)
+# the same start, fixed: s2 waits for both rows instead of holding one
+FIXED_CROSS = schedule(
+    "s1 record, s2 record, s1 lock-both, s2 lock-both, s1 debit, s1 credit, s1 commit, "
+    "s2 debit, s2 credit, s2 commit"
+)
 PINNED = Pinned(
     code={"buggy": buggy, "buggy-jitter": buggy_jitter, "fixed": fixed},
-    steps={"buggy": {"s1": BUGGY, "s2": BUGGY}, "buggy-jitter": {"s1": BUGGY, "s2": BUGGY}, "fixed": {"s1": FIXED, "s2": FIXED}},
-    schedules={
-        "buggy": {"cross": CROSS},
-        "buggy-jitter": {"cross": CROSS},
-        # the same start, fixed: s2 waits for both rows instead of holding one
-        "fixed": {"cross": ("s1 record", "s2 record", "s1 lock-both", "s2 lock-both", "s1 debit", "s1 credit", "s1 commit", "s2 debit", "s2 credit", "s2 commit")},
-    },
+    steps={"buggy": BUGGY, "buggy-jitter": BUGGY, "fixed": FIXED},
+    schedules={"buggy": {"cross": CROSS}, "buggy-jitter": {"cross": CROSS}}
+    | {"fixed": {"cross": FIXED_CROSS}},
     explore=("buggy", "fixed"),
-)  # fmt: skip
+)
