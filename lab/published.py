@@ -4,7 +4,7 @@ A scenario declares the runs the documents published per variant (``Scenario.mea
 the line `run` and `verify` print beside the measurement is made from it
 (``published_line``), claims read its numbers, the record keeps it
 (``published_measured``) and the report draws it. Nothing re-parses prose; records made
-before this field existed are still drawn from their text (lab.html_report).
+before this field existed are still drawn from their text (lab.output.published_numbers).
 """
 
 from __future__ import annotations
