@@ -25,9 +25,9 @@ from lab.claims import Claim, Record, invariants_hold
 from lab.errors import LabError
 from lab.outcome import notation
 from lab.pinned import broke_in_some, canonical, kept_in_all
-from lab.scenario import Defaults, Scenario
+from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios.lock_order_prevention import lock_order_prevention as code
-from scenarios.lock_order_prevention.detector import DETECTOR, name
+from scenarios.lock_order_prevention.detector import DETECTOR, name, state
 
 N_WORKERS = 10  # 5 pairs of accounts
 ACTOR_TIMEOUT_S = 2.0  # the harness's hard limit: what ends the freeze of a load
@@ -40,6 +40,26 @@ PARAMS: dict[str, Any] = {
     "max_tries": 10,  # acquireMultipleLocks(resources, maxRetries = 10)
     "observe_ms": 10.0,  # the detector's snapshot interval
 }
+
+
+async def invariant(env: Env) -> list[Check]:
+    """Money moved once per committed transfer; no account in two transfers at once; no
+    transfer frozen (stopped by the lab's hard limit while it waited)."""
+    ids, moved = [f"account:{a}" for a in range(env.n + env.n % 2)], state(env).moved
+    values = [int(v or -1) for v in await env.redis.mget([code.balance(env, a) for a in ids])]
+    wrong = [
+        f"{a} is {v}, expected {code.INITIAL_BALANCE + moved[a]}"
+        for a, v in zip(ids, values, strict=True)
+        if v != code.INITIAL_BALANCE + moved[a]
+    ]
+    commits, overlaps = env.counters["committed"], env.counters["overlaps"]
+    stopped = env.outcomes.get("timeout", 0)
+    detail = "; ".join(wrong) or f"{commits} commits"
+    return [
+        Check("balances moved once per commit", not wrong, detail),
+        Check("one transfer per account at a time", overlaps == 0, f"{overlaps} overlaps"),
+        Check("no transfer frozen", stopped == 0, f"{stopped} stopped by the lab's hard limit"),
+    ]
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
@@ -334,7 +354,7 @@ SCENARIO = Scenario(
     claims=(*CLAIMS, *EXPLORED),
     published=PUBLISHED,
     setup=code.setup,
-    invariant=code.invariant,
+    invariant=invariant,
     observers=(DETECTOR,),
     defaults=Defaults(
         n=N_WORKERS, arrival="burst", actor_timeout_s=ACTOR_TIMEOUT_S, run_timeout_s=60

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session, SessionCode
+from lab.scenario import Env
+from lab.steps import Pinned, Session, SessionCode, schedule
 
 from .checkers import HierarchyViolation, LockHierarchy, level_of
 from .detector import name, new_state, rng, state, transferring
@@ -53,18 +53,29 @@ async def setup(env: Env) -> None:
 
 CODE: dict[str, SessionCode] = {  # the same transfer; one way of taking the locks each
     "buggy": lambda env, s: transfer(env, s, source_first(s)),
-    "fixed": lambda env, s: transfer(env, s, sorted(source_first(s), key=level_of)),  # not str (DL-6)
+    "fixed": lambda env, s: transfer(env, s, sorted(source_first(s), key=level_of)),  # DL-6
     "timeout-only": lambda env, s: transfer(env, s, source_first(s), timeout=True),
-    "fixed-trylock": lambda env, s: transfer(env, s, source_first(s), tries=env.params["max_tries"]),
+    "fixed-trylock": lambda env, s: transfer(
+        env, s, source_first(s), tries=env.params["max_tries"]
+    ),
     "fixed-coarse": lambda env, s: transfer(env, s, [COARSE]),
     "hierarchy-check": lambda env, s: transfer(env, s, source_first(s), hierarchy=LockHierarchy()),
-}  # fmt: skip
+}
+
+
+def _reply(ok: bool) -> str:
+    return "OK" if ok else "(nil)"
 
 
 async def transfer(
-    env: Env, s: Session, locks: list[str], *, timeout: bool = False, tries: int = 0,
+    env: Env,
+    s: Session,
+    locks: list[str],
+    *,
+    timeout: bool = False,
+    tries: int = 0,
     hierarchy: LockHierarchy | None = None,
-) -> str:  # fmt: skip
+) -> str:
     """Take `locks` in this order, move 1 from source to destination, release all. With
     `tries`, acquireMultipleLocks: one try per lock, on a busy one release all, back off."""
     held: list[tuple[str, str]] = []  # (resource, token) in the order taken
@@ -74,12 +85,10 @@ async def transfer(
             for resource in locks:
                 token = new_token(env, s)
                 step = f"{f'retry{attempt}' if attempt else 'lock'}-{resource.rsplit(':', 1)[-1]}"
-                got = await s.step(
-                    step, take, env, s, resource, token, hierarchy, timeout, tries > 0,
-                    shown=f"SET lock:{resource} {token} NX PX {env.params['lock_ttl_ms']}",
-                    result=lambda ok: "OK" if ok else "(nil)",
-                    waits=partial(waiting, env, s, resource),
-                )  # fmt: skip
+                shown = f"SET lock:{resource} {token} NX PX {env.params['lock_ttl_ms']}"
+                taking = partial(take, env, s, resource, token, hierarchy, timeout, tries > 0)
+                waits = partial(waiting, env, s, resource)
+                got = await s.step(step, taking, shown=shown, result=_reply, waits=waits)
                 if not got:
                     break
                 held.append((resource, token))
@@ -109,42 +118,33 @@ async def transfer(
 async def move(env: Env, s: Session, src: str, dst: str) -> None:
     """doTransfer: read both balances, work critical_ms, write both: safe only under the locks."""
     with transferring(env, src, dst):
-        have = await env.redis.mget(balance(env, src), balance(env, dst))
+        src_key, dst_key = balance(env, src), balance(env, dst)
+        have = await env.redis.mget(src_key, dst_key)
         await s.other_logic(env.params["critical_ms"] / 1000)
-        await env.redis.mset({balance(env, src): int(have[0] or -1) - 1, balance(env, dst): int(have[1] or -1) + 1})  # fmt: skip
-
-
-async def invariant(env: Env) -> list[Check]:
-    """Money moved once per committed transfer; no account in two transfers at once; no
-    transfer frozen (stopped by the lab's hard limit while it waited)."""
-    ids, moved = [f"account:{a}" for a in range(env.n + env.n % 2)], state(env).moved
-    values = [int(v or -1) for v in await env.redis.mget([balance(env, a) for a in ids])]
-    wrong = [f"{a} is {v}, expected {INITIAL_BALANCE + moved[a]}" for a, v in zip(ids, values, strict=True) if v != INITIAL_BALANCE + moved[a]]  # fmt: skip
-    commits, overlaps = env.counters["committed"], env.counters["overlaps"]
-    stopped = env.outcomes.get("timeout", 0)
-    return [
-        Check("balances moved once per commit", not wrong, "; ".join(wrong) or f"{commits} commits"),
-        Check("one transfer per account at a time", overlaps == 0, f"{overlaps} overlaps"),
-        Check("no transfer frozen", stopped == 0, f"{stopped} stopped by the lab's hard limit"),
-    ]  # fmt: skip
+        await env.redis.mset({src_key: int(have[0] or -1) - 1, dst_key: int(have[1] or -1) + 1})
 
 
 SOURCE_FIRST = {"s1": ("lock-0", "lock-1"), "s2": ("lock-1", "lock-0")}
+CROSS = schedule("s1 lock-0, s2 lock-1, s1 lock-1, s2 lock-0")
+TRYLOCK = schedule("s1 lock-0, s2 lock-1, s1 lock-1, s2 lock-0, s1 retry1-0, s1 retry1-1")
 PINNED = Pinned(
     code=CODE,
     steps={
         **dict.fromkeys(("buggy", "timeout-only", "hierarchy-check"), SOURCE_FIRST),
         "fixed": {"s1": ("lock-0", "lock-1"), "s2": ("lock-0", "lock-1")},
-        "fixed-trylock": {"s1": (*SOURCE_FIRST["s1"], "retry1-0", "retry1-1"), "s2": (*SOURCE_FIRST["s2"], "retry1-1", "retry1-0")},
+        "fixed-trylock": {
+            "s1": (*SOURCE_FIRST["s1"], "retry1-0", "retry1-1"),
+            "s2": (*SOURCE_FIRST["s2"], "retry1-1", "retry1-0"),
+        },
         "fixed-coarse": {"s1": ("lock-transfer-system",), "s2": ("lock-transfer-system",)},
     },
     schedules={  # both-first: both hold their first lock when they ask for the second
-        **{v: {"both-first": ("s1 lock-0", "s2 lock-1", "s1 lock-1", "s2 lock-0")} for v in ("buggy", "timeout-only", "hierarchy-check")},
-        "fixed": {"both-first": ("s1 lock-0", "s2 lock-0", "s1 lock-1", "s2 lock-1")},
-        "fixed-trylock": {"both-first": ("s1 lock-0", "s2 lock-1", "s1 lock-1", "s2 lock-0", "s1 retry1-0", "s1 retry1-1")},
+        **{v: {"both-first": CROSS} for v in ("buggy", "timeout-only", "hierarchy-check")},
+        "fixed": {"both-first": schedule("s1 lock-0, s2 lock-0, s1 lock-1, s2 lock-1")},
+        "fixed-trylock": {"both-first": TRYLOCK},
         "fixed-coarse": {"both-first": ("s1 lock-transfer-system", "s2 lock-transfer-system")},
     },
     # pinned, the schedule decides who times out, not a race of two timers: a lock timeout of 0
-    # (one try); a frozen wait stopped after 200 ms (40 polls; a wait the schedule ends is far shorter)
+    # (one try); a frozen wait stopped after 200 ms (40 polls; a schedule ends its waits sooner)
     params={"lock_timeout_ms": 0.0, "watch_ms": 200.0, "max_tries": 2},
-)  # fmt: skip
+)
