@@ -334,7 +334,7 @@ def _run_child(req: Mapping[str, Any], fds: Sequence[int]) -> None:
 def serve(lab_pid: int, ctl_fd: int) -> None:
     """The server: fork a child per request, report each child's PID and exit status, and
     exit when the lab's end of the socket closes."""
-    from lab.workers import die_with_parent
+    from lab.procs import die_with_parent
 
     die_with_parent(lab_pid)
     _retitle([sys.executable, "-m", "lab.forkserver", str(lab_pid), str(ctl_fd)])

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import math
 import os
 import re
@@ -35,9 +34,9 @@ from dataclasses import dataclass
 from typing import IO
 
 from lab.errors import LabError
+from lab.procs import die_with_parent
 
 HOST = "127.0.0.1"
-PR_SET_PDEATHSIG = 1
 READY_TIMEOUT_S = 10.0
 CHUNK = 65536
 SERVERS = {"pg": "PostgreSQL", "redis": "Redis"}  # what --rtt can delay; a bare number: pg
@@ -149,11 +148,7 @@ def stop_proxy(pid: int) -> None:
 
 def _die_with(parent: int) -> None:
     """SIGKILL this process when the parent ends; if it already ended, exit now."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(0)
+    die_with_parent(parent)
     with contextlib.suppress(OSError):  # where allowed, wake ahead of the load it delays
         os.nice(-5)
 

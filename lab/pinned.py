@@ -42,6 +42,7 @@ from lab import __version__
 from lab.claims import Claim, Record, mutation
 from lab.errors import LabError, ScenarioFailure
 from lab.fastreset import Baseline, baseline, fast_reset
+from lab.redisclients import redis_client
 from lab.results import (
     SCHEMA_VERSION,
     git_commit,
@@ -50,7 +51,7 @@ from lab.results import (
     write_json,
     write_text,
 )
-from lab.runner import GONE, admin_connect, database_name, probe_pg, redis_client
+from lab.runner import GONE, admin_connect, database_name, probe_pg
 from lab.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
 from lab.sequencer import (
     RESOLVE_S,

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.servers.embedded import EmbeddedRedis, make_base_dir, pid_alive
+from lab.procs import alive as pid_alive
+from lab.servers.embedded import EmbeddedRedis, make_base_dir
 
 
 @dataclass

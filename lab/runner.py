@@ -31,6 +31,7 @@ from lab.links import Links, open_links
 from lab.outcome import TIMEOUT, notation, ordered
 from lab.profiles import claims_for_run
 from lab.records import Record
+from lab.redisclients import PIPELINED_CONNECTIONS, REDIS_OBSERVERS, redis_client
 from lab.results import SCHEMA_VERSION, git_commit, write_record
 from lab.scenario import Actor, Env, Observer, Scenario, Script, start_observers, stop_observers
 from lab.servers import Servers
@@ -54,8 +55,6 @@ ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin conne
 PREPARE_HEADROOM = 20
 STATS_SETTLE_S = 3.0
 MAX_TRACE = 5000
-REDIS_OBSERVERS = 16  # Redis connections beyond the actors': setup, observers, probes
-PIPELINED_CONNECTIONS = 1  # per process, as node-redis
 # Empty databases a plan made during its last variant for the next plan's first variant
 # (verify runs its plans one after another, each in an event loop of its own), by the
 # DSN of their server; renamed to the variant's name when taken (1 ms, CREATE 50-300 ms).
@@ -320,58 +319,6 @@ async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
     max_conn, reserved, in_use = int(row["max_conn"]), int(row["reserved"]), int(row["in_use"])
     servers.pg.max_connections = max_conn
     return max_conn - reserved - in_use
-
-
-def _pooled(url: str, size: int) -> Any:
-    """A client whose pool waits for a free connection instead of raising past 100."""
-    import redis.asyncio as aioredis
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-    from redis.driver_info import DriverInfo
-
-    pool = aioredis.BlockingConnectionPool.from_url(
-        url,
-        max_connections=size,
-        timeout=60,
-        retry=Retry(NoBackoff(), 0),
-        # one for every connection: redis-py 8 otherwise reads its package metadata per
-        # connection to name itself (lab.redisstats.preconnect measured it)
-        driver_info=DriverInfo(),
-    )
-    return aioredis.Redis(connection_pool=pool)
-
-
-async def open_redis(url: str, mode: str, actors: int) -> tuple[Any, Any]:
-    """(the pooled client, the actors' auto-pipelining client or None) for `actors`:
-    pooled, one connection per actor plus observers; pipelined, one connection for the
-    actors (what node-redis uses) and a small pool for setup and observers."""
-    from lab.autopipe import AutoPipeline
-
-    if mode != "pipelined":
-        return _pooled(url, actors + REDIS_OBSERVERS), None
-    client = _pooled(url, REDIS_OBSERVERS)
-    try:
-        return client, await AutoPipeline.connect(url, PIPELINED_CONNECTIONS)
-    except BaseException:
-        await client.aclose()
-        raise
-
-
-async def redis_client(servers: Servers, size: int, url: str = "") -> Any:
-    """A client whose pool waits for a free connection instead of raising past 100; on
-    `url` when given (the actors' Redis through the --rtt proxy), else the server's."""
-    assert servers.redis is not None
-    client = _pooled(url or servers.redis.url, size)
-    try:
-        info = await within(client.info("server"), 10)
-    except Exception as exc:
-        await client.aclose()
-        via = " through the --rtt delay proxy" if url and url != servers.redis.url else ""
-        raise LabError(f"cannot reach Redis at {servers.redis.info.address}{via}: {exc}") from None
-    # Valkey also reports redis_version (7.2.4, for compatibility); its own is valkey_version.
-    version = info.get("valkey_version") or info.get("redis_version", servers.redis.info.version)
-    servers.redis.info.version = str(version)
-    return client
 
 
 async def run_variant(

@@ -37,12 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import importlib
 import json
 import math
 import os
-import signal
 import sys
 import time
 from collections import Counter
@@ -51,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from lab.aio import within
 from lab.errors import LabError, ScenarioFailure
+from lab.procs import die_with_parent
 from lab.procstat import peak_rss_mb
 from lab.scenario import Env, Scenario
 from lab.workload import ActorsResult, Knobs, run_actors
@@ -61,7 +60,6 @@ if TYPE_CHECKING:
 READY_TIMEOUT_S = 120.0  # a worker opens its connections in this time, or the run fails
 START_AHEAD_S = 0.05  # the start instant sent with "go" lies this far ahead
 EXIT_GRACE_S = 5.0
-PR_SET_PDEATHSIG = 1
 LINE_LIMIT = 2**26  # a worker's result is one JSON line
 
 
@@ -258,15 +256,6 @@ async def _all_or_first_error(
 # --- the worker side ----------------------------------------------------------------------
 
 
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL when the lab's process ends (Linux); exit now if it already has."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
 def _find_scenario(module: str, scenario_id: str) -> Scenario:
     """The scenario whose variants are in `module`: there, or in a package above it (a
     folder-shaped scenario's code file has no SCENARIO; its package re-exports it)."""
@@ -280,7 +269,7 @@ def _find_scenario(module: str, scenario_id: str) -> Scenario:
 
 
 async def _worker(cfg: dict[str, Any], out: Any) -> None:
-    from lab.runner import open_redis
+    from lab.redisclients import open_redis
 
     def send(msg: Mapping[str, Any]) -> None:
         out.write(json.dumps(msg, default=str) + "\n")
@@ -376,7 +365,7 @@ def main() -> None:
     if not first:
         return
     cfg = json.loads(first)["config"]
-    _die_with_parent(int(cfg["parent"]))
+    die_with_parent(int(cfg["parent"]), code=1)
     try:
         import uvloop  # measurably faster for the client-bound loop (docs/load.md)
 

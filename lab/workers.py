@@ -53,6 +53,8 @@ from typing import Any, Protocol
 
 from lab.aio import within
 from lab.errors import ScenarioFailure
+from lab.procs import die_with_parent
+from lab.procs import proc_state as proc_state  # the workers protocol re-exports it
 
 READY_S = 30.0  # a fresh interpreter importing asyncpg/redis on a loaded 2-core machine
 WAIT_S = 20.0  # default bound of one wait for an event
@@ -76,15 +78,6 @@ class Event:
     def at_ms(self, t0: float) -> float:
         """The event on a clock that started at ``t0`` (a ``time.perf_counter()`` reading)."""
         return (self.t - t0) * 1000
-
-
-def proc_state(pid: int) -> str:
-    """The kernel's state letter for `pid` (R, S, T stopped, Z...), '?' when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return "?"
 
 
 class Pipe(Protocol):
@@ -464,18 +457,6 @@ class Child:
         got = (await self._line()).get("grant")
         if got != name:
             raise RuntimeError(f"waiting at step {name!r}, granted {got!r}")
-
-
-def die_with_parent(parent: int) -> None:
-    """Linux: SIGKILL this process when the lab (`parent`) dies, even while it is stopped;
-    if it already has, exit now (no signal would ever come)."""
-    with contextlib.suppress(Exception):
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    if os.getppid() != parent:
-        os._exit(0)
 
 
 def run_child(main: Callable[[Child], Awaitable[Any]]) -> None:

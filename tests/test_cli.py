@@ -16,8 +16,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from lab.procs import alive as pid_alive
 from lab.servers import Servers
-from lab.servers.embedded import pid_alive, stop_pid
+from lab.servers.embedded import stop_pid
 
 LAB = [sys.executable, "-m", "lab.cli"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lab.servers.embedded import pid_alive
+from lab.procs import alive as pid_alive
 from scenarios.redlock import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import _children, assert_gone, interruptible

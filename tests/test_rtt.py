@@ -19,9 +19,9 @@ from lab import netdelay
 from lab.aio import within
 from lab.claims import Claim, Record
 from lab.errors import LabError
+from lab.procs import alive as pid_alive
 from lab.seconds import share_near, wall_not_reproduced, wall_within
 from lab.servers import Servers
-from lab.servers.embedded import pid_alive
 from lab.txpool import FifoPool, TxPoolConnection
 from lab.workload import (
     connections_needed,

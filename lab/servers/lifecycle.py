@@ -27,7 +27,8 @@ Should the reaper die too, the next lab command's ``sweep_orphans()`` does its w
 For new kinds of child process (a proxy, more Redis nodes): ``base = make_base_dir()``,
 then ``spawn(cmd, base)`` (or ``register(base, pid, exe)`` for a process something else
 started), and ``remove_base_dir(base)`` after stopping it; the reaper and the sweep then
-cover it. This module imports only the standard library: the reaper runs it as a script.
+cover it. This module imports only the standard library and lab.procs (also stdlib only); the
+reaper runs its main() in an interpreter of its own (REAPER).
 """
 
 from __future__ import annotations
@@ -45,6 +46,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+from lab.procs import alive as alive
+from lab.procs import proc_state as proc_state
+from lab.procs import stat_fields
 
 PREFIX = "locklab-run-"
 MARKER = "lab.json"
@@ -66,28 +71,14 @@ def warn(line: str) -> None:
 # --- /proc ---------------------------------------------------------------------------
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return text.rpartition(")")[2].split()  # fields 3.. (comm may hold spaces)
-
-
 def proc_start(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (None: no such process)."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None
 
 
-def proc_state(pid: int) -> str | None:
-    """R, S, D, T (stopped), Z (zombie)...; None when there is no such process."""
-    fields = _stat_fields(pid)
-    return fields[0] if fields else None
-
-
 def proc_ppid(pid: int) -> int | None:
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return int(fields[1]) if fields else None
 
 
@@ -122,18 +113,6 @@ def proc_cmdline(pid: int) -> str:
 
 def all_pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def alive(pid: int) -> bool:
-    """Running (not a zombie): a zombie child of ours is reaped on the way."""
-    if pid <= 0:
-        return False
-    with contextlib.suppress(ChildProcessError, OSError):
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    state = proc_state(pid)
-    return state is not None and state != "Z"
 
 
 def is_recorded(pid: int, start: int, exe: str) -> bool:
@@ -258,6 +237,18 @@ def private_dir(create: bool = True) -> Path | None:
 # --- the reaper ------------------------------------------------------------------------
 
 
+# The reaper: this module's main() in a fresh interpreter, isolated (-I: no PYTHON*
+# variables, no user site), with the folder that holds the lab package first on its path.
+REAPER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from lab.servers.lifecycle import main; sys.exit(main(sys.argv[2:]))"
+)
+
+
+def _root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
 def ensure_reaper() -> None:
     """Start, once per lab process, the reaper that cleans up after it when it dies."""
     me = os.getpid()
@@ -267,7 +258,7 @@ def ensure_reaper() -> None:
     read_end, write_end = os.pipe()  # not inherited by other children: only we hold it
     try:
         subprocess.Popen(
-            [sys.executable, "-I", str(Path(__file__).resolve()), "reap", str(me), str(start)],
+            [sys.executable, "-I", "-c", REAPER, _root(), "reap", str(me), str(start)],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -517,7 +508,7 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "reap":
         _reap(int(argv[1]), int(argv[2]))
         return 0
-    sys.stderr.write("usage: lifecycle.py reap OWNER_PID OWNER_START\n")
+    sys.stderr.write("usage: python -m lab.servers.lifecycle reap OWNER_PID OWNER_START\n")
     return 2
 
 

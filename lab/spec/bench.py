@@ -43,7 +43,7 @@ def find_tools(bindir: Path | None) -> Tools:
     pgxs, libdir, pg_bindir = subprocess.run(
         ask, capture_output=True, text=True, check=True
     ).stdout.split()
-    regress = Path(pgxs).parent.parent / "test" / "isolation" / "pg_isolation_regress"
+    regress = Path(pgxs).parents[1] / "test" / "isolation" / "pg_isolation_regress"
     if not regress.is_file():
         raise LabError(f"bench isolation: no pg_isolation_regress beside {pgxs}")
     return Tools(regress, Path(pg_bindir), libdir)
