@@ -36,6 +36,7 @@ from lab.scenario import Env
 
 OBSERVE_MS = 2.0  # how often a KeyWatch polls GET + PTTL
 TURNS = ("write", "lock busy")  # the trace events that end an actor's turn by default
+TEARDOWN_S = 5.0  # end_all's wait for the story's cancelled tasks
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,30 @@ class ProcessActor:
             await asyncio.gather(self._stop, return_exceptions=True)
         if self.w is not None:
             await self.w.close()
+
+
+def raised(tasks: Sequence[asyncio.Task[None]]) -> BaseException | None:
+    """The first exception a finished task of the story raised, or None."""
+    return next((t.exception() for t in tasks if t.done() and t.exception() is not None), None)
+
+
+async def end_all(
+    tasks: Sequence[asyncio.Task[None]], procs: Sequence[ProcessActor], conns: Sequence[Any]
+) -> None:
+    """A story's end, however it ended: its tasks cancelled (a bounded wait: a task that
+    swallowed its cancel must not hang the run, and each exception retrieved), its worker
+    processes closed, its connections terminated."""
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=TEARDOWN_S)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: the story reports a worker's failure itself (raised)
+    for proc in procs:
+        await proc.close()
+    for conn in conns:
+        conn.terminate()
 
 
 @dataclass

@@ -28,7 +28,7 @@ import asyncpg
 from lab import workers
 from lab.errors import LabError, ScenarioFailure
 from lab.scenario import Env, Observer
-from lab.timed import Actor, KeyWatch, ProcessActor, Step, bounded, run_steps
+from lab.timed import Actor, KeyWatch, ProcessActor, Step, bounded, end_all, raised, run_steps
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, KEY, Code, Hook, Lease, hold, noop
 from scenarios.lease_gc_pause.schedules import token
 
@@ -101,16 +101,9 @@ async def choreography(env: Env, code: Code) -> None:
     procs: list[ProcessActor] = []
 
     def start(w: Actor, pause_at: str | None, stall: Hook, work: Hook) -> None:
+        conn, fkey, token = conns.pop(), f"{key}:fence", tokens[w.who]
         lease = Lease(
-            env.redis,
-            conns.pop(),
-            key,
-            f"{key}:fence",
-            p["ttl_ms"],
-            tokens[w.who],
-            code.release,
-            code.fenced,
-            w.report,
+            env.redis, conn, key, fkey, p["ttl_ms"], token, code.release, code.fenced, w.report
         )
         body = hold(lease, w.who, pause_at=pause_at, stall=stall, work=work)
         tasks.append(asyncio.create_task(w.run(body)))
@@ -167,18 +160,9 @@ async def choreography(env: Env, code: Code) -> None:
         if as_process:
             if not env.redis_url:
                 raise ScenarioFailure(f"{env.scenario}: no Redis URL for the worker process")
-            cfg = {
-                "who": "A",
-                "redis_url": env.redis_url,
-                "dsn": env.dsn,
-                "key": key,
-                "fence_key": f"{key}:fence",
-                "ttl_ms": p["ttl_ms"],
-                "token": tokens["A"],
-                "release": code.release,
-                "fenced": code.fenced,
-                "pause_at": code.pause_at,
-            }
+            cfg: dict[str, Any] = dict(who="A", redis_url=env.redis_url, dsn=env.dsn, key=key)
+            cfg |= {"fence_key": f"{key}:fence", "ttl_ms": p["ttl_ms"], "token": tokens["A"]}
+            cfg |= {"release": code.release, "fenced": code.fenced, "pause_at": code.pause_at}
             procs.append(await WorkerProcess.start(env, a, cfg))
         env.t0 = time.perf_counter()  # the clock starts with A; every worker is connected
         watch.restart_clock()
@@ -188,22 +172,11 @@ async def choreography(env: Env, code: Code) -> None:
             await bounded(w.done, f"{w.who} to finish", limit, label)
         watch.free.clear()  # the run ends when Redis holds no lease (e.g. a dead A's)
         await bounded(watch.free, "the lock to be free in Redis", limit, label)
-        for t in tasks:
-            if t.done() and t.exception() is not None:
-                raise ScenarioFailure(f"{label}: a worker raised {t.exception()!r}")
+        if (exc := raised(tasks)) is not None:
+            raise ScenarioFailure(f"{label}: a worker raised {exc!r}")
         check("the end")
     finally:
-        for t in tasks:
-            t.cancel()
-        if tasks:  # bounded: a task that swallowed its cancel must not hang the run
-            await asyncio.wait(tasks, timeout=5)
-        for t in tasks:
-            if t.done() and not t.cancelled():
-                t.exception()  # retrieved: a worker's failure was reported above
-        for proc in procs:
-            await proc.close()
-        for conn in conns:
-            conn.terminate()
+        await end_all(tasks, procs, conns)
     for w in (a, b, c):
         if w.outcome is not None:
             env.outcome(w.outcome)
@@ -266,10 +239,4 @@ def timeline(trace: list[dict[str, Any]], redis_spans: list[dict[str, Any]]) -> 
 
 
 def _bar(who: str, kind: str, start: float, end: float, label: str) -> dict[str, Any]:
-    return {
-        "who": who,
-        "kind": kind,
-        "start_ms": round(start, 1),
-        "end_ms": round(end, 1),
-        "label": label,
-    }
+    return dict(who=who, kind=kind, start_ms=round(start, 1), end_ms=round(end, 1), label=label)
