@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.spec.databases import Databases
 from lab.spec.parse import PermutationStep, Spec, read_spec
 from lab.spec.run import Invalid, SpecRun, _Exit, all_permutations
-from lab.spec.wire import PgConn
 
 LEVELS = ("read committed", "repeatable read", "serializable")
 OWN_LEVEL = re.compile(
@@ -102,8 +102,11 @@ def session_of(spec: Spec, step: str) -> str:
 
 
 class _Explorer:
-    def __init__(self, spec: Spec, dsn: str, database: str, startup: dict[str, str]) -> None:
-        self.spec, self.dsn, self.database, self.startup = spec, dsn, database, startup
+    def __init__(
+        self, spec: Spec, dsn: str, dbs: Databases, database: str, startup: dict[str, str]
+    ) -> None:
+        self.spec, self.dsn, self.dbs, self.database = spec, dsn, dbs, database
+        self.startup = startup
         self.run = self._connect()
 
     def _connect(self) -> SpecRun:
@@ -123,26 +126,12 @@ class _Explorer:
             text = "".join(run.out)
             if ending == "gave up" or not run.abandon():
                 run.close()  # sessions mid-step, no teardown ran: a clean database again
-                _remake(self.dsn, self.database)
+                self.dbs.remake(self.database)
                 self.run = self._connect()
             return ending, text
 
     def close(self) -> None:
         self.run.close()
-
-
-def _remake(dsn: str, database: str) -> None:
-    admin = PgConn(dsn)
-    try:
-        for sql in (
-            f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)',
-            f'CREATE DATABASE "{database}"',
-        ):
-            res = admin.execute(sql)
-            if res is None or res.kind == "error":
-                raise LabError(f"explore: {sql}: {res.message().strip() if res else 'no answer'}")
-    finally:
-        admin.close()
 
 
 def explore_spec(
@@ -157,16 +146,16 @@ def explore_spec(
         raise LabError(
             f"{path}: {len(perms)} interleavings, more than explore runs ({MAX_PERMUTATIONS})"
         )
-    database = f"locklab_explore_{secrets.token_hex(4)}"
+    dbs = Databases(dsn)
     results = []
-    _remake(dsn, database)
     try:
+        database = dbs.make(f"locklab_explore_{secrets.token_hex(4)}")
         for level in levels:
             res = LevelResult(level, len(perms))
             startup = {} if level not in LEVELS else {"default_transaction_isolation": level}
             if deadlock_ms is not None:
                 startup["deadlock_timeout"] = f"{deadlock_ms}ms"
-            explorer = _Explorer(spec, dsn, database, startup)
+            explorer = _Explorer(spec, dsn, dbs, database, startup)
             try:
                 for steps in perms:
                     ending, text = explorer.permutation(steps)
@@ -178,9 +167,7 @@ def explore_spec(
                 explorer.close()
             results.append(res)
     finally:
-        admin = PgConn(dsn)
-        admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        admin.close()
+        dbs.close()
     return results
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.spec.databases import Databases
 from lab.spec.parse import Blocker, PermutationStep, Spec, read_spec
 from lab.spec.printout import result_table
 from lab.spec.wire import NO_CONNECTION, PgConn, Result
@@ -401,18 +402,11 @@ def run_spec_report(
     if database is not None:
         code = _run_on(run, dsn, database)
         return "".join(run.out), code, run.gave_up
-    database = f"locklab_spec_{secrets.token_hex(4)}"
-    admin = PgConn(dsn)
+    dbs = Databases(dsn)
     try:
-        made = admin.execute(f'CREATE DATABASE "{database}"')
-        if made is None or made.kind == "error":
-            raise LabError(f"cannot create the spec's database: {_error(made).strip()}")
-        try:
-            code = _run_on(run, dsn, database)
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        code = _run_on(run, dsn, dbs.make(f"locklab_spec_{secrets.token_hex(4)}"))
     finally:
-        admin.close()
+        dbs.close()
     return "".join(run.out), code, run.gave_up
 
 

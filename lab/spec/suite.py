@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.spec.databases import Databases
 from lab.spec.expected import compare_expected
 from lab.spec.parse import SpecError, read_spec
 from lab.spec.run import Stopped, run_spec
@@ -154,43 +155,6 @@ def _server_facts(dsn: str) -> tuple[set[str], bool]:
     return {n for n in names if n is not None}, on
 
 
-class _Databases:
-    """The suite's databases: one per lane, and the tester's name for specs run alone.
-    Made at the start, dropped at the end (WITH (FORCE): a stopped spec's sessions go)."""
-
-    def __init__(self, dsn: str) -> None:
-        self.dsn, self.made = dsn, list[str]()
-        self.admin = PgConn(dsn)
-
-    def make(self, name: str, *, replace: bool = False) -> str:
-        """A new database; `replace`: drop one of that name first, as pg_regress does with
-        its own database (not WITH (FORCE): one in use is an error)."""
-        steps = ([f'DROP DATABASE IF EXISTS "{name}"'] if replace else []) + [
-            f'CREATE DATABASE "{name}"'
-        ]
-        for sql in steps:
-            res = self.admin.execute(sql)
-            if res is None or res.kind == "error":
-                text = res.message().strip() if res is not None else "no answer"
-                raise LabError(f"cannot create database {name}: {text}")
-        self.made.append(name)
-        return name
-
-    def remake(self, name: str) -> None:
-        """The database again, empty: after a spec the tester gave up on (exit 1, no
-        teardown), whatever its setup left must not reach the lane's next spec."""
-        self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        self.made.remove(name)
-        self.make(name)
-
-    def close(self) -> None:
-        try:
-            for name in self.made:
-                self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        finally:
-            self.admin.close()
-
-
 def run_suite(
     folder: Path,
     dsn: str,
@@ -237,7 +201,7 @@ def run_suite(
             on_done(outcome)
         return code
 
-    dbs = _Databases(dsn)
+    dbs = Databases(dsn)
     try:
         queue = list(shared)
         tag = secrets.token_hex(3)
