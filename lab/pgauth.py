@@ -7,18 +7,23 @@ client that many PBKDF2 rounds: any server since 10 stores a verifier given as t
 password as it is (having the server make it, ``SET scram_iterations``, needs 16).
 ``auth_method`` reads how the server authenticates a user: the request it answers a
 startup message with (what ``SYSTEM_USER`` names on 16 and later; this works on any
-version).
+version). ``throwaway_role`` is a login of a run's own: a role with a random password
+and the iteration count asked for, dropped when the run is done with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
 import secrets
 import struct
 import urllib.parse
+from collections.abc import AsyncIterator, Sequence
+
+import asyncpg
 
 from lab.aio import within
 from lab.errors import ScenarioFailure
@@ -27,6 +32,8 @@ from lab.errors import ScenarioFailure
 AUTH_REQUESTS = {0: "trust", 3: "password", 5: "md5", 7: "gss", 9: "sspi", 10: "scram-sha-256"}
 PROTOCOL_3_0 = 196608
 REPLY_S = 30.0  # the server answers a startup message at once; this bounds a hung one
+ROLE_PREFIX = "locklab_scram"  # throwaway roles; TCP logins do SCRAM on the embedded server
+SET_SECRET = "UPDATE pg_authid SET rolpassword = $1 WHERE rolname = $2"
 
 
 def scram_verifier(password: str, iterations: int) -> str:
@@ -64,3 +71,29 @@ async def auth_method(dsn: str, database: str, user: str = "", seconds: float = 
         raise ScenarioFailure(f"the server refused a startup message for {user!r}: {reply!r}")
     (code,) = struct.unpack("!i", reply[:4])
     return AUTH_REQUESTS.get(code, f"auth request {code}")
+
+
+@contextlib.asynccontextmanager
+async def throwaway_role(
+    db: asyncpg.Pool, iterations: int, grants: Sequence[str] = ()
+) -> AsyncIterator[tuple[str, str]]:
+    """(role, password) of a new LOGIN role whose SCRAM verifier has `iterations` rounds,
+    with `grants` run for it ("GRANT SELECT ON t TO {role}"); dropped on the way out.
+    `db` connects as a superuser: the verifier is written into pg_authid."""
+    role = f"{ROLE_PREFIX}_{secrets.token_hex(4)}"
+    password = secrets.token_urlsafe(16)  # [A-Za-z0-9_-]: safe inside any literal
+    verifier = await asyncio.to_thread(scram_verifier, password, iterations)
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(f"CREATE ROLE {role} LOGIN")
+        # Not CREATE ROLE ... PASSWORD: it checks the secret against the empty password, a
+        # PBKDF2 of the secret's own iterations in the server (0.81 s at 600,000 here, in
+        # each slow-login run). The same secret goes into the catalog as the superuser.
+        await conn.execute(SET_SECRET, verifier, role)
+        for grant in grants:
+            await conn.execute(grant.format(role=role))
+    try:
+        yield role, password
+    finally:
+        with contextlib.suppress(asyncpg.PostgresError):
+            await db.execute(f"DROP OWNED BY {role}")
+            await db.execute(f"DROP ROLE {role}")

@@ -10,7 +10,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lab.pgauth import auth_method, scram_verifier
+from lab.pgauth import ROLE_PREFIX, auth_method, scram_verifier, throwaway_role
 from lab.servers import Servers
 
 
@@ -73,3 +73,25 @@ async def test_auth_method_is_what_the_server_says_it_used(servers: Servers) -> 
     finally:
         await admin.execute(f"DROP ROLE IF EXISTS {role}")
         await admin.close()
+
+
+async def test_a_throwaway_role_logs_in_with_its_grants_and_is_dropped(servers: Servers) -> None:
+    """The role has the iterations asked for, its password lets it in, its grants are
+    run for it, and none of it is left once the block is done."""
+    assert servers.pg is not None
+    pool = await asyncpg.create_pool(servers.pg.dsn, min_size=1, max_size=2)
+    assert pool is not None
+    try:
+        grants = ["GRANT pg_read_all_settings TO {role}"]
+        async with throwaway_role(pool, 4096, grants) as (role, password):
+            assert role.startswith(f"{ROLE_PREFIX}_")
+            stored = await pool.fetchval(
+                "SELECT rolpassword FROM pg_authid WHERE rolname = $1", role
+            )
+            assert stored.startswith("SCRAM-SHA-256$4096:")
+            conn = await asyncpg.connect(servers.pg.dsn, user=role, password=password)
+            assert await conn.fetchval("SELECT pg_has_role('pg_read_all_settings', 'MEMBER')")
+            await conn.close()
+        assert await pool.fetchval("SELECT count(*) FROM pg_roles WHERE rolname = $1", role) == 0
+    finally:
+        await pool.close()

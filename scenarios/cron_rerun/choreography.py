@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import statistics
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -36,7 +35,6 @@ from lab.scenario import Env
 from scenarios.cron_rerun.cron_rerun import COUNTS, PERIOD, Billed, Fix, Job
 
 POD = Path(__file__).with_name("pod.py")
-SCRAM_ROLE_PREFIX = "locklab_scram"  # throwaway roles; TCP logins do SCRAM on the embedded server
 EVENT_TIMEOUT_S = 30.0  # a pod silent this long has failed
 RELEASE_TIMEOUT_S = 10.0  # the server must notice the killed session within this
 RELEASE_POLL_S = 0.001
@@ -54,7 +52,6 @@ SELECT a.state, a.backend_xid::text AS xid, a.backend_xmin::text AS xmin,
 FROM pg_stat_activity a WHERE a.pid = $1
 """
 HOLDS_LOCK = "SELECT count(*) FROM pg_locks WHERE pid = $1 AND locktype = 'advisory'"
-SET_SECRET = "UPDATE pg_authid SET rolpassword = $1 WHERE rolname = $2"
 
 
 def variant(fix: Fix) -> Callable[[Env], Awaitable[None]]:
@@ -138,26 +135,11 @@ async def _login(env: Env) -> AsyncIterator[tuple[dict[str, str], str]]:
     if not env.params["password_auth"]:
         yield {}, await pgauth.auth_method(env.dsn, env.database)
         return
-    role = f"{SCRAM_ROLE_PREFIX}_{secrets.token_hex(4)}"
-    password = secrets.token_urlsafe(16)  # [A-Za-z0-9_-]: safe inside the literal below
-    iterations = env.params["scram_iterations"]
-    verifier = await asyncio.to_thread(pgauth.scram_verifier, password, iterations)
-    async with env.db.acquire() as conn, conn.transaction():
-        await conn.execute(f"CREATE ROLE {role} LOGIN")
-        # Not CREATE ROLE ... PASSWORD: it checks the secret against the empty password, a
-        # PBKDF2 of the secret's own iterations in the server (0.81 s at 600,000 here, in
-        # each slow-login run). The same secret goes into the catalog as the superuser.
-        await conn.execute(SET_SECRET, verifier, role)
-        await conn.execute(f"GRANT SELECT, INSERT ON invoices TO {role}")
-    try:
-        yield (
-            {"user": role, "password": password},
-            await pgauth.auth_method(env.dsn, env.database, role),
-        )
-    finally:
-        with contextlib.suppress(asyncpg.PostgresError):
-            await env.db.execute(f"DROP OWNED BY {role}")
-            await env.db.execute(f"DROP ROLE {role}")
+    grants = ["GRANT SELECT, INSERT ON invoices TO {role}"]
+    async with pgauth.throwaway_role(env.db, env.params["scram_iterations"], grants) as login:
+        role, password = login
+        method = await pgauth.auth_method(env.dsn, env.database, role)
+        yield {"user": role, "password": password}, method
 
 
 @dataclass
