@@ -14,7 +14,7 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
 
 # A Ctrl-C while the `locklab` command is still importing (a second or more on a loaded
 # machine) ends like any other interrupt: one line, exit 130, not Python's traceback.
-# Only for the command (not for a program importing lab); lab.cli.guarded restores the
+# Only for the command (not for a program importing lab); lab.cli.base.guarded restores the
 # normal handler before it starts anything.
 _argv0 = _sys.argv[0] if _sys.argv else ""
 _command = _argv0 == "-m" or _os.path.basename(_argv0) == "locklab"

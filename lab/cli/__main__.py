@@ -1,0 +1,5 @@
+"""`python -m lab.cli`: the `locklab` command."""
+
+from lab.cli import main
+
+main()

@@ -1,0 +1,164 @@
+"""The lab against reference tools on the same server: bench."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lab import report
+from lab.cli.base import app, err, guarded, out
+from lab.cli.options import NoRecord, PgDsn, Procs, RedisClient, RedisUrl, parse_procs
+from lab.errors import LabError
+from lab.results import results_root
+from lab.servers import open_servers
+from lab.workload import parse_redis_client
+
+
+@app.command()
+def bench(
+    what: Annotated[
+        str,
+        typer.Argument(
+            help="checkout (against pgbench) | redis (against redis-benchmark) | isolation "
+            "(a spec folder, --specs, against pg_isolation_regress)."
+        ),
+    ] = "checkout",
+    n: Annotated[
+        int | None,
+        typer.Option(
+            "-n", help="Clients / actors (checkout 200; redis: 500, 1000, 2000 and 5000)."
+        ),
+    ] = None,
+    rounds: Annotated[int, typer.Option(help="Alternating lab/pgbench rounds (medians).")] = 3,
+    scale: Annotated[
+        bool, typer.Option("--scale", help="checkout at n = 50, 100, 200, 400, 1000: the curve.")
+    ] = False,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
+    pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
+    specs: Annotated[
+        Path | None,
+        typer.Option(help="isolation: a folder laid out like src/test/isolation."),
+    ] = None,
+    lanes: Annotated[int, typer.Option(help="isolation: the lab's lanes.")] = 4,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
+    no_record: NoRecord = False,
+) -> None:
+    """The lab against a reference tool on the same server: pgbench (checkout),
+    redis-benchmark (redis) or pg_isolation_regress (isolation); both sides, the ratio,
+    and a record."""
+
+    def body() -> None:
+        from lab.results import git_commit, new_run_id, write_json
+
+        if what not in ("checkout", "redis", "isolation"):
+            raise LabError(f"bench {what!r}: expected checkout, redis or isolation")
+        if (what == "isolation") != (specs is not None):
+            raise LabError("bench: --specs DIR goes with isolation, and isolation needs it")
+        if (n is not None and n < 1) or rounds < 1:
+            raise LabError("bench: -n and --rounds must be at least 1")
+        if scale and (what != "checkout" or n is not None):
+            raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
+        run_id = new_run_id()
+        short = run_id.replace("-", "")[-8:]
+        if what == "isolation":
+            assert specs is not None
+            data = _bench_isolation(specs, lanes, pg_dsn)
+            name = "isolation.json"
+        elif what == "redis":
+            from lab.bench import REDIS_SIZES
+
+            data = _bench_redis(short, (n,) if n else REDIS_SIZES, procs, redis_client, redis_url)
+            name = "redis.json"
+        elif scale:
+            data = _bench_scale(short, rounds, pg_dsn)
+            name = "scale.json"
+        else:
+            data = _bench_checkout(short, n or 200, rounds, pg_dsn)
+            name = "result.json"
+        if not no_record:  # beside run records, in a subfolder: not a scenario run
+            path = results_root() / run_id / "bench" / name
+            write_json(path, {**data, "git_commit": git_commit()})
+            err().print(f"[dim]record: {path}[/dim]")
+        if as_json:
+            sys.stdout.write(json.dumps(data, default=str) + "\n")
+            return
+        from lab import bench_report
+
+        bench_report.print_bench(out(), what, scale, data)
+
+    guarded(body)
+
+
+def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.bench import run_bench
+
+    with open_servers(pg_dsn, None, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench: {rounds} rounds of {n} clients ..."):
+            res = asyncio.run(run_bench(srv, n, rounds, run_id))
+        return {**res.to_json(), "servers": {i.product: i.to_json() for i in srv.infos()}}
+
+
+def _bench_isolation(folder: Path, lanes: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.servers.versions import open_for
+    from lab.spec.bench import run_bench as run_isolation
+
+    with open_for(pg_dsn, None, None, None, need_pg=True, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        assert srv.pg is not None
+        with err().status("bench isolation: pg_isolation_regress, then the lab ..."):
+            res = run_isolation(folder, srv.pg.dsn, srv.pg.bindir, lanes)
+        return {**res, "servers": {i.product: i.to_json() for i in srv.infos()}}
+
+
+def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.bench import SCALE_NS, run_scale
+    from lab.servers.embedded import find_pgbouncer
+
+    try:
+        find_pgbouncer()
+        bouncer = pg_dsn is None and not os.environ.get("LOCKLAB_PG_DSN")
+    except LabError:
+        bouncer = bool(os.environ.get("LOCKLAB_PGBOUNCER_DSN"))
+    with open_servers(pg_dsn, None, need_redis=False, need_pgbouncer=bouncer) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status(f"bench --scale: n = {', '.join(map(str, SCALE_NS))}, {rounds} rounds"):
+            points, version = asyncio.run(run_scale(srv, SCALE_NS, rounds, run_id))
+        return {
+            "rounds": rounds,
+            "points": [p.to_json() for p in points],
+            "pgbench": version,
+            "servers": {i.product: i.to_json() for i in srv.infos()},
+        }
+
+
+def _bench_redis(
+    run_id: str,
+    sizes: Sequence[int],
+    procs: str | None,
+    redis_client: str | None,
+    redis_url: str | None,
+) -> dict[str, Any]:
+    """The stampede at each size, each followed by redis-benchmark on the same Redis."""
+    from lab.bench import run_redis_bench
+
+    k = parse_procs(procs) if procs is not None else 0
+    mode = parse_redis_client(redis_client or "pipelined")
+    points = []
+    with open_servers(None, redis_url, need_pg=False, need_redis=True) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        for n in sizes:
+            with err().status(f"bench redis: {n} waiters, then redis-benchmark ..."):
+                points.append(
+                    asyncio.run(run_redis_bench(srv, run_id, n=n, procs=k, redis_client=mode))
+                )
+        return {"points": points, "servers": {i.product: i.to_json() for i in srv.infos()}}

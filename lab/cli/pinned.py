@@ -1,0 +1,326 @@
+"""Pinned sessions and isolation specs: trace, explore, spec-suite."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lab import report
+from lab.cli.base import _tables, app, err, guarded, out
+from lab.cli.options import (
+    DeadlockTimeout,
+    Isolation,
+    NoRecord,
+    PgDsn,
+    PgVersion,
+    ScenarioId,
+    SvgFile,
+    find_scenario,
+    servers_for,
+    variants_of,
+)
+from lab.errors import LabError
+from lab.results import results_root
+from lab.servers import open_servers
+
+
+@app.command("trace")
+def trace_cmd(
+    scenario: ScenarioId,
+    variant: Annotated[
+        str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
+    ] = "all",
+    schedule: Annotated[
+        str | None,
+        typer.Option(help="A canonical schedule's name, or steps: 's1 read, s2 read, ...'."),
+    ] = None,
+    isolation: Isolation = None,
+    deadlock_timeout: DeadlockTimeout = None,
+    pg_dsn: PgDsn = None,
+    svg: SvgFile = None,
+    no_record: NoRecord = False,
+    pg_version: PgVersion = None,
+    expected: Annotated[
+        Path | None,
+        typer.Option(
+            help="FILE.spec only: diff stdout against this expected output (and "
+            "its alternates NAME_1.out, ...); exit 1 on a difference."
+        ),
+    ] = None,
+) -> None:
+    """Print the transcript of a schedule: each step, its SQL and result, who waited. A
+    PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints."""
+    if scenario.endswith(".spec"):
+        extra = {
+            "--variant": variant != "all",
+            "--schedule": schedule is not None,
+            "--isolation": isolation is not None,
+            "--svg": svg is not None,
+            "--deadlock-timeout": deadlock_timeout is not None,
+        }
+        given = [name for name, on in extra.items() if on]
+
+        def spec() -> None:
+            if given:  # the spec says its sessions, steps and permutations itself
+                raise LabError(f"{', '.join(given)}: not for an isolation spec ({scenario})")
+            _trace_spec(Path(scenario), pg_dsn, pg_version, expected)
+
+        guarded(spec)
+        return
+
+    def body() -> None:
+        from lab.pinned import (
+            draw_svg,
+            isolation_levels,
+            schedules_for,
+            svg_target,
+            trace,
+            trace_record,
+            write_trace,
+        )
+        from lab.results import new_run_id
+
+        if expected is not None:
+            raise LabError("--expected diffs an isolation spec's output: give a FILE.spec")
+        sc = find_scenario(scenario)
+        runs = schedules_for(sc, variants_of(sc, variant), schedule)
+        levels = isolation_levels(sc, isolation)
+        dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
+        if dl < 1:
+            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        picture = None if svg is None else svg_target(svg)
+        console, log, run_id = out(), err(), new_run_id()
+        with servers_for([sc], pg_dsn, None, pg_version=pg_version) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            shown: list[str] = []
+
+            def show(res: Any) -> None:  # a blank line between two transcripts
+                text = ("\n" if shown else "") + res.transcript
+                console.print(text, markup=False, end="", soft_wrap=True)
+                shown.append(res.name)
+
+            done = asyncio.run(
+                trace(sc, srv, runs, levels, run_id=run_id, deadlock_ms=dl, on_result=show)
+            )
+            record = trace_record(sc, srv, done, run_id=run_id, deadlock_ms=dl)
+        if picture is not None:
+            log.print(draw_svg(record, picture), markup=False)
+        if not no_record:
+            log.print(f"[dim]record: {write_trace(record)}[/dim]")
+
+    guarded(body)
+
+
+def _trace_spec(
+    path: Path, pg_dsn: str | None, pg_version: str | None, expected: Path | None
+) -> None:
+    """`locklab trace FILE.spec`: the spec run on the lab's PostgreSQL, a database of its
+    own; stdout is the isolation tester's output, everything else stderr."""
+    from lab.servers.versions import open_for
+    from lab.spec import read_spec
+    from lab.spec.expected import compare_expected
+    from lab.spec.run import run_spec_report
+
+    spec = read_spec(path)  # a bad spec: one line, exit 2, before any server starts
+    wanted = [] if expected is None else _expected_files(expected)
+    with open_for(pg_dsn, None, pg_version, None, need_pg=True, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        assert srv.pg is not None
+        text, code, gave_up = run_spec_report(spec, srv.pg.dsn)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if wanted:
+        same, diff = compare_expected(text, wanted)
+        if not same:
+            sys.stderr.write(diff)
+            err().print(f"locklab: {path} differs from {wanted[0]}", markup=False)
+            code = code or 1
+        else:
+            err().print(f"identical to {same}", markup=False)
+    if gave_up is not None:  # the tester's text is out; the step that never returned, named
+        raise LabError(f"{path}:{gave_up[0]}: {gave_up[1]}")
+    if code:
+        raise typer.Exit(code)
+
+
+def _expected_files(expected: Path) -> list[Path]:
+    """The expected output and its alternates (NAME_1.out, NAME_2.out, ...) beside it."""
+    if not expected.is_file():
+        raise LabError(f"--expected {expected}: no such file")
+    alternates = sorted(expected.parent.glob(f"{expected.stem}_[0-9]*{expected.suffix}"))
+    return [expected, *alternates]
+
+
+@app.command("spec-suite")
+def spec_suite_cmd(
+    folder: Annotated[
+        Path,
+        typer.Argument(help="A folder laid out like src/test/isolation: specs/, expected/."),
+    ],
+    lanes: Annotated[int, typer.Option(help="Specs run side by side, a database each.")] = 4,
+    only: Annotated[
+        str | None, typer.Option(help="A comma list of spec names (default: the schedule's).")
+    ] = None,
+    pg_dsn: PgDsn = None,
+    pg_version: PgVersion = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the record only.")] = False,
+    no_record: NoRecord = False,
+) -> None:
+    """Run every isolation spec of a folder, compare each with its expected output: a table
+    of identical / differs / skipped; outputs and diffs in the results folder. Exit 1 if
+    one differs."""
+
+    def body() -> None:
+        from lab.results import new_run_id
+        from lab.servers.versions import open_for
+        from lab.spec.suite import run_suite, suite_names, table_lines, write_results
+
+        names = suite_names(folder)
+        if only is not None:
+            asked = [n.strip() for n in only.split(",") if n.strip()]
+            unknown = [n for n in asked if not (folder / "specs" / f"{n}.spec").is_file()]
+            if unknown or not asked:
+                raise LabError(f"--only {only!r}: no spec {', '.join(unknown) or 'named'}")
+            names = asked
+        log = err()
+        with open_for(pg_dsn, None, pg_version, None, need_pg=True, need_redis=False) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            assert srv.pg is not None
+
+            def done(o: Any) -> None:
+                log.print(f"[dim]{o.name:<40} {o.status} {o.why}[/dim]", markup=True)
+
+            res = run_suite(folder, srv.pg.dsn, lanes=lanes, names=names, on_done=done)
+        if not no_record:
+            path = write_results(res, results_root() / new_run_id() / "spec-suite")
+            log.print(f"[dim]record: {path}[/dim]")
+        if as_json:
+            sys.stdout.write(json.dumps(res.to_json()) + "\n")
+        else:
+            for line in table_lines(res):
+                out().print(line, markup=False, soft_wrap=True)
+        if res.counts()["differs"]:
+            raise typer.Exit(1)
+
+    guarded(body)
+
+
+@app.command("explore")
+def explore_cmd(
+    scenario: ScenarioId,
+    variant: Annotated[
+        str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
+    ] = "all",
+    isolation: Isolation = None,
+    deadlock_timeout: Annotated[
+        int | None,
+        typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (default 100)."),
+    ] = None,
+    pg_dsn: PgDsn = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the explore record only.")] = False,
+    no_record: NoRecord = False,
+    svg: SvgFile = None,
+) -> None:
+    """Run every interleaving of the sessions' steps; per variant and isolation level, how
+    many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
+    every interleaving of its steps, per isolation level, how each ended."""
+    if scenario.endswith(".spec"):
+        extra = {"--variant": variant != "all", "--svg": svg is not None}
+        given = [name for name, on in extra.items() if on]
+        extra_dl = deadlock_timeout
+
+        def spec() -> None:
+            if given:
+                raise LabError(f"{', '.join(given)}: not for an isolation spec ({scenario})")
+            _explore_spec(Path(scenario), isolation, extra_dl, pg_dsn, as_json, no_record)
+
+        guarded(spec)
+        return
+
+    def body() -> None:
+        from lab.pinned import (
+            draw_svg,
+            explore,
+            isolation_levels,
+            pinned_of,
+            print_explore,
+            svg_target,
+            write_explore,
+        )
+        from lab.results import new_run_id
+
+        sc = find_scenario(scenario)
+        pinned = pinned_of(sc)
+        chosen = variants_of(sc, variant)
+        levels = isolation_levels(sc, isolation or ",".join(pinned.isolation))
+        dl = 100 if deadlock_timeout is None else deadlock_timeout
+        if dl < 1:
+            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+        picture = None if svg is None else svg_target(svg)
+        run_id = new_run_id()
+        log = err()
+        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+            report.servers(log, srv.infos(), srv.notes)
+            with report.DelayedProgress(log, len(chosen) * len(levels)) as bar:
+                bar.describe(f"explore {sc.id}")
+                plan = {v: levels for v in chosen}
+                record = asyncio.run(
+                    explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl, on_progress=bar.advance)
+                )
+        drew = None if picture is None else draw_svg(record, picture)
+        path = None if no_record else write_explore(record)
+        if as_json:
+            sys.stdout.write(json.dumps(record, default=str) + "\n")
+            return
+        console = _tables()
+        print_explore(console, record)
+        if drew is not None:
+            console.print(drew, markup=False)
+        if path is not None:
+            console.print(f"[dim]record: {path}[/dim]")
+
+    guarded(body)
+
+
+def _explore_spec(
+    path: Path,
+    isolation: str | None,
+    deadlock_ms: int | None,
+    pg_dsn: str | None,
+    as_json: bool,
+    no_record: bool,
+) -> None:
+    from lab.results import new_run_id, write_json
+    from lab.servers.versions import open_for
+    from lab.spec.explore import explore_spec, levels_for, table_lines
+    from lab.spec.parse import read_spec
+
+    read_spec(path)  # a bad spec: one line, exit 2, before any server starts
+    levels_for(path.read_text(errors="replace"), isolation)  # a bad --isolation too
+    if deadlock_ms is not None and deadlock_ms < 1:
+        raise LabError(f"--deadlock-timeout {deadlock_ms}: must be at least 1 ms")
+    with open_for(pg_dsn, None, None, None, need_pg=True, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        assert srv.pg is not None
+        with err().status(f"explore {path.name} ..."):
+            results = explore_spec(path, srv.pg.dsn, isolation, deadlock_ms)
+    record = {
+        "kind": "explore-spec",
+        "spec": str(path),
+        "deadlock_timeout_ms": deadlock_ms,
+        "levels": [r.to_json() for r in results],
+        "servers": {i.product: i.to_json() for i in srv.infos()},
+    }
+    if not no_record:
+        target = results_root() / new_run_id() / "explore-spec" / f"{path.stem}.json"
+        err().print(f"[dim]record: {write_json(target, record)}[/dim]")
+    if as_json:
+        sys.stdout.write(json.dumps(record, default=str) + "\n")
+        return
+    for line in table_lines(path, results):
+        out().print(line, markup=False, soft_wrap=True)

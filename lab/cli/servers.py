@@ -1,0 +1,40 @@
+"""Keeping embedded servers between commands: servers up, down, status."""
+
+from __future__ import annotations
+
+from lab import report
+from lab.cli.base import guarded, out, servers_app
+from lab.servers import servers_down, servers_up
+
+
+@servers_app.command("up")
+def servers_up_cmd() -> None:
+    """Start embedded PostgreSQL and Redis and keep them for later commands."""
+    guarded(lambda: report.servers(out(), servers_up().infos()))
+
+
+@servers_app.command("down")
+def servers_down_cmd() -> None:
+    """Stop the servers `servers up` started (by their recorded PIDs)."""
+
+    def body() -> None:
+        stopped = servers_down()
+        out().print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+
+    guarded(body)
+
+
+@servers_app.command("status")
+def servers_status_cmd() -> None:
+    """Show the kept servers, if any."""
+
+    def body() -> None:
+        from lab.servers import kept_servers
+
+        kept = kept_servers()
+        if kept is None:
+            out().print("no kept servers (start them with `locklab servers up`)")
+        else:
+            report.servers(out(), kept.infos())
+
+    guarded(body)

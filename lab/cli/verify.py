@@ -1,0 +1,345 @@
+"""Judging claims and reading records: verify, results, diff, report."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from lab import report
+from lab.cli.base import _tables, app, err, guarded, out
+from lab.cli.options import (
+    PgDsn,
+    PgVersion,
+    RedisUrl,
+    RedisVersion,
+    find_scenarios,
+    servers_for,
+)
+from lab.errors import LabError
+from lab.results import results_root
+from lab.scenario import Scenario
+from lab.servers import Servers
+
+
+@app.command()
+def verify(
+    scenarios: Annotated[
+        list[str] | None,
+        typer.Argument(help="Scenario ids, files or folders (default: the whole catalogue)."),
+    ] = None,
+    profile: Annotated[
+        str, typer.Option(help="quick (shape, about a minute) | published (the documents' sizes).")
+    ] = "quick",
+    seed: Annotated[int, typer.Option(help="Seed of the first trial; trial k uses seed+k-1.")] = 1,
+    trials: Annotated[
+        int | None,
+        typer.Option(help="Judge every claim over this many trials instead of its own count."),
+    ] = None,
+    recorded: Annotated[
+        str | None,
+        typer.Option(help="Judge a recorded run (id or folder) again instead of running."),
+    ] = None,
+    pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="The verdicts as one JSON document on stdout.")
+    ] = False,
+    no_record: Annotated[bool, typer.Option("--no-record", help="Write no records.")] = False,
+    pg_version: PgVersion = None,
+    redis_version: RedisVersion = None,
+    matrix: Annotated[
+        bool,
+        typer.Option(
+            "--matrix", help="Judge the claims on every server version here: claims x versions."
+        ),
+    ] = False,
+    lanes: Annotated[
+        str,
+        typer.Option(
+            help="Runs side by side in lane processes: auto (quick: 5, published: 1) or K."
+        ),
+    ] = "auto",
+    counterfactual: Annotated[
+        bool,
+        typer.Option(
+            "--counterfactual",
+            help="Also run the variants each claim's counterfactual reads, and exit 1 if a "
+            "claim holds on its counterfactual too (it cannot fail).",
+        ),
+    ] = False,
+) -> None:
+    """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
+
+    def body() -> None:
+        import time
+
+        from lab.lanes import lanes_for, parse_lanes, plan_jobs, run_lanes
+        from lab.profiles import check_profile, profile_settings
+        from lab.results import new_run_id
+        from lab.runner import drop_spares
+        from lab.verify import (
+            coverage,
+            judge_across,
+            print_summary,
+            print_verdicts,
+            save_verdicts,
+            steps,
+            summarize,
+            verify_recorded,
+        )
+        from scenarios import SCENARIOS, by_id
+
+        check_profile(profile)
+        if trials is not None and trials < 1:
+            raise LabError(f"--trials {trials}: must be at least 1")
+        want = parse_lanes(lanes, profile)
+        chosen = [sc for s in scenarios or [] for sc in find_scenarios(s)] or list(SCENARIOS)
+        started = time.perf_counter()
+        log = err()
+        if matrix:
+            if any((recorded, pg_dsn, redis_url, pg_version, redis_version)):
+                raise LabError(
+                    "verify --matrix starts every server version itself: it takes no "
+                    "--recorded, --pg-dsn, --redis-url, --pg-version or --redis-version"
+                )
+            _verify_matrix(chosen, profile, seed, trials, not no_record, as_json)
+            return
+        run_id, width = "", 1
+        schedule: list[dict[str, Any]] = []
+        if recorded is not None:
+            only = [s.id for s in chosen] if scenarios else []
+            results = verify_recorded(recorded, by_id(), profile, only, trials)
+        else:
+            run_id = new_run_id()
+            total = sum(steps(s, profile, trials, counterfactual) for s in chosen)
+            results = []
+            modes = [profile_settings(s, profile)[0].connect for s in chosen]
+            bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
+            with servers_for(chosen, pg_dsn, redis_url, bouncer, pg_version, redis_version) as srv:
+                report.servers(log, srv.infos(), srv.notes)
+                # the spare database the last run made for one that did not come, before
+                # the servers stop (kept or external ones would keep it)
+                srv.stops.append(lambda: asyncio.run(drop_spares(srv)))
+                width, why = lanes_for(want, chosen, srv)
+                if why:
+                    log.print(f"locklab: one lane: {why}", markup=False)
+                with report.DelayedProgress(log, total) as bar:
+                    if width > 1:
+                        bar.describe(f"verify {profile} on {width} lanes")
+                        results = asyncio.run(
+                            run_lanes(
+                                plan_jobs(chosen, profile, trials, counterfactual), width, srv,
+                                profile=profile, run_id=run_id, seed=seed, trials=trials,
+                                write=not no_record, on_step=bar.advance, schedule=schedule,
+                                counterfactual=counterfactual,
+                            )
+                        )  # fmt: skip
+                        for res in results:
+                            if res.error:
+                                log.print(f"locklab: {res.scenario} {res.case} failed: "
+                                          f"{res.error}", markup=False)  # fmt: skip
+                    else:
+                        results = _verify_here(chosen, profile, srv, bar, log, run_id=run_id,
+                                               seed=seed, trials=trials, write=not no_record,
+                                               counterfactual=counterfactual)  # fmt: skip
+            for sc in chosen:  # claims that compare a scenario's cases
+                if (across := judge_across(sc, profile, results)) is not None:
+                    results.append(across)
+        summary = summarize(results, results[0].profile if results else profile)
+        wall = time.perf_counter() - started
+        covered = coverage(results, SCENARIOS)
+        if run_id and not no_record:
+            save_verdicts(run_id, results, summary, covered, wall, lanes=width, schedule=schedule)
+        if as_json:
+            doc = {
+                "run_id": run_id or recorded,
+                "summary": summary.to_json(),
+                "wall_s": round(wall, 1),
+                "lanes": width,
+                "schedule": schedule,
+                "coverage": covered,
+                "scenarios": [r.to_json() for r in results],
+            }
+            sys.stdout.write(json.dumps(doc, default=str) + "\n")
+        else:
+            console = _tables()
+            print_verdicts(console, results)
+            console.print(covered, markup=False)
+            if run_id and not no_record:
+                console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
+            print_summary(console, summary, wall, lanes=width)
+        if not summary.ok or (counterfactual and summary.cannot_fail):
+            raise typer.Exit(1)
+
+    guarded(body)
+
+
+def _verify_here(
+    chosen: Sequence[Scenario],
+    profile: str,
+    srv: Servers,
+    bar: report.DelayedProgress,
+    log: Console,
+    *,
+    run_id: str,
+    seed: int,
+    trials: int | None,
+    write: bool,
+    counterfactual: bool = False,
+) -> list[Any]:
+    """verify in the lab's own process (one lane): the loads one after another, then the
+    explores, EXPLORES_AT_ONCE parts side by side (lab/verify.py)."""
+    from lab.verify import explore_claims, verify_explores, verify_plan, verify_scenario
+
+    results: list[Any] = []
+    runs = verify_plan(chosen, profile, trials)
+    for i, (sc, case) in enumerate(runs):
+        name = f"{sc.id} [{case}]" if case else sc.id
+        bar.describe(f"verify {profile}: {name}")
+        res = asyncio.run(
+            verify_scenario(
+                sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
+                write=write, on_step=bar.advance, case=case,
+                spare=i + 1 < len(runs), counterfactual=counterfactual,
+            )
+        )  # fmt: skip
+        if res.error:
+            log.print(f"locklab: {name} failed: {res.error}", markup=False)
+        results.append(res)
+    # claims about every interleaving (lab/pinned.py), explores side by side
+    explored = [sc for sc in chosen if explore_claims(sc, profile)]
+    if explored:
+        bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
+    for ex in asyncio.run(
+        verify_explores(
+            explored,
+            profile,
+            srv,
+            run_id=run_id,
+            write=write,
+            on_step=bar.advance,
+            counterfactual=counterfactual,
+        )
+    ):
+        if ex.error:
+            log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")
+        results.append(ex)
+    return results
+
+
+def _verify_matrix(
+    chosen: list[Scenario],
+    profile: str,
+    seed: int,
+    trials: int | None,
+    write: bool,
+    as_json: bool,
+) -> None:
+    """verify --matrix: claims x server versions (lab/matrix.py); exit 1 if a claim does
+    not hold on some version, as verify does."""
+    import time
+
+    from lab.matrix import columns, print_matrix, run_matrix
+    from lab.results import new_run_id
+    from lab.verify import summarize
+
+    started = time.perf_counter()
+    cols = columns(chosen)
+    run_id = new_run_id()
+    log = err()
+    log.print("matrix columns: " + ", ".join(c.label for c in cols), markup=False)
+    with log.status("verify --matrix ...") as status:
+
+        def on_column(col: Any, i: int) -> None:
+            status.update(f"verify --matrix: {col.label} ({i + 1}/{len(cols)})")
+
+        def on_step(text: str) -> None:
+            status.update(f"verify --matrix: {text}")
+
+        m = run_matrix(
+            chosen, profile, cols, run_id=run_id, seed=seed, trials=trials, write=write,
+            on_column=on_column, on_step=on_step,
+        )  # fmt: skip
+    wall = time.perf_counter() - started
+    if as_json:
+        sys.stdout.write(
+            json.dumps({"run_id": run_id, "wall_s": round(wall, 1), **m.to_json()}) + "\n"
+        )
+    else:
+        console = _tables()
+        print_matrix(console, m)
+        if write:
+            console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
+        console.print(f"matrix: {len(cols)} server builds in {wall:.1f} s", markup=False)
+    if not all(summarize(r, profile).ok for r in m.results.values()):
+        raise typer.Exit(1)
+
+
+@app.command("results")
+def results_cmd(
+    limit: Annotated[int, typer.Option(help="Show at most this many runs.")] = 30,
+    as_json: Annotated[bool, typer.Option("--json", help="The listing as JSON.")] = False,
+) -> None:
+    """List recorded runs under results/ (newest first)."""
+
+    def body() -> None:
+        from lab.diff import list_summaries, print_runs
+
+        if limit < 1:
+            raise LabError(f"--limit {limit}: show at least one run")
+        summaries = list_summaries(limit=limit)
+        if as_json:
+            sys.stdout.write(json.dumps(summaries, default=str) + "\n")
+        else:
+            print_runs(_tables(), summaries)
+
+    guarded(body)
+
+
+@app.command()
+def diff(
+    run_a: Annotated[str, typer.Argument(help="Run id or folder (A, e.g. before).")],
+    run_b: Annotated[str, typer.Argument(help="Run id or folder (B, e.g. after).")],
+    show_all: Annotated[bool, typer.Option("--all", help="Show unchanged fields too.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="The diff as JSON.")] = False,
+) -> None:
+    """Compare two recorded runs: knobs, servers, outcomes, timings, evidence, claim verdicts."""
+
+    def body() -> None:
+        from lab.diff import diff_runs, print_diff
+        from lab.results import load_run, run_folder
+
+        fa, fb = run_folder(run_a), run_folder(run_b)
+        d = diff_runs(load_run(str(fa)), load_run(str(fb)), fa.name, fb.name)
+        if as_json:
+            sys.stdout.write(json.dumps(d.to_json(), default=str) + "\n")
+        else:
+            print_diff(_tables(), d, show_all=show_all)
+
+    guarded(body)
+
+
+@app.command("report")
+def report_cmd(
+    run: Annotated[str, typer.Argument(help="Run id or folder (see `locklab results`).")],
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Default: <run folder>/report.html.")
+    ] = None,
+) -> None:
+    """Write one self-contained HTML page with charts for a recorded run."""
+
+    def body() -> None:
+
+        from lab.html_report import write_report
+
+        path = write_report(run, Path(output) if output else None)
+        out().print(f"wrote {path}", markup=False)
+
+    guarded(body)
