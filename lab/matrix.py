@@ -11,13 +11,9 @@ build (with the default PostgreSQL).
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-from rich.console import Console
-from rich.table import Table
 
 from lab.errors import LabError
 from lab.results import results_root, write_json
@@ -26,6 +22,7 @@ from lab.servers.versions import Available, open_for, pg_available, redis_availa
 from lab.verify import (
     ScenarioVerdicts,
     explore_claims,
+    id_key,
     judge_across,
     save_verdicts,
     status_of,
@@ -95,7 +92,7 @@ class Matrix:
                 else:
                     cell = "not judged"
                 out.setdefault(cid, {})[label] = cell
-        return dict(sorted(out.items(), key=lambda kv: _id_key(kv[0])))
+        return dict(sorted(out.items(), key=lambda kv: id_key(kv[0])))
 
     def differing(self) -> list[dict[str, Any]]:
         """Each verdict whose status is not the same on every column that judged it."""
@@ -136,11 +133,6 @@ def _status(r: ScenarioVerdicts, v: Mapping[str, Any]) -> str:
     """A verdict's status, or "error" when its scenario did not run on this build (a
     feature the version lacks, say): a failed run is not a claim found not to hold."""
     return "error" if r.error else status_of(v)
-
-
-def _id_key(cid: str) -> tuple[str, int]:
-    m = re.fullmatch(r"([A-Z]+)-(\d+)", cid)
-    return (m[1], int(m[2])) if m else (cid, 0)
 
 
 def row_verdict(cells: Mapping[str, str]) -> str:
@@ -212,35 +204,3 @@ CELL = {
     "not judged": "[yellow]not judged[/yellow]",
     "error": "[red]ERROR[/red]",
 }
-
-
-def print_matrix(console: Console, matrix: Matrix) -> None:
-    """claims x versions, then the verdicts that differ, measured on each version."""
-    labels = [c.label for c in matrix.columns]
-    table = Table(title="claims x server versions", title_justify="left")
-    table.add_column("claim", no_wrap=True)
-    for label in labels:
-        table.add_column(label, no_wrap=True)
-    table.add_column("versions", no_wrap=True)
-    cells = matrix.cells()
-    for cid, row in cells.items():
-        verdict = row_verdict(row)
-        table.add_row(
-            cid,
-            *(
-                CELL.get(row[label], row[label]) if label in row else "[dim]-[/dim]"
-                for label in labels
-            ),
-            "[bold]DIFFERS[/bold]" if verdict == "differs" else "same",
-        )
-    console.print(table)
-    for label, lines in matrix.versions.items():
-        console.print(f"{label}: " + "; ".join(" ".join(x.split()) for x in lines), markup=False)
-    diffs = matrix.differing()
-    n_diff = sum(1 for row in cells.values() if row_verdict(row) == "differs")
-    console.print(f"{len(cells)} claim ids on {len(labels)} server builds; {n_diff} differ")
-    for d in diffs:
-        case = f" [{d['case']}]" if d["case"] else ""
-        console.print(f"\n{d['id']} {d['scenario']}{case}: {d['text']}", markup=False)
-        for label, c in d["by_column"].items():
-            console.print(f"  {label:<14} {c['status']:<10} {c['measured']}", markup=False)

@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from lab.bench import pgbench_script, run_bench, run_redis_bench, run_scale
-from lab.bench_report import print_bench, scale_curve
+from lab.output.bench import print_bench, scale_curve
 from lab.redisbench import find_redis_benchmark
 from lab.servers import Servers
 

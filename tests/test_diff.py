@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lab.diff import diff_runs, list_summaries, print_diff, print_runs
+from lab.diff import diff_runs, list_summaries
+from lab.output.runs import print_diff, print_runs
 from lab.results import write_record
 from tests.test_verify import make_record
 

@@ -119,3 +119,22 @@ def test_the_process_helpers_import_only_the_standard_library() -> None:
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
+
+
+def test_rich_draws_only_in_the_cli_and_output_packages() -> None:
+    """The console is the CLI's and lab/output's: no other lab module imports rich."""
+    known = modules()
+    users = []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "rich" or n.startswith("rich.") for n in names):
+                users.append(name)
+    outside = sorted({u for u in users if not u.startswith(("lab.cli", "lab.output"))})
+    assert not outside, f"rich imported outside lab/cli and lab/output: {outside}"

@@ -133,14 +133,26 @@ TAG = re.compile(
 )
 
 
+# lab/output's HTML page; the rest of the package draws on the console (rich)
+HTML_MODULES = {
+    "__init__.py",
+    "html.py",
+    "published_numbers.py",
+    "report_view.py",
+    "scenario_view.py",
+    "svg.py",
+}
+
+
 def test_only_svg_py_writes_markup_in_python() -> None:
     """The page's markup is the template's; lab/output's Python has no HTML tag in it
-    (svg.py draws the charts), no rich, and no module over 500 lines."""
+    (svg.py draws the charts), the page's modules no rich, and none is over 500 lines."""
     for path in sorted(OUTPUT.glob("*.py")):
         source = path.read_text()
         assert len(source.splitlines()) <= 500, path.name
-        assert not re.search(r"^\s*(import|from)\s+rich\b", source, re.M), path.name
-        if path.name != "svg.py":
+        if path.name in HTML_MODULES:
+            assert not re.search(r"^\s*(import|from)\s+rich\b", source, re.M), path.name
+        if path.name in HTML_MODULES - {"svg.py"}:
             assert not TAG.search(source), f"{path.name}: {TAG.search(source)}"
 
 

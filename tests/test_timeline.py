@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lab.timeline import render, timeline_of
+from lab.output.timeline import render, timeline_of
 
 WIDTH = 80
 LABEL_W = len("A belief") + 2  # the longest row label, plus padding

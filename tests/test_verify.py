@@ -20,6 +20,7 @@ from rich.console import Console
 
 from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.errors import LabError
+from lab.output.verdicts import print_verdicts
 from lab.profiles import claims_for, profile_settings
 from lab.records import Verdict
 from lab.results import write_record
@@ -33,7 +34,6 @@ from lab.verify import (
     judge_across,
     load_verdicts,
     merge_cases,
-    print_verdicts,
     recorded_trials,
     save_verdicts,
     steps,
@@ -554,8 +554,8 @@ def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
 def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
     """A wall_not_reproduced claim that holds (the gap is there) is counted apart from the
     held total, named NOT REPRODUCED in the summary line and in its row's word."""
+    from lab.output.verdicts import held_word
     from lab.seconds import wall_not_reproduced
-    from lab.verify import held_word
 
     gap = wall_not_reproduced("DL-7", "buggy", 400_000, 0.5, "node", "the buggy transfer")
     rows: list[Verdict] = [

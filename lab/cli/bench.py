@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from lab import report
 from lab.cli.base import app, err, guarded, out
 from lab.cli.options import NoRecord, PgDsn, Procs, RedisClient, RedisUrl, parse_procs
 from lab.errors import LabError
+from lab.output import console as report
 from lab.results import results_root
 from lab.servers import open_servers
 from lab.workload import parse_redis_client
@@ -91,7 +91,7 @@ def bench(
         if as_json:
             sys.stdout.write(json.dumps(data, default=str) + "\n")
             return
-        from lab import bench_report
+        from lab.output import bench as bench_report
 
         bench_report.print_bench(out(), what, scale, data)
 

@@ -168,6 +168,7 @@ def locks(
 
     def body() -> None:
         from lab import locks as lk
+        from lab.output import locks as drawn
         from lab.servers import kept_servers
         from lab.servers.base import check_url
 
@@ -185,18 +186,18 @@ def locks(
         if watch:
             if as_json:
                 raise LabError("--watch draws in the terminal; --json prints once")
-            lk.watch(out(), dsn, database, interval)
+            drawn.watch(out(), dsn, database, interval)
             return
         sessions = asyncio.run(lk.snapshot(dsn, database))
         if as_json:
             sys.stdout.write(lk.to_json(sessions) + "\n")
         else:
             console = _tables()
-            console.print(lk.render(sessions))
+            console.print(drawn.render(sessions))
             if any(s.query == "<insufficient privilege>" for s in sessions):
                 console.print(f"[dim]{lk.ROLE_NOTE}[/dim]")
 
-    guarded(body)  # Ctrl-C is how --watch ends: lab/locks.py watch() returns quietly
+    guarded(body)  # Ctrl-C is how --watch ends: lab/output/locks.py watch() returns quietly
 
 
 @app.command("new")

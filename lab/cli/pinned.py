@@ -10,7 +10,6 @@ from typing import Annotated, Any
 
 import typer
 
-from lab import report
 from lab.cli.base import _tables, app, err, guarded, out
 from lab.cli.options import (
     DeadlockTimeout,
@@ -25,6 +24,7 @@ from lab.cli.options import (
     variants_of,
 )
 from lab.errors import LabError
+from lab.output import console as report
 from lab.results import results_root
 from lab.servers import open_servers
 
@@ -243,12 +243,12 @@ def explore_cmd(
         return
 
     def body() -> None:
+        from lab.output.explore import print_explore
         from lab.pinned import (
             draw_svg,
             explore,
             isolation_levels,
             pinned_of,
-            print_explore,
             svg_target,
             write_explore,
         )

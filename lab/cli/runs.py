@@ -9,7 +9,6 @@ from typing import Annotated, Any
 
 import typer
 
-from lab import report, timeline
 from lab.cli.base import _tables, app, err, guarded, out
 from lab.cli.options import (
     Actors,
@@ -37,6 +36,8 @@ from lab.cli.options import (
     servers_for,
     variants_of,
 )
+from lab.output import console as report
+from lab.output import timeline
 from lab.results import results_root
 from lab.runner import run_plan
 

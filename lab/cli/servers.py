@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lab import report
 from lab.cli.base import guarded, out, servers_app
+from lab.output import console as report
 from lab.servers import servers_down, servers_up
 
 

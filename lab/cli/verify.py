@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from lab import report
 from lab.cli.base import _tables, app, err, guarded, out
 from lab.cli.options import (
     PgDsn,
@@ -23,6 +22,7 @@ from lab.cli.options import (
     servers_for,
 )
 from lab.errors import LabError
+from lab.output import console as report
 from lab.results import results_root
 from lab.scenario import Scenario
 from lab.servers import Servers
@@ -81,14 +81,13 @@ def verify(
         import time
 
         from lab.lanes import lanes_for, parse_lanes, plan_jobs, run_lanes
+        from lab.output.verdicts import print_summary, print_verdicts
         from lab.profiles import check_profile, profile_settings
         from lab.results import new_run_id
         from lab.runner import drop_spares
         from lab.verify import (
             coverage,
             judge_across,
-            print_summary,
-            print_verdicts,
             save_verdicts,
             steps,
             summarize,
@@ -246,7 +245,8 @@ def _verify_matrix(
     not hold on some version, as verify does."""
     import time
 
-    from lab.matrix import columns, print_matrix, run_matrix
+    from lab.matrix import columns, run_matrix
+    from lab.output.matrix import print_matrix
     from lab.results import new_run_id
     from lab.verify import summarize
 
@@ -290,7 +290,8 @@ def results_cmd(
     """List recorded runs under results/ (newest first)."""
 
     def body() -> None:
-        from lab.diff import list_summaries, print_runs
+        from lab.diff import list_summaries
+        from lab.output.runs import print_runs
 
         if limit < 1:
             raise LabError(f"--limit {limit}: show at least one run")
@@ -313,7 +314,8 @@ def diff(
     """Compare two recorded runs: knobs, servers, outcomes, timings, evidence, claim verdicts."""
 
     def body() -> None:
-        from lab.diff import diff_runs, print_diff
+        from lab.diff import diff_runs
+        from lab.output.runs import print_diff
         from lab.results import load_run, run_folder
 
         fa, fb = run_folder(run_a), run_folder(run_b)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from lab.output import svg as charts
+from lab.output.console import REDIS_HARNESS, measured_text
 from lab.output.published_numbers import Published, published_of
 from lab.records import Verdict
-from lab.report import REDIS_HARNESS, measured_text
 from lab.verify import ScenarioVerdicts, Summary, status_of, summarize
 
 Record = Mapping[str, Any]
