@@ -5,7 +5,7 @@ The documents ran Node 24 + node-postgres against PostgreSQL 17.11 over a networ
 deadlock_timeout = 1 s. Two physical knobs stand for that setup here: `--rtt` (a delay
 proxy process between the actors and PostgreSQL) and `--connect tx-pool:10` (a client
 per transaction attempt from a FIFO pool of 10, node-postgres' default size). The search
-(README.md, "The published seconds") found:
+(docs/published-seconds.md) found:
 
 - the pool, not the network, makes the buggy checkout's ~99 s: tx-pool:10 gives 77 s at
   no added RTT, per-actor connections 4 s at 22 ms;
@@ -35,7 +35,7 @@ from lab.seconds import share_near, wall_not_reproduced, wall_within
 
 POOL = "tx-pool:10"  # node-postgres' `new Pool()` default, a client per transaction attempt
 TOLERANCE = 0.30  # single runs on this shared 2-core machine moved 10-15 % between runs
-SHARE_POINTS = 0.15  # how many carts deadlock varies run to run (see README)
+SHARE_POINTS = 0.15  # how many carts deadlock varies run to run (docs/published-seconds.md)
 GAP_BELOW = 0.5  # the buggy transfer stays under half the published seconds (measured x0.14-0.17)
 # How many of the 40 transfers end in 40P01 moved between single runs (55 % once, 70 % on
 # a rerun, published 72 %): the share is judged on 3 runs and must hold in 2 of them, which
@@ -142,6 +142,7 @@ def transfer_seconds(measured: Mapping[str, Sequence[Measured]]) -> tuple[Claim,
             GAP_BELOW,
             TRANSFER,
             "the buggy transfer stays far below it at every physical setting tried (RTT "
-            "0-200 ms; pools of 2, 10 or one per actor; deadlock_timeout 1 s; README)",
+            "0-200 ms; pools of 2, 10 or one per actor; deadlock_timeout 1 s; "
+            "docs/published-seconds.md)",
         ),
     )

@@ -12,7 +12,7 @@ Published:  200 carts, half reversed, 5 ms between updates: cart order
             {"ok":9,"40P01":31} in 20.7 s vs {"ok":40} in 6.1 s (PostgreSQL 17.11,
             deadlock_timeout=1s, Node 24 + node-postgres) — deadlock-distributed-lock-cron.vi.txt
 See:        claims DL-1..DL-5 in claims.py; expected/ has the schedules' transcripts;
-            README "Arrival decides the wall time" for what arrival does to wall time.
+            docs/arrival.md for what arrival does to wall time.
 """
 
 from __future__ import annotations

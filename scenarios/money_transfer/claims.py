@@ -20,7 +20,7 @@ deadlock at a time (~1.07 s each) but then every transfer succeeds (40 ok, 68 at
 30 s). What stretched the published run further is not in the document. With node's pool
 (--connect tx-pool:10) and a network (--rtt 0-200 ms) the buggy batch takes 42-76 s; case
 `node` (rtt 36 ms) matches the fixed 5841 ms and the buggy counts and attempts, not its
-seconds (README, "The published seconds").
+seconds (docs/published-seconds.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Symptom:    two buyers of the last item both get "ok"; stock goes 1 -> 0 but 2 w
 Root cause: read the stock, decide in the app, write the result: a plain SELECT takes no
             lock, so both buyers read 1.
 Fix:        one guarded statement: UPDATE ... SET qty = qty - 1 WHERE qty >= 1.
-See:        `locklab run tests/data/user_scenarios/my_checkout.py` (README: scenario files).
+See:        `locklab run tests/data/user_scenarios/my_checkout.py` (docs/scenario-files.md).
 """
 
 from __future__ import annotations
