@@ -2,7 +2,7 @@
 
 Standard library only, and no other lab module: worker children, the fork server and the
 delay proxies import it before anything else, and the reaper (lab/servers/lifecycle.py,
-run as a script) uses it too.
+in an interpreter of its own) uses it too.
 """
 
 from __future__ import annotations

@@ -102,8 +102,12 @@ def _whole_record(path: Path) -> bool:
 
 
 def _reapers(lab_pid: int) -> list[int]:
-    mark = f"lifecycle.py reap {lab_pid} "
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and mark in proc_cmdline(int(p))]
+    mark = f" reap {lab_pid} "  # lifecycle.REAPER's arguments
+    return [
+        int(p)
+        for p in os.listdir("/proc")
+        if p.isdigit() and mark in (cmd := proc_cmdline(int(p))) and "lab.servers.lifecycle" in cmd
+    ]
 
 
 def trial(kind: str, rng: random.Random, tally: Tally) -> str:

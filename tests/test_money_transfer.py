@@ -24,12 +24,16 @@ def held(rec: dict[str, Any]) -> dict[str, bool]:
 
 
 async def test_buggy_loser_retries_whole_transaction(run_scenario: RunFn) -> None:
-    """LC-2: the 40P01 loser reruns the transaction from its first read and commits."""
+    """LC-2: the 40P01 loser reruns the transaction from its first read and commits. Its
+    retry is immediate, so it can take its first row back before the winner, woken by the
+    abort, re-locks it, and meet the winner again (seen in about 1 of 3 runs here; the
+    detector may then pick either): every extra attempt is one more 40P01, and both
+    transfers commit in the end, at least one of them after a retry."""
     rec = (await run_scenario(SCENARIO, ["buggy"], n=2, params=FORCED, **FAST_DETECT))["buggy"]
     assert rec["outcomes"] == {"ok": 2}
-    assert rec["counters"]["attempts"] == 3
-    assert rec["counters"]["retried_40P01"] == 1
-    assert rec["counters"]["ok_after_retry"] == 1
+    c = rec["counters"]
+    assert c["attempts"] >= 3 and c["retried_40P01"] == c["attempts"] - 2
+    assert 1 <= c["ok_after_retry"] <= 2
     assert rec["evidence"]["pg_stat_deadlocks"] == 1
     assert rec["evidence"]["deadlocks"]["cycle_lengths"] == {"2": 1}
     assert all(held(rec).values()), rec["invariants"]

@@ -302,11 +302,17 @@ def test_sigkill_of_the_lab_takes_its_servers_along() -> None:
     assert folders and not any(f.exists() for f in folders)
 
 
+def _is_reaper(args: str, owner: int) -> bool:
+    """The reaper's command line: lifecycle.main() run by `python -I -c` (lifecycle.REAPER)
+    with `reap OWNER_PID OWNER_START`."""
+    return "lab.servers.lifecycle" in args and f" reap {owner} " in args
+
+
 def test_the_next_command_stops_what_a_dead_lab_and_reaper_left(tmp_path: Path) -> None:
     """The lab and its reaper both SIGKILLed: the servers stay up, and the next lab
     command stops them, saying so in one line."""
     proc, pids = _start_holder()
-    reapers = [p for p, args in _children(proc.pid) if "lifecycle.py reap" in args]
+    reapers = [p for p, args in _children(proc.pid) if _is_reaper(args, proc.pid)]
     assert reapers, "no reaper watches the lab process"
     for p in reapers:
         os.kill(p, signal.SIGKILL)
