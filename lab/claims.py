@@ -62,7 +62,7 @@ class Claim:
     # A claim that compares cases (the same run at two settings) is judged once, on records
     # named "<variant>@<case>"; its `variants` use those names, its `cases` list the cases.
     across: bool = False
-    # A claim about interleavings is judged on an explore record (lab/pinned.py), not on
+    # A claim about interleavings is judged on an explore record (lab/pinned/), not on
     # load runs: `variants` name the variants explore must cover; the check reads, per
     # variant, its `by_isolation` cells.
     explore: bool = False

@@ -106,8 +106,15 @@ def parse_lock_waits(log: str, database: str | None = None) -> list[dict[str, An
             continue
         if w := _LOCK_WAIT.match(m["msg"]):
             what = w["what"].removesuffix(" for").replace(" while waiting", "")
-            out.append({"pid": int(w["pid"]), "event": what, "mode": w["mode"], "on": w["on"],
-                        "after_ms": float(w["ms"])})  # fmt: skip
+            out.append(
+                {
+                    "pid": int(w["pid"]),
+                    "event": what,
+                    "mode": w["mode"],
+                    "on": w["on"],
+                    "after_ms": float(w["ms"]),
+                }
+            )
     return out[:MAX_LOCK_WAITS]
 
 

@@ -57,8 +57,15 @@ TITLE_ROOM = 1024  # bytes of command line the server keeps for its children's (
 BASE_PRELOAD = ("asyncio", "json", "ctypes", "lab.workers")  # what every worker script uses
 # what the lab's worker scripts import besides (a script importing less loses nothing: the
 # server imports these once, the forks share them)
-PRELOAD = ("asyncpg", "redis.asyncio", "redis.asyncio.retry", "redis.backoff", "lab.redislock",
-           "lab.steps", "lab.scenario")  # fmt: skip
+PRELOAD = (
+    "asyncpg",
+    "redis.asyncio",
+    "redis.asyncio.retry",
+    "redis.backoff",
+    "lab.redislock",
+    "lab.steps",
+    "lab.scenario",
+)
 fallbacks = 0  # workers that got a fresh interpreter because the server could not fork them
 
 
@@ -77,11 +84,20 @@ class _Server:
         try:
             room = "." * TITLE_ROOM  # the server gives it back at once (_retitle)
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "lab.forkserver", str(os.getpid()), str(server_end.fileno()), room],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-m",
+                    "lab.forkserver",
+                    str(os.getpid()),
+                    str(server_end.fileno()),
+                    room,
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 pass_fds=(server_end.fileno(),),
                 start_new_session=True,  # a Ctrl-C is the lab's to handle, not the server's
-            )  # fmt: skip
+            )
         except BaseException:
             lab_end.close()
             raise
@@ -228,8 +244,14 @@ async def start(
     theirs = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
     ours = [pipes[0][1], pipes[1][0], pipes[2][0], pipes[3][0]]
     try:
-        req = {"script": script, "module": module, "args": [] if module else [str(srv.pid)],
-               "cwd": cwd, "env": dict(os.environ), "preload": [*BASE_PRELOAD, *PRELOAD, *preload]}  # fmt: skip
+        req = {
+            "script": script,
+            "module": module,
+            "args": [] if module else [str(srv.pid)],
+            "cwd": cwd,
+            "env": dict(os.environ),
+            "preload": [*BASE_PRELOAD, *PRELOAD, *preload],
+        }
         srv.request(req, theirs)
     except BaseException:
         for fd in ours:

@@ -152,9 +152,14 @@ class Provider:
         reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
         try:
             data = json.dumps(body).encode() if body is not None else b""
-            head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Content-Length: {len(data)}",
-                    "Content-Type: application/json", "Connection: close",
-                    *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+            head = [
+                f"{method} {path} HTTP/1.1",
+                "Host: 127.0.0.1",
+                f"Content-Length: {len(data)}",
+                "Content-Type: application/json",
+                "Connection: close",
+                *(f"{k}: {v}" for k, v in headers.items()),
+            ]
             writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
             await writer.drain()
             raw = await reader.read()

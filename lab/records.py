@@ -1,7 +1,7 @@
 """The shapes of what the lab writes and what claims read, for mypy to check.
 
 A run record is one scenario x variant run (lab/runner.py writes it, `--json` prints
-it); an explore record's per-variant entry (lab/pinned.py) is what explore claims read.
+it); an explore record's per-variant entry (lab/pinned/) is what explore claims read.
 Claims receive either as `Record`: every key optional, so one type serves both and old
 records (which may lack newer keys) stay readable; a misspelt key is a mypy error.
 """

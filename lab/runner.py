@@ -195,9 +195,10 @@ async def drop_run_databases(servers: Servers, run_id: str) -> list[str]:
             str(r["datname"])
             for r in await admin.fetch(
                 "SELECT datname FROM pg_database WHERE left(datname, $1) = $2",
-                len(prefix), prefix,
+                len(prefix),
+                prefix,
             )
-        ]  # fmt: skip
+        ]
         for name in names:
             await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:

@@ -147,10 +147,10 @@ class Scenario:
     uses: frozenset[str] = frozenset({"pg"})  # "pg", "redis"
     # Cases ("" = the profile's own settings) whose claims are about how much this machine
     # can do (a client-bound rate) or read a server-wide figure (the WAL position): verify
-    # runs them with no other run beside them (lab/lanes.py).
+    # runs them with no other run beside them (lab/verify/lanes.py).
     alone: tuple[str, ...] = ()
     # Cases whose claims are real time (a pause against a TTL, ~100 ms apart): verify runs
-    # them beside other such cases only, never beside the CPU-bound runs (lab/lanes.py).
+    # them beside other such cases only, never beside the CPU-bound runs (lab/verify/lanes.py).
     timed: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()  # "DL", "LC", "DP"
     # counter -> label shown in result lines, the documents' way: GETs=2739, DB calls=1

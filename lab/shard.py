@@ -118,10 +118,14 @@ async def _start(module: str) -> tuple[asyncio.subprocess.Process | Forked, int]
             )
         forkserver.fallbacks += 1
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "lab.shard",
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, limit=LINE_LIMIT,
-    )  # fmt: skip
+        sys.executable,
+        "-m",
+        "lab.shard",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=LINE_LIMIT,
+    )
     return proc, os.getpid()
 
 

@@ -86,9 +86,16 @@ class Staged(Pinned):
     explore_steps: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def stage(
-        self, env: Env, variant: str, sessions: SessionsCode, *, explored: bool, label: str,
-        header: str, resolve_timeout: float = STEP_S,
-    ) -> Stage:  # fmt: skip
+        self,
+        env: Env,
+        variant: str,
+        sessions: SessionsCode,
+        *,
+        explored: bool,
+        label: str,
+        header: str,
+        resolve_timeout: float = STEP_S,
+    ) -> Stage:
         """The runner lab.pinned uses for this scenario instead of the Sequencer."""
         procs = {} if self.processes is None else dict(self.processes(env, variant))
         return Stage(env, sessions, procs, label=label, header=header, finish=explored)
@@ -148,9 +155,16 @@ class Stage:
     actors in the lab's loop (connection, code), `processes` those in worker processes."""
 
     def __init__(
-        self, env: Env, sessions: SessionsCode, processes: Mapping[str, InProcess], *,
-        label: str, header: str, finish: bool = False, timeout: float = STEP_S,
-    ) -> None:  # fmt: skip
+        self,
+        env: Env,
+        sessions: SessionsCode,
+        processes: Mapping[str, InProcess],
+        *,
+        label: str,
+        header: str,
+        finish: bool = False,
+        timeout: float = STEP_S,
+    ) -> None:
         self.env, self.label, self.finish, self.timeout = env, label, finish, timeout
         self.transcript = Transcript(header)
         self.waited: list[str] = []  # steps granted to a frozen actor
@@ -226,9 +240,13 @@ class Stage:
     async def _spawn(self, a: _Actor, proc: InProcess) -> None:
         config = {**proc.config, "pinned": True}
         a.worker = await Worker.spawn(
-            proc.script, config, name=f"{self.label} {a.name}",
-            on_event=lambda ev: self._on_event(a, ev), fork=True, preload=("lab.stage",),
-        )  # fmt: skip
+            proc.script,
+            config,
+            name=f"{self.label} {a.name}",
+            on_event=lambda ev: self._on_event(a, ev),
+            fork=True,
+            preload=("lab.stage",),
+        )
 
     async def _fault(self, a: _Actor, step: str, fault: Fault) -> None:
         w, who = a.worker, f"{a.name} {step}"
@@ -354,9 +372,10 @@ class Stage:
                 self._grant(a)
                 await self._settle()
         await until(
-            lambda: all(a.ended for a in self.actors.values()), self.timeout,
+            lambda: all(a.ended for a in self.actors.values()),
+            self.timeout,
             f"{self.label}: every actor to end after the schedule",
-        )  # fmt: skip
+        )
 
     def _settled(self) -> bool:
         for a in self.actors.values():

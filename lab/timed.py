@@ -75,8 +75,14 @@ async def run_steps(
         waited = [what for what, ev in s.guards if not ev.is_set()]
         for what, ev in s.guards:
             await bounded(ev, f"{s.name}: waiting for {what}", seconds, label)
-        ran.append({"step": s.name, "planned_ms": s.planned_ms, "at_ms": round(env.now_ms(), 1),
-                    "waited_for": waited})  # fmt: skip
+        ran.append(
+            {
+                "step": s.name,
+                "planned_ms": s.planned_ms,
+                "at_ms": round(env.now_ms(), 1),
+                "waited_for": waited,
+            }
+        )
         s.action()
         await bounded(s.ends, s.name, seconds, label)
         if check is not None:
@@ -319,8 +325,14 @@ class KeyWatch:
                 how = "expired" if expired else "deleted"
                 known = math.isfinite(deadline)  # the key had a TTL
                 start = max(cur["after"], deadline - self.ttl_ms) if known else cur["start_ms"]
-                span = {"who": cur["who"], "start_ms": start, "end_ms": end,
-                        "last_sent": cur["last_sent"], "gone_reply": reply, "how": how}  # fmt: skip
+                span = {
+                    "who": cur["who"],
+                    "start_ms": start,
+                    "end_ms": end,
+                    "last_sent": cur["last_sent"],
+                    "gone_reply": reply,
+                    "how": how,
+                }
                 self.spans.append(span)
                 self.env.trace("redis", f"lease of {cur['who']} {span['how']}", at_ms=end)
                 self.gone(cur["who"]).set()
@@ -328,14 +340,24 @@ class KeyWatch:
             if who is not None:
                 lo, hi = (sent + pttl, reply + pttl) if pttl >= 0 else (math.inf, -math.inf)
                 start = max(self._prev_sent, _middle(lo, hi) - self.ttl_ms) if pttl >= 0 else sent
-                self._cur = {"who": who, "start_ms": start, "after": self._prev_sent,
-                             "last_sent": sent, "lo": lo, "hi": hi}  # fmt: skip
+                self._cur = {
+                    "who": who,
+                    "start_ms": start,
+                    "after": self._prev_sent,
+                    "last_sent": sent,
+                    "lo": lo,
+                    "hi": hi,
+                }
                 self.env.trace("redis", f"lock value is {who}'s token", at_ms=start, pttl=pttl)
         self._prev_sent = sent
 
     def stats(self) -> dict[str, Any]:
-        return {"what": "GET + PTTL in one MULTI", "every_ms": OBSERVE_MS, "polls": self._polls,
-                "max_gap_ms": round(self._max_gap, 1)}  # fmt: skip
+        return {
+            "what": "GET + PTTL in one MULTI",
+            "every_ms": OBSERVE_MS,
+            "polls": self._polls,
+            "max_gap_ms": round(self._max_gap, 1),
+        }
 
 
 def _middle(lo: float, hi: float) -> float:

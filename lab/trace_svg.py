@@ -98,7 +98,7 @@ class Picture:
 
 
 def picture_of(run: Mapping[str, Any], caption: str = "") -> Picture | None:
-    """The picture of a run's JSON (lab/pinned.py PinnedResult.to_json); None without
+    """The picture of a run's JSON (lab/pinned/schedules.py PinnedResult.to_json); None without
     measured times (a record older than them)."""
     timing = run.get("timing") or {}
     raw = timing.get("steps") or []

@@ -361,8 +361,11 @@ async def next_of(
 
     async def look() -> tuple[Worker, Event]:
         while True:
-            hits = [(hit[1].t, n, w, hit) for n, w in enumerate(workers)
-                    if (hit := w._peek(wanted, "an event")) is not None]  # fmt: skip
+            hits = [
+                (hit[1].t, n, w, hit)
+                for n, w in enumerate(workers)
+                if (hit := w._peek(wanted, "an event")) is not None
+            ]
             if hits:
                 _, _, w, (i, ev) = min(hits, key=lambda h: (h[0], h[1]))
                 w._cursor = i + 1
@@ -400,11 +403,15 @@ async def _start(path: str, folder: Path, fork: bool, preload: Sequence[str]) ->
             except OSError:
                 forkserver.fallbacks += 1  # a fresh interpreter instead, as without `fork`
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, path, str(os.getpid()),
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, cwd=folder,
+        sys.executable,
+        path,
+        str(os.getpid()),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=folder,
         start_new_session=True,  # a Ctrl-C is the lab's to handle, not the worker's
-    )  # fmt: skip
+    )
     return proc, os.getpid()
 
 

@@ -187,7 +187,7 @@ async def test_every_interleaving_takes_a_schema_the_same_way(
         emptyings.append(await fast_reset(conn, base))
         return emptyings[-1]
 
-    monkeypatch.setattr("lab.pinned.fast_reset", counted)
+    monkeypatch.setattr("lab.pinned.database.fast_reset", counted)
     assert servers.pg is not None
     dsn = with_database(servers.pg.dsn, database)
     steps = {"s1": ("read", "take", "commit"), "s2": ("read", "take", "commit")}

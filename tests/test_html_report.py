@@ -223,7 +223,7 @@ def test_page_is_self_contained_and_every_chart_is_well_formed_svg() -> None:
     ):
         assert heading in page, heading
     assert "money-transfer" in page and "bare" in page
-    # escaped in the marks table (by the template) and in the chart's tooltip (by svg.py)
+    # escaped in the marks table (by the template) and in the chart's tooltip (by lab/output/svg/)
     assert 'SET NX -> OK <fence=3> & "quoted"' in visible_text(page).splitlines()
     assert "<fence=3>" not in page
     assert "&lt;fence=3&gt; &amp; &quot;quoted&quot;" in "".join(svgs(page))

@@ -1,4 +1,4 @@
-"""verify on lanes (lab/lanes.py): what may run beside what, and the same verdicts as one
+"""verify on lanes (lab/verify/lanes.py): what may run beside what, and the same verdicts as one
 lane, from real lane processes on real servers; a lane that dies fails the run."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.lanes import Job, order, parse_lanes, past_seconds, pick, plan_jobs, run_lanes
 from lab.runner import admin_connect
 from lab.servers import Servers
 from lab.verify import ScenarioVerdicts, verify_explores, verify_plan, verify_scenario
+from lab.verify.jobs import Job, order, past_seconds, pick, plan_jobs
+from lab.verify.lanes import parse_lanes, run_lanes
 from scenarios import get
 
 

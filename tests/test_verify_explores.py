@@ -35,12 +35,12 @@ async def test_bad_input_in_one_explore_is_raised_as_itself(
 ) -> None:
     """A LabError in one explore stops them all and reaches the caller as a LabError (the
     command's one line), not wrapped in an exception group."""
-    import lab.verify
+    import lab.verify.explore
 
     async def refuse(sc: Scenario, *args: object, **kwargs: object) -> None:
         raise LabError(f"{sc.id}: refused")
 
-    monkeypatch.setattr(lab.verify, "verify_explore", refuse)
+    monkeypatch.setattr(lab.verify.explore, "verify_explore", refuse)
     with pytest.raises(LabError, match="refused"):
         await verify_explores([get("hot-row"), get("lost-update")], "quick", servers, run_id="t")
 

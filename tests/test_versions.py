@@ -140,8 +140,8 @@ def test_matrix_judges_each_claim_on_each_version(tmp_path: Path) -> None:
 def test_matrix_columns_cover_every_build_for_the_scenarios_that_use_it() -> None:
     """A PostgreSQL column per PostgreSQL build, a Redis column per Redis build (the
     default too: a Redis-only scenario runs in no PostgreSQL column)."""
-    from lab.matrix import columns
     from lab.servers.versions import Available
+    from lab.verify.matrix import columns
     from scenarios import by_id
 
     pg = [Available("postgresql", v, Path("/pg"), "test") for v in ("17.10", "15.18")]

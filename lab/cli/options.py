@@ -170,9 +170,19 @@ def plan_for(
 
     base, base_params = profile_settings(scenario, profile, seed, case or "")
     knobs = make_knobs(
-        scenario, n, arrival, connect, deadlock_timeout, seed, actor_timeout, run_timeout, base,
-        rtt, procs, redis_client,
-    )  # fmt: skip
+        scenario,
+        n,
+        arrival,
+        connect,
+        deadlock_timeout,
+        seed,
+        actor_timeout,
+        run_timeout,
+        base,
+        rtt,
+        procs,
+        redis_client,
+    )
     params = parse_params(scenario, param or [], base_params)
     if scenario.validate is not None:  # before any server starts
         scenario.validate(knobs.n, params)

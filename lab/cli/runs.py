@@ -80,11 +80,23 @@ def run(
     def body() -> None:
         sc = find_scenario(scenario)
         plan = plan_for(
-            sc, variants_of(sc, variant), "published", case, param, not no_record,
-            n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt, procs=procs,
+            sc,
+            variants_of(sc, variant),
+            "published",
+            case,
+            param,
+            not no_record,
+            n=n,
+            arrival=arrival,
+            connect=connect,
+            deadlock_timeout=deadlock_timeout,
+            seed=seed,
+            actor_timeout=actor_timeout,
+            run_timeout=run_timeout,
+            rtt=rtt,
+            procs=procs,
             redis_client=redis_client,
-        )  # fmt: skip
+        )
         chosen = list(plan.variants)
         console = out()
         log = err()
@@ -150,11 +162,23 @@ def compare(
     def body() -> None:
         sc = find_scenario(scenario)
         plan = plan_for(
-            sc, list(sc.variants), "quick" if quick else "published", case, param, not no_record,
-            n=n, arrival=arrival, connect=connect, deadlock_timeout=deadlock_timeout, seed=seed,
-            actor_timeout=actor_timeout, run_timeout=run_timeout, rtt=rtt, procs=procs,
+            sc,
+            list(sc.variants),
+            "quick" if quick else "published",
+            case,
+            param,
+            not no_record,
+            n=n,
+            arrival=arrival,
+            connect=connect,
+            deadlock_timeout=deadlock_timeout,
+            seed=seed,
+            actor_timeout=actor_timeout,
+            run_timeout=run_timeout,
+            rtt=rtt,
+            procs=procs,
             redis_client=redis_client,
-        )  # fmt: skip
+        )
         knobs, variants = plan.knobs, list(plan.variants)
         log = err()
         with servers_for([sc], pg_dsn, redis_url, knobs.connect, pg_version, redis_version) as srv:

@@ -80,7 +80,6 @@ def verify(
     def body() -> None:
         import time
 
-        from lab.lanes import lanes_for, parse_lanes, plan_jobs, run_lanes
         from lab.output.verdicts import print_summary, print_verdicts
         from lab.profiles import check_profile, profile_settings
         from lab.results import new_run_id
@@ -93,6 +92,8 @@ def verify(
             summarize,
             verify_recorded,
         )
+        from lab.verify.jobs import plan_jobs
+        from lab.verify.lanes import lanes_for, parse_lanes, run_lanes
         from scenarios import SCENARIOS, by_id
 
         check_profile(profile)
@@ -134,20 +135,38 @@ def verify(
                         bar.describe(f"verify {profile} on {width} lanes")
                         results = asyncio.run(
                             run_lanes(
-                                plan_jobs(chosen, profile, trials, counterfactual), width, srv,
-                                profile=profile, run_id=run_id, seed=seed, trials=trials,
-                                write=not no_record, on_step=bar.advance, schedule=schedule,
+                                plan_jobs(chosen, profile, trials, counterfactual),
+                                width,
+                                srv,
+                                profile=profile,
+                                run_id=run_id,
+                                seed=seed,
+                                trials=trials,
+                                write=not no_record,
+                                on_step=bar.advance,
+                                schedule=schedule,
                                 counterfactual=counterfactual,
                             )
-                        )  # fmt: skip
+                        )
                         for res in results:
                             if res.error:
-                                log.print(f"locklab: {res.scenario} {res.case} failed: "
-                                          f"{res.error}", markup=False)  # fmt: skip
+                                log.print(
+                                    f"locklab: {res.scenario} {res.case} failed: {res.error}",
+                                    markup=False,
+                                )
                     else:
-                        results = _verify_here(chosen, profile, srv, bar, log, run_id=run_id,
-                                               seed=seed, trials=trials, write=not no_record,
-                                               counterfactual=counterfactual)  # fmt: skip
+                        results = _verify_here(
+                            chosen,
+                            profile,
+                            srv,
+                            bar,
+                            log,
+                            run_id=run_id,
+                            seed=seed,
+                            trials=trials,
+                            write=not no_record,
+                            counterfactual=counterfactual,
+                        )
             for sc in chosen:  # claims that compare a scenario's cases
                 if (across := judge_across(sc, profile, results)) is not None:
                     results.append(across)
@@ -194,7 +213,7 @@ def _verify_here(
     counterfactual: bool = False,
 ) -> list[Any]:
     """verify in the lab's own process (one lane): the loads one after another, then the
-    explores, EXPLORES_AT_ONCE parts side by side (lab/verify.py)."""
+    explores, EXPLORES_AT_ONCE parts side by side (lab/verify/explore.py)."""
     from lab.verify import explore_claims, verify_explores, verify_plan, verify_scenario
 
     results: list[Any] = []
@@ -204,15 +223,23 @@ def _verify_here(
         bar.describe(f"verify {profile}: {name}")
         res = asyncio.run(
             verify_scenario(
-                sc, profile, srv, run_id=run_id, seed=seed, trials=trials,
-                write=write, on_step=bar.advance, case=case,
-                spare=i + 1 < len(runs), counterfactual=counterfactual,
+                sc,
+                profile,
+                srv,
+                run_id=run_id,
+                seed=seed,
+                trials=trials,
+                write=write,
+                on_step=bar.advance,
+                case=case,
+                spare=i + 1 < len(runs),
+                counterfactual=counterfactual,
             )
-        )  # fmt: skip
+        )
         if res.error:
             log.print(f"locklab: {name} failed: {res.error}", markup=False)
         results.append(res)
-    # claims about every interleaving (lab/pinned.py), explores side by side
+    # claims about every interleaving (lab/pinned/), explores side by side
     explored = [sc for sc in chosen if explore_claims(sc, profile)]
     if explored:
         bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
@@ -241,14 +268,14 @@ def _verify_matrix(
     write: bool,
     as_json: bool,
 ) -> None:
-    """verify --matrix: claims x server versions (lab/matrix.py); exit 1 if a claim does
+    """verify --matrix: claims x server versions (lab/verify/matrix.py); exit 1 if a claim does
     not hold on some version, as verify does."""
     import time
 
-    from lab.matrix import columns, run_matrix
     from lab.output.matrix import print_matrix
     from lab.results import new_run_id
     from lab.verify import summarize
+    from lab.verify.matrix import columns, run_matrix
 
     started = time.perf_counter()
     cols = columns(chosen)
@@ -264,9 +291,16 @@ def _verify_matrix(
             status.update(f"verify --matrix: {text}")
 
         m = run_matrix(
-            chosen, profile, cols, run_id=run_id, seed=seed, trials=trials, write=write,
-            on_column=on_column, on_step=on_step,
-        )  # fmt: skip
+            chosen,
+            profile,
+            cols,
+            run_id=run_id,
+            seed=seed,
+            trials=trials,
+            write=write,
+            on_column=on_column,
+            on_step=on_step,
+        )
     wall = time.perf_counter() - started
     if as_json:
         sys.stdout.write(

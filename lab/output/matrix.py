@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from lab.matrix import CELL, Matrix, row_verdict
+from lab.verify.matrix import CELL, Matrix, row_verdict
 
 
 def print_matrix(console: Console, matrix: Matrix) -> None:

@@ -35,11 +35,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
@@ -49,148 +48,19 @@ from lab.errors import LabError
 from lab.scenario import Scenario
 from lab.servers import Servers
 from lab.servers.base import PgServer, RedisServer, ServerInfo
-from lab.workers import Child, Event, Worker, WorkerError, next_of
+from lab.verify.jobs import Job, order, past_seconds, pick
+from lab.workers import Event, Worker, WorkerError, next_of
 
 # Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
 # this 2-core machine, idle, `locklab verify --lanes K` alternated (docs/load.md): 4 lanes
 # 57.9-63.5 s, 5 lanes 50.3-55.9 s, faster in each pair run next to each other; 6 lanes
 # 50.3-57.2 s, and the timing claim DL-5 not held once.
 QUICK_LANES = 5
-EXPLORE_CONNECTIONS = 16  # a pinned lab's sessions, its watch and admin connections
 CONNECTION_RESERVE = 10  # left free for the lab's own probes and anything else on the server
 JOB_S = 3600.0  # one job's bound: its own run timeouts end it long before
-STOP_WAIT_S = 30.0
-DROP_S = 30.0  # for the databases a killed lane left  # for a lane to drop its spare database and exit once told to stop
+STOP_WAIT_S = 30.0  # for a lane to drop its spare database and exit once told to stop
+DROP_S = 30.0  # for the databases a killed lane left
 CHILD = Path(__file__).with_name("lane_child.py")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One unit of verify's work, and what it holds while it runs."""
-
-    index: int
-    scenario: Scenario
-    case: str = ""
-    part: int = -1  # an explore part's index; -1: a (scenario, case) load
-    variants: tuple[str, ...] = ()  # an explore part's variants
-    connections: int = 0  # PostgreSQL server connections it takes at most
-    redis: bool = False  # keeps Redis's server-wide counters in its records
-    alone: bool = False  # runs with nothing beside it
-    timed: bool = False  # runs beside other timed jobs only
-    runs: int = 1  # variant runs, every trial counted (a load)
-
-    @property
-    def key(self) -> str:
-        return f"{self.scenario.id}|{self.case}" + (
-            f"|explore-{self.part}" if self.part >= 0 else ""
-        )
-
-    @property
-    def name(self) -> str:
-        if self.part >= 0:
-            return f"{self.scenario.id} explore part {self.part + 1}"
-        return f"{self.scenario.id} [{self.case}]" if self.case else self.scenario.id
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "scenario": self.scenario.id,
-            "case": self.case,
-            "part": self.part,
-            "variants": list(self.variants),
-        }
-
-
-def plan_jobs(
-    scenarios: Sequence[Scenario], profile: str, trials: int | None, counterfactual: bool = False
-) -> list[Job]:
-    """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
-    from lab.profiles import profile_settings
-    from lab.runner import pg_connections
-    from lab.verify import explore_parts, explore_plan, variant_runs, verify_plan
-
-    jobs: list[Job] = []
-    for sc, case in verify_plan(scenarios, profile, trials):
-        knobs, _ = profile_settings(sc, profile, 1, case)
-        runs = variant_runs(sc, profile, trials, case, counterfactual)
-        jobs.append(
-            Job(len(jobs), sc, case, connections=pg_connections(sc, knobs),
-                redis="redis" in sc.uses, alone=case in sc.alone, timed=case in sc.timed,
-                runs=runs)
-        )  # fmt: skip
-    for sc in scenarios:
-        claims, plan = explore_plan(sc, profile, counterfactual)
-        if claims:
-            for i, part in enumerate(explore_parts(sc, plan)):
-                jobs.append(Job(len(jobs), sc, part=i, variants=tuple(part),
-                                connections=EXPLORE_CONNECTIONS,
-                                redis="redis" in sc.uses))  # fmt: skip
-    return jobs
-
-
-EXPLORE_PART_S = 6.0  # a guess at an explore part's seconds, with no verify recorded
-RUN_S = 1.0  # a guess at one variant run's seconds
-
-
-def past_seconds(profile: str, root: Path | None = None) -> dict[str, float]:
-    """What each job took (by Job.key) in the newest recorded verify of `profile` that ran
-    on lanes, to hand out the longest first; empty when there is none."""
-    from lab.results import results_root
-    from lab.verify import VERDICTS_FILE
-
-    base = root or results_root()
-    if not base.is_dir():
-        return {}
-    for folder in sorted((p for p in base.iterdir() if p.name[:1].isdigit()), reverse=True)[:30]:
-        try:
-            data = json.loads((folder / VERDICTS_FILE).read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("summary", {}).get("profile") == profile and data.get("schedule"):
-            return {
-                str(e["job"]): float(e["end_s"]) - float(e["start_s"]) for e in data["schedule"]
-            }
-    return {}
-
-
-def order(jobs: Sequence[Job], past: Mapping[str, float] | None = None) -> list[Job]:
-    """The order lanes take jobs in: the runs that need the machine first (each alone),
-    then the timed runs (together), then the Redis runs (on a shared Redis one at a time:
-    their chain starts early), then the longest first (what each took last time, `past`;
-    else a guess from its variant runs)."""
-    seen = past or {}
-
-    def guess(j: Job) -> float:
-        return seen.get(j.key, EXPLORE_PART_S if j.part >= 0 else RUN_S * j.runs)
-
-    return sorted(jobs, key=lambda j: (not j.alone, not j.timed, not j.redis, -guess(j), j.index))
-
-
-def pick(
-    queue: Sequence[Job], running: Sequence[Job], free_connections: int, shared_redis: bool = True
-) -> Job | None:
-    """The first job of `queue` that may start beside `running` (see the module doc);
-    `shared_redis`: the lanes use one Redis server."""
-    if any(j.alone for j in running):
-        return None
-    redis_busy = shared_redis and any(j.redis for j in running)
-    timed_only = any(j.timed for j in running)
-    used = sum(j.connections for j in running)
-    for job in queue:
-        if job.alone:
-            if not running:
-                return job
-            return None  # it waits for every lane to empty; nothing overtakes it
-        if timed_only and not job.timed:
-            continue
-        if job.timed and running and not timed_only:
-            return None  # it waits for the CPU-bound runs to end; nothing overtakes it
-        if job.redis and redis_busy:
-            continue
-        if running and used + job.connections > free_connections:
-            continue
-        return job
-    return None
 
 
 def lane_redis(servers: Servers, count: int, own: Servers) -> list[RedisServer]:
@@ -230,34 +100,48 @@ def servers_json(
     if pg is not None and pg.logs is not None:
         return None
     return {
-        "pg": None if pg is None else {
-            "info": pg.info.to_json(), "dsn": pg.dsn, "max_connections": pg.max_connections,
+        "pg": None
+        if pg is None
+        else {
+            "info": pg.info.to_json(),
+            "dsn": pg.dsn,
+            "max_connections": pg.max_connections,
             "log_path": str(pg.log_path) if pg.log_path else None,
-            "bindir": str(pg.bindir) if pg.bindir else None, "pid": pg.pid,
+            "bindir": str(pg.bindir) if pg.bindir else None,
+            "pid": pg.pid,
         },
-        "redis": None if redis is None else {
-            "info": redis.info.to_json(), "url": redis.url, "pid": redis.pid,
+        "redis": None
+        if redis is None
+        else {
+            "info": redis.info.to_json(),
+            "url": redis.url,
+            "pid": redis.pid,
         },
         "pgbouncer": dict(servers.pgbouncer),
         "pgbouncer_info": servers.pgbouncer_info.to_json() if servers.pgbouncer_info else None,
-    }  # fmt: skip
+    }
 
 
 def servers_from(data: Mapping[str, Any]) -> Servers:
     """The Servers of `servers_json`: the same servers, none of them this process's to stop."""
     pg, redis, bouncer = data["pg"], data["redis"], data["pgbouncer_info"]
     return Servers(
-        pg=None if pg is None else PgServer(
-            info=ServerInfo(**pg["info"]), dsn=pg["dsn"], max_connections=pg["max_connections"],
+        pg=None
+        if pg is None
+        else PgServer(
+            info=ServerInfo(**pg["info"]),
+            dsn=pg["dsn"],
+            max_connections=pg["max_connections"],
             log_path=Path(pg["log_path"]) if pg["log_path"] else None,
-            bindir=Path(pg["bindir"]) if pg["bindir"] else None, pid=pg["pid"],
+            bindir=Path(pg["bindir"]) if pg["bindir"] else None,
+            pid=pg["pid"],
         ),
-        redis=None if redis is None else RedisServer(
-            ServerInfo(**redis["info"]), redis["url"], pid=redis["pid"]
-        ),
+        redis=None
+        if redis is None
+        else RedisServer(ServerInfo(**redis["info"]), redis["url"], pid=redis["pid"]),
         pgbouncer=dict(data["pgbouncer"]),
         pgbouncer_info=ServerInfo(**bouncer) if bouncer else None,
-    )  # fmt: skip
+    )
 
 
 def parse_lanes(asked: str, profile: str) -> int:
@@ -319,12 +203,17 @@ async def run_lanes(
     outdir = folder / "lanes"
     outdir.mkdir()
     config = {
-        "servers": servers_json(servers), "profile": profile, "run_id": run_id, "seed": seed,
-        "trials": trials, "write": write, "outdir": str(outdir),
+        "servers": servers_json(servers),
+        "profile": profile,
+        "run_id": run_id,
+        "seed": seed,
+        "trials": trials,
+        "write": write,
+        "outdir": str(outdir),
         "counterfactual": counterfactual,
         # a lane runs in a lab folder of its own: the records go where the lab's would
         "results": str(results_root().resolve()),
-    }  # fmt: skip
+    }
     workers: list[Worker] = []
     own = Servers()  # the lanes' own Redis servers
     loads: dict[int, ScenarioVerdicts] = {}
@@ -383,16 +272,20 @@ async def run_lanes(
                 continue
             job = busy.pop(w)
             if schedule is not None:
-                schedule.append({
-                    "job": job.key, "lane": workers.index(w) + 1,
-                    "start_s": round(began[job.index] - t0, 2),
-                    "end_s": round(time.perf_counter() - t0, 2),
-                })  # fmt: skip
+                schedule.append(
+                    {
+                        "job": job.key,
+                        "lane": workers.index(w) + 1,
+                        "start_s": round(began[job.index] - t0, 2),
+                        "end_s": round(time.perf_counter() - t0, 2),
+                    }
+                )
             if ev.name == "refused":
                 raise LabError(str(ev.fields["error"]))
             if ev.name != "done":
-                raise LabError(f"verify {w.name} (pid {w.pid}) failed during {job.name}: "
-                               f"{_why(ev, w)}")  # fmt: skip
+                raise LabError(
+                    f"verify {w.name} (pid {w.pid}) failed during {job.name}: {_why(ev, w)}"
+                )
             payload = _take(Path(str(ev.fields["path"])))
             sid = job.scenario.id
             if job.part < 0:
@@ -445,7 +338,7 @@ async def run_lanes(
     return out
 
 
-def _put(path: Path, payload: Mapping[str, Any]) -> Path:
+def put_json(path: Path, payload: Mapping[str, Any]) -> Path:
     """A job's result, whole or not at all (a pipe line would cap its size)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload, default=str))
@@ -470,65 +363,3 @@ async def _reap(w: Worker) -> None:
     with contextlib.suppress(TimeoutError):
         await within(w.proc.wait(), 5.0)
     await w.close()
-
-
-# --- the lane's side (lab/lane_child.py) ---------------------------------------------------
-
-
-async def child_main(child: Child) -> None:
-    """Run the jobs the lab sends, one at a time, until it says stop (or SIGTERM)."""
-    from lab.runner import drop_spares
-    from scenarios import by_id
-
-    cfg = child.config
-    os.environ["LOCKLAB_RESULTS"] = cfg["results"]  # lab.results.results_root
-    servers = servers_from(cfg["servers"])
-    catalogue = by_id()
-    task = asyncio.current_task()
-    assert task is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    try:
-        while True:
-            msg = await child.receive()
-            if msg.get("stop"):
-                return
-            job = msg["job"]
-            try:
-                payload = await _run_job(child, cfg, servers, catalogue[job["scenario"]], job)
-            except LabError as exc:
-                child.emit("refused", error=str(exc))
-                continue
-            path = _put(Path(cfg["outdir"]) / f"job-{job['index']}.json", payload)
-            child.emit("done", path=str(path))
-    finally:
-        await drop_spares(servers)
-
-
-async def _run_job(
-    child: Child, cfg: Mapping[str, Any], servers: Servers, sc: Scenario, job: Mapping[str, Any]
-) -> dict[str, Any]:
-    from lab.verify import explore_part, verify_scenario
-
-    if job["part"] < 0:
-        res = await verify_scenario(
-            sc, cfg["profile"], servers, run_id=cfg["run_id"], seed=cfg["seed"],
-            trials=cfg["trials"], write=cfg["write"], case=job["case"], spare=True,
-            counterfactual=cfg.get("counterfactual", False),
-            on_step=lambda text: child.emit("progress", text=text),
-        )  # fmt: skip
-        return {"verdicts": res.to_json(), "records": res.records}
-    try:
-        record = await explore_part(
-            sc,
-            cfg["profile"],
-            servers,
-            job["variants"],
-            run_id=cfg["run_id"],
-            part=job["part"],
-            counterfactual=cfg.get("counterfactual", False),
-        )
-    except LabError:
-        raise
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"}
-    return {"record": record}

@@ -174,17 +174,25 @@ def run_matrix(
             for sc, case in verify_plan(chosen, profile, trials):
                 res = asyncio.run(
                     verify_scenario(
-                        sc, profile, srv, run_id=col_run, seed=seed, trials=trials,
-                        write=write, on_step=on_step, case=case,
+                        sc,
+                        profile,
+                        srv,
+                        run_id=col_run,
+                        seed=seed,
+                        trials=trials,
+                        write=write,
+                        on_step=on_step,
+                        case=case,
                     )
-                )  # fmt: skip
+                )
                 results.append(res)
             for sc in chosen:  # claims about every interleaving, judged on this column too
                 if explore_claims(sc, profile):
                     ex = asyncio.run(
-                        verify_explore(sc, profile, srv, run_id=col_run, write=write,
-                                       on_step=on_step)
-                    )  # fmt: skip
+                        verify_explore(
+                            sc, profile, srv, run_id=col_run, write=write, on_step=on_step
+                        )
+                    )
                     if ex is not None:
                         results.append(ex)
         for sc in chosen:

@@ -1,0 +1,93 @@
+"""Pinned runs: one schedule (`locklab trace`) or every interleaving (`locklab explore`).
+
+One database serves a whole command: before each run its ``public`` schema is dropped
+and the scenario's setup runs again (a scenario with a ``schema`` has its tables emptied
+instead, while nothing changed them: lab/fastreset.py), each session gets a fresh
+connection, and after the
+run the sessions' backends are terminated (waiting until they are gone, so no lock of one
+run outlives it). The scenario's invariants are checked after every run, as after a load.
+
+An explore record keeps, per variant and isolation level, how many interleavings kept
+every invariant, how many broke one and how (each session's outcome word or SQLSTATE),
+how many were invalid (a blocked session asked for its next step), the first failing
+schedule's transcript and the canonical schedules' results. Claims marked ``explore``
+are judged on it (``locklab verify``).
+
+Every run keeps the times its runner measured (``timing``: each step's grant, block and
+end in ms from the schedule's start). A trace record keeps its runs so, and says where
+``--svg`` drew them; ``locklab report`` draws the runs of both records (lab/trace_svg.py).
+
+The package: ``schedules``, ``database``, ``trace``, ``explore``, ``claims``; what is public is re-exported here.
+"""
+
+from __future__ import annotations
+
+from lab.pinned.claims import (
+    RC,
+    broke_in_some,
+    canonical,
+    error_in,
+    kept_in_all,
+    nobody_waited,
+    on_canonical,
+    waited_in,
+)
+from lab.pinned.database import PinnedDatabase, PinnedLab, pinned_lab, watch_pool
+from lab.pinned.explore import explore, explore_path, merge_explores, write_explore
+from lab.pinned.schedules import (
+    EXPLORE_DIR,
+    STEP_ERROR,
+    TRACE_DIR,
+    PinnedResult,
+    check_steps,
+    expected_dir,
+    expected_name,
+    isolation_levels,
+    pinned_of,
+    schedules_for,
+)
+from lab.pinned.trace import (
+    draw_svg,
+    drawn_of,
+    drawn_runs,
+    svg_target,
+    trace,
+    trace_record,
+    write_trace,
+)
+
+__all__ = [
+    "EXPLORE_DIR",
+    "RC",
+    "STEP_ERROR",
+    "TRACE_DIR",
+    "PinnedDatabase",
+    "PinnedLab",
+    "PinnedResult",
+    "broke_in_some",
+    "canonical",
+    "check_steps",
+    "draw_svg",
+    "drawn_of",
+    "drawn_runs",
+    "error_in",
+    "expected_dir",
+    "expected_name",
+    "explore",
+    "explore_path",
+    "isolation_levels",
+    "kept_in_all",
+    "merge_explores",
+    "nobody_waited",
+    "on_canonical",
+    "pinned_lab",
+    "pinned_of",
+    "schedules_for",
+    "svg_target",
+    "trace",
+    "trace_record",
+    "waited_in",
+    "watch_pool",
+    "write_explore",
+    "write_trace",
+]
