@@ -36,7 +36,7 @@ from lab.errors import LabError
 from lab.spec.databases import Databases
 from lab.spec.expected import compare_expected
 from lab.spec.parse import SpecError, read_spec
-from lab.spec.run import Stopped, run_spec
+from lab.spec.run import Stopped, run_spec_report
 from lab.spec.wire import PgConn
 
 SCHEDULE = "isolation_schedule"
@@ -182,7 +182,9 @@ def run_suite(
     def one(name: str, database: str, by_itself: bool) -> int:
         t0 = time.monotonic()
         startup = {**STARTUP, "application_name": f"isolation/{name}"}
-        text, code = run_spec(specs[name], dsn, database=database, startup=startup, stop=stop)
+        text, code, _ = run_spec_report(
+            specs[name], dsn, database=database, startup=startup, stop=stop
+        )
         same, diff = compare_expected(text, _expected_of(folder, name))
         outcome = SpecOutcome(
             name,
