@@ -1,8 +1,8 @@
 """Pinned runs of a user's own coroutines, for their own pytest suite.
 
-The same machinery as ``locklab trace`` and ``locklab explore`` (``lab.sequencer``), without
+The same machinery as ``locklab trace`` and ``locklab explore`` (``lab.pinned.sequencer``), without
 a scenario file: give a DSN (the plugin's ``locklab_pg_dsn``), a setup, one coroutine per
-session written on ``lab.steps.Session`` step points, and either a schedule or the steps
+session written on ``lab.core.steps.Session`` step points, and either a schedule or the steps
 each session takes::
 
     async def buyer(s: Session) -> str:
@@ -23,7 +23,7 @@ each session takes::
 
 Before every run the database's ``public`` schema is dropped and `setup` runs again (given
 a ``schema=`` coroutine with the DDL, `every_interleaving` makes the tables once and
-empties them between runs instead, as ``locklab explore`` does: lab/fastreset.py); each
+empties them between runs instead, as ``locklab explore`` does: lab/pinned/fastreset.py); each
 session gets a fresh connection, whose backend is ended after the run. The invariant is an
 ``async (db, outcomes) -> bool | None``: False or a failed ``assert`` in it breaks it.
 An interleaving that asks a blocked session for its next step is invalid (skipped and
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
+from lab.core.steps import Session
 from lab.pinned import PinnedDatabase, watch_pool
-from lab.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
-from lab.sequencer import prefixed as _prefixed
-from lab.steps import Session
+from lab.pinned.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
+from lab.pinned.sequencer import prefixed as _prefixed
 
 SessionCode = Callable[[Session], Awaitable[str]]
 Setup = Callable[[asyncpg.Pool], Awaitable[None]]

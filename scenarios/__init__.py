@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lab.scenario import Scenario
+    from lab.core.scenario import Scenario
 
 MODULES: tuple[str, ...] = (
     "checkout_deadlock",

@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Record, all_ok, repeated
-from lab.published import Measured, at_size
-from lab.seconds import share_near, wall_not_reproduced, wall_within
+from lab.core.claims import Claim, Record, all_ok, repeated
+from lab.core.published import Measured, at_size
+from lab.core.seconds import share_near, wall_not_reproduced, wall_within
 
 POOL = "tx-pool:10"  # node-postgres' `new Pool()` default, a client per transaction attempt
 TOLERANCE = 0.30  # single runs on this shared 2-core machine moved 10-15 % between runs

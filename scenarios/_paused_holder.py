@@ -23,9 +23,9 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from lab.aio import until, within
-from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.core.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
-from lab.scenario import Env
 from scenarios.lease_gc_pause import FENCE_INVARIANT, Worker, WorkerProcess, _proc_state
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease, hold
 from scenarios.lease_gc_pause.worker import QuorumLease

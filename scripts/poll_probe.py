@@ -2,7 +2,7 @@
 
 N pollers each do GET, SET NX, sleep 50 ms, forever; after a 1 s warm-up, Redis's own
 GET count over 3 s. Compares redis-py's pooled client, redis-py's pipeline per loop
-tick, and lab/autopipe.py, on asyncio and uvloop. Starts its own embedded Redis.
+tick, and lab/kit/autopipe.py, on asyncio and uvloop. Starts its own embedded Redis.
 
     .venv/bin/python scripts/poll_probe.py [N]        (default 5000)
 """
@@ -60,7 +60,7 @@ class TickPipeline:
 async def probe(url: str, n: int, mode: str) -> str:
     import redis.asyncio as aioredis
 
-    from lab.autopipe import AutoPipeline
+    from lab.kit.autopipe import AutoPipeline
 
     size = n + 4 if mode == "pooled" else 4
     client = aioredis.Redis(

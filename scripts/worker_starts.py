@@ -1,4 +1,4 @@
-"""What a worker start costs, exec'd (a fresh interpreter) against forked (lab/forkserver.py).
+"""What a worker start costs, exec'd (a fresh interpreter) against forked (lab/procs/forkserver.py).
 
 N starts per kind, one after another: the wall time from ``Worker.spawn`` to the worker's
 first event that means it can work (a pod or holder connected and waiting for its first
@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab import forkserver  # noqa: E402
+from lab.procs.workers import Worker  # noqa: E402
 from lab.servers import Servers  # noqa: E402
 from lab.servers.versions import open_for  # noqa: E402
-from lab.workers import Worker  # noqa: E402
 from scenarios.cron_rerun.cron_rerun import Job  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -55,7 +55,7 @@ def worker(kind: str, srv: Servers) -> tuple[str, dict[str, Any], str]:
     if kind == "service":
         cfg = {"redis_url": url, "token": "t", "keys": ["starts:a", "starts:b"]}
         return "scenarios/service_lock_order/worker.py", cfg, "step"
-    return "lab/provider.py", {}, "listening"
+    return "lab/kit/provider.py", {}, "listening"
 
 
 async def one(kind: str, srv: Servers, fork: bool) -> tuple[float, float]:

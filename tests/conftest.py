@@ -18,15 +18,15 @@ from typing import Any
 import asyncpg
 import pytest
 
+from lab.core.knobs import Knobs
+from lab.core.profiles import profile_settings
+from lab.core.records import Verdict
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.profiles import profile_settings
+from lab.load.runner import RunPlan, run_plan
 from lab.pytest_plugin import ServerNeeds
-from lab.records import Verdict
-from lab.runner import RunPlan, run_plan
-from lab.scenario import Scenario
 from lab.servers import Servers
 from lab.servers.embedded import find_pgbouncer
-from lab.workload import Knobs
 
 RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
 

@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.servers.lifecycle import lab_processes, proc_cmdline  # noqa: E402
+from lab.procs.lifecycle import lab_processes, proc_cmdline  # noqa: E402
 
 LAB = [sys.executable, "-m", "lab.cli"]
 ECHOES = ("Traceback", "never retrieved", "Failed to restore")
@@ -106,7 +106,7 @@ def _reapers(lab_pid: int) -> list[int]:
     return [
         int(p)
         for p in os.listdir("/proc")
-        if p.isdigit() and mark in (cmd := proc_cmdline(int(p))) and "lab.servers.lifecycle" in cmd
+        if p.isdigit() and mark in (cmd := proc_cmdline(int(p))) and "lab.procs.lifecycle" in cmd
     ]
 
 

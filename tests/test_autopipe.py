@@ -9,9 +9,9 @@ import uuid
 import pytest
 
 from lab.aio import within
-from lab.autopipe import AutoPipeline, ReplyError, _PyReader, pack
+from lab.kit.autopipe import AutoPipeline, ReplyError, _PyReader, pack
+from lab.kit.waiters import Call, Command, Sleep, Waiter, Waiters, drive
 from lab.servers import Servers
-from lab.waiters import Call, Command, Sleep, Waiter, Waiters, drive
 
 
 @pytest.fixture

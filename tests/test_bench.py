@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lab.bench import pgbench_script, run_bench, run_redis_bench, run_scale
+from lab.load.bench import pgbench_script, run_bench, run_redis_bench, run_scale
+from lab.load.redisbench import find_redis_benchmark
 from lab.output.bench import print_bench, scale_curve
-from lab.redisbench import find_redis_benchmark
 from lab.servers import Servers
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.records import Record
+from lab.core.records import Record
 from scenarios.cache_stampede import SCENARIO
 from scenarios.cache_stampede.wait_window import SAMPLE_S
 from tests.conftest import RunFn

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.claims import PROFILES
-from lab.profiles import profile_settings
-from lab.scenario import Scenario
+from lab.core.claims import PROFILES
+from lab.core.profiles import profile_settings
+from lab.core.scenario import Scenario
 from scenarios import SCENARIOS
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Published")

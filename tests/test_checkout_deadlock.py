@@ -1,6 +1,6 @@
 """checkout-deadlock on real servers: the deadlock happens, the two fixes remove it.
 
-Two carts in opposite order are pinned to schedules (lab/sequencer.py): the server
+Two carts in opposite order are pinned to schedules (lab/pinned/sequencer.py): the server
 reports each cart blocked before the next step is granted, so the cycle is forced by
 what the server says, not by a pause. The load claims run 40 carts at burst.
 """

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from lab.catalogue import CLAIM_IDS, DOCUMENTS, document_ids, reached, render_markdown
 from lab.cli import app
+from lab.core.catalogue import CLAIM_IDS, DOCUMENTS, document_ids, reached, render_markdown
 from scenarios import SCENARIOS
 
 DOC = Path(__file__).parent.parent / "docs" / "claims.md"

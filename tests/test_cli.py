@@ -306,7 +306,7 @@ def _wait_for_children(proc: subprocess.Popen[str], marker: str, errfile: Path) 
 
 def _children(parent: int) -> list[tuple[int, str]]:
     """(pid, command line) of each descendant of `parent` (a forked worker is the child of
-    the lab's fork server, lab/forkserver.py)."""
+    the lab's fork server, lab/procs/forkserver.py)."""
     procs: dict[int, tuple[int, str]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -330,9 +330,9 @@ def _children(parent: int) -> list[tuple[int, str]]:
 
 async def test_an_unexpected_error_in_a_scenario_names_it(servers: Servers) -> None:
     """A script variant (or setup, or invariant) that raises anything becomes one named failure."""
+    from lab.core.scenario import Env, Scenario
     from lab.errors import ScenarioFailure
-    from lab.runner import RunPlan, run_plan
-    from lab.scenario import Env, Scenario
+    from lab.load.runner import RunPlan, run_plan
     from tests.conftest import knobs_for
 
     async def broken(env: Env) -> None:
@@ -350,9 +350,9 @@ async def test_an_unexpected_error_in_a_scenario_names_it(servers: Servers) -> N
 async def test_connections_a_failing_scenario_left_open_are_closed(servers: Servers) -> None:
     """A script that fails between two connects leaves nothing open: the harness
     terminates every connection env.connect() handed out."""
+    from lab.core.scenario import Env, Scenario
     from lab.errors import ScenarioFailure
-    from lab.runner import RunPlan, run_plan
-    from lab.scenario import Env, Scenario
+    from lab.load.runner import RunPlan, run_plan
     from tests.conftest import knobs_for, pgbouncer_available
 
     opened: list[asyncpg.Connection] = []

@@ -1,4 +1,4 @@
-"""Counterfactuals: every claim judged again where it should fail (lab/counterfactual.py)."""
+"""Counterfactuals: every claim judged again where it should fail (lab/verify/counterfactual.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import counterfactual as cf
-from lab.claims import Claim, NotJudged, Record, all_ok, invariants_hold
+from lab.core.claims import Claim, NotJudged, Record, all_ok, invariants_hold
 from lab.verify import Trial, evaluate
+from lab.verify import counterfactual as cf
 
 ROOT = Path(__file__).resolve().parent.parent
 

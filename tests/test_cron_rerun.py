@@ -192,7 +192,7 @@ async def test_a_slow_scram_login_makes_both_pods_bill(run_scenario: RunFn) -> N
     late pod-2 does is judged as held; the fast case runs once (every login costs PBKDF2
     time) and only what is certain of it is asserted: its claim was judged (fitted), not
     its verdict, which a stall of the lab can turn (verify runs three of each)."""
-    from lab.profiles import profile_settings
+    from lab.core.profiles import profile_settings
     from scenarios.cron_rerun import SLOW_LOGIN_MS, SLOW_LOGIN_NEEDED, SLOW_LOGIN_TRIALS
 
     seen: dict[str, dict[str, Any]] = {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.records import Record
+from lab.core.records import Record
 from scenarios.deadlock_traffic import SCENARIO
 from scenarios.deadlock_traffic.claims import CLAIMS
 from scenarios.deadlock_traffic.deadlock_traffic import CASES, POINTS, SIZES
@@ -50,7 +50,7 @@ async def test_more_carts_more_deadlocks_sorted_none(run_scenario: RunFn) -> Non
 
 def test_verify_runs_only_the_buggy_checkout_at_the_smaller_sizes() -> None:
     """verify runs the defaults (200 carts, both variants), then each case with buggy alone."""
-    from lab.profiles import claims_for
+    from lab.core.profiles import claims_for
     from lab.verify import run_variants, verify_plan
 
     plan = verify_plan([SCENARIO], "quick")

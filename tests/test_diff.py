@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lab.diff import diff_runs, list_summaries
+from lab.core.results import write_record
+from lab.output.diff import diff_runs, list_summaries
 from lab.output.runs import print_diff, print_runs
-from lab.results import write_record
 from tests.test_verify import make_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +152,7 @@ def test_a_temp_file_left_by_a_killed_writer_is_not_a_record(
 ) -> None:
     """write_text's temp file does not end in .json: a writer SIGKILLed before its rename
     leaves nothing the readers of a run folder (glob *.json) would take for a record."""
-    from lab import results
+    from lab.core import results
 
     temps: list[str] = []
     real_replace = os.replace
@@ -161,6 +161,6 @@ def test_a_temp_file_left_by_a_killed_writer_is_not_a_record(
         temps.append(src)
         real_replace(src, dst)
 
-    monkeypatch.setattr(os, "replace", spy)  # what lab.results calls
+    monkeypatch.setattr(os, "replace", spy)  # what lab.core.results calls
     results.write_text(tmp_path / "s.buggy.json", "{}")
     assert len(temps) == 1 and not temps[0].endswith(".json")

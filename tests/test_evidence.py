@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.evidence import commandstats_delta, parse_deadlocks, summarize_deadlocks
+from lab.load.evidence import commandstats_delta, parse_deadlocks, summarize_deadlocks
 
 LOG = (Path(__file__).parent / "data" / "deadlock-report.log").read_text()
 DB = "locklab_capture_checkout_deadlock_buggy"
@@ -79,7 +79,7 @@ def test_commandstats_delta() -> None:
 def test_lock_wait_lines_in_log_order() -> None:
     """log_lock_waits lines, as PostgreSQL 17 writes them, become (pid, event, mode, on, ms);
     other databases' lines and other messages are skipped."""
-    from lab.evidence import parse_lock_waits
+    from lab.load.evidence import parse_lock_waits
 
     log = "\n".join(
         [

@@ -1,4 +1,4 @@
-"""The pinned runs' fast reset (lab/fastreset.py): tables emptied back to the schema's
+"""The pinned runs' fast reset (lab/pinned/fastreset.py): tables emptied back to the schema's
 state print the same transcripts as tables made again, and anything it cannot stand in
 for (a step's DDL, a snapshot that keeps the deleted rows) takes the full path."""
 
@@ -10,12 +10,12 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lab.fastreset import fast_reset
+from lab.core.scenario import Scenario
+from lab.core.steps import Session
 from lab.pinned import PinnedDatabase, expected_dir, pinned_lab
-from lab.scenario import Scenario
+from lab.pinned.fastreset import fast_reset
 from lab.servers import Servers
 from lab.servers.base import with_database
-from lab.steps import Session
 from lab.testing import every_interleaving
 from scenarios import SCENARIOS
 from tests.test_pinned import GOLDEN_DEADLOCK_MS, _parts

@@ -1,4 +1,4 @@
-"""lab.forkserver: workers forked from a template process keep lab.workers' protocol and lifetime."""
+"""lab.procs.forkserver: workers forked from a template process keep lab.procs.workers' protocol and lifetime."""
 
 from __future__ import annotations
 
@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from lab import forkserver
 from lab.aio import until
-from lab.servers import lifecycle
-from lab.workers import Worker, WorkerError
+from lab.procs import forkserver, lifecycle
+from lab.procs.workers import Worker, WorkerError
 
 DATA = Path(__file__).parent / "data" / "workers"
 PROBE = DATA / "fork_probe.py"

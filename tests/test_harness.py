@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from lab.aio import until
+from lab.core.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
 from lab.errors import ScenarioFailure
-from lab.runner import RunPlan, run_plan
-from lab.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
+from lab.load.runner import RunPlan, run_plan
 from lab.servers import Servers
 from tests.conftest import knobs_for
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from lab.html_report import parse_published, render, timeline_chart, write_report
-from lab.results import write_record
+from lab.core.results import write_record
+from lab.output.report import parse_published, render, timeline_chart, write_report
 from tests.test_verify import make_record
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -341,7 +341,7 @@ def test_measured_cells_carry_the_scenarios_headline_counters() -> None:
 
 
 def _scale_record() -> dict[str, Any]:
-    """A `bench --scale` record in the shape lab/bench.py writes (figures of one run here)."""
+    """A `bench --scale` record in the shape lab/load/bench.py writes (figures of one run here)."""
     rows = [(50, "direct", 1.067), (200, "direct", 1.044), (1000, "pgbouncer (transaction)", 1.131)]
     return {
         "rounds": 3,

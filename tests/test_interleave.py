@@ -1,4 +1,4 @@
-"""lab/interleave.py on a real server: blocked sessions count as arrived, waits are bounded."""
+"""lab/pinned/interleave.py on a real server: blocked sessions count as arrived, waits are bounded."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from asyncpg.transaction import Transaction
 
-from lab.interleave import (
+from lab.pinned.interleave import (
     InterleaveTimeout,
     Rendezvous,
     done_or_blocked,

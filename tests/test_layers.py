@@ -1,6 +1,7 @@
-"""The lab's imports go one way: no module of lab/ imports, directly or through others, a
-module that imports it back. Every import counts, those inside functions and under
-TYPE_CHECKING too (an import that only hides in a function is still a cycle)."""
+"""The lab's imports go one way: down the layers (LAYERS), and no module of lab/ imports,
+directly or through others, a module that imports it back. Every import counts, those
+inside functions and under TYPE_CHECKING too (an import that only hides in a function is
+still an import)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,33 @@ import ast
 import sys
 from pathlib import Path
 
-import pytest
-
 import lab
 
 ROOT = Path(str(lab.__file__)).parent
-# Not there yet, said so (strict: the mark fails the day the cycle is gone).
-KNOWN = {frozenset({"lab.scenario", "lab.steps"}): "Pinned/Session vs Env/Actor types"}
+# Bottom to top; a module may import its own layer and those below (docs/architecture.md).
+LAYERS: list[tuple[str, ...]] = [
+    ("lab", "lab.errors", "lab.aio"),  # the package, LabError, bounded waits
+    ("lab.procs",),  # processes by PID, child processes, the lab folder and its reaper
+    ("lab.servers",),  # where PostgreSQL, Redis, PgBouncer come from
+    ("lab.kit",),  # parts code under test builds on: Redis clients, a lock, a provider
+    ("lab.core",),  # what a scenario, a claim and a record are
+    ("lab.load",),  # the harness's run: actors, connections, evidence, the record
+    ("lab.pinned",),  # the ordering engine: steps granted in schedule order
+    ("lab.spec",),  # PostgreSQL's isolation specs
+    ("lab.verify",),  # profiles run and claims judged
+    ("lab.output",),  # the console and the HTML page
+    ("lab.cli",),  # the commands
+    ("lab.testing", "lab.pytest_plugin"),  # the pytest API for a user's own tests
+]
+
+
+def layer_of(module: str) -> int:
+    best, rank = "", -1
+    for i, names in enumerate(LAYERS):
+        for n in names:
+            if (module == n or module.startswith(n + ".")) and len(n) > len(best):
+                best, rank = n, i
+    return rank
 
 
 def modules() -> dict[str, Path]:
@@ -89,19 +110,32 @@ def cycles() -> list[frozenset[str]]:
     return found
 
 
-def test_no_import_cycles_but_the_known_ones() -> None:
-    unknown = [sorted(c) for c in cycles() if c not in KNOWN]
-    assert not unknown, f"import cycles: {unknown}"
+def test_every_module_has_a_layer() -> None:
+    """A new module goes into a layer's package (or LAYERS says where it sits)."""
+    assert [m for m in modules() if layer_of(m) < 0] == []
 
 
-@pytest.mark.parametrize(
-    "cycle",
-    [pytest.param(c, marks=pytest.mark.xfail(reason=r, strict=True)) for c, r in KNOWN.items()],
-)
-def test_known_cycles_are_still_there(cycle: frozenset[str]) -> None:
-    """A known cycle, marked: when it is gone this xfail turns into a failure, and the
-    entry comes out of KNOWN."""
-    assert cycle not in cycles()
+def test_imports_go_down_the_layers() -> None:
+    known = modules()
+    up = sorted(
+        f"{m} -> {d}"
+        for m, p in known.items()
+        for d in imports_of(m, p, known)
+        if layer_of(d) > layer_of(m)
+    )
+    assert not up, f"imports that go up a layer: {up}"
+
+
+def test_the_layer_check_sees_an_import_up(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("def f():\n    from lab.cli import app\n")
+    known = {"lab.core.a": tmp_path / "a.py", "lab.cli": tmp_path / "a.py"}
+    assert imports_of("lab.core.a", known["lab.core.a"], known) == {"lab.cli"}
+    assert layer_of("lab.cli") > layer_of("lab.core.a")
+
+
+def test_no_import_cycles() -> None:
+    found = [sorted(c) for c in cycles()]
+    assert not found, f"import cycles: {found}"
 
 
 def test_the_finder_sees_a_cycle_through_a_function_level_import(tmp_path: Path) -> None:
@@ -113,9 +147,9 @@ def test_the_finder_sees_a_cycle_through_a_function_level_import(tmp_path: Path)
 
 
 def test_the_process_helpers_import_only_the_standard_library() -> None:
-    """lab/procs.py is imported first by every child process: no lab module, no
+    """lab/procs/__init__.py is imported first by every child process: no lab module, no
     third-party package."""
-    tree = ast.parse((ROOT / "procs.py").read_text())
+    tree = ast.parse((ROOT / "procs" / "__init__.py").read_text())
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert names <= set(sys.stdlib_module_names) | {"__future__"}, names

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from lab.errors import LabError
+from lab.load.runner import RunPlan, run_plan
 from lab.output.timeline import render
-from lab.runner import RunPlan, run_plan
 from lab.servers import Servers
 from scenarios.lease_gc_pause import SCENARIO, TTL_MS
 from tests.conftest import RunFn, assert_all_held, knobs_for

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from lab.core.records import Record
 from lab.errors import LabError
 from lab.pinned import PinnedResult, expected_dir, explore, trace
-from lab.records import Record
 from lab.servers import Servers
 from scenarios.lock_queue import SCENARIO
 from scenarios.lock_queue.claims import PUBLISHED_TREE, READERS, SCHEDULE

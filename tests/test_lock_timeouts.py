@@ -8,7 +8,7 @@ import uuid
 
 import asyncpg
 
-from lab.interleave import task_or_blocked
+from lab.pinned.interleave import task_or_blocked
 from lab.servers import Servers
 from scenarios.lock_timeouts import SCENARIO
 from scenarios.lock_timeouts.lock_timeouts import SLOW, SLOW_PAUSE_MS

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from lab.core.records import InvariantJson, Record
 from lab.errors import LabError
 from lab.pinned import trace
-from lab.records import InvariantJson, Record
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.lock_wait_modes import SCENARIO

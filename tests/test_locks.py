@@ -16,9 +16,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from lab.evidence import blocking_tree
-from lab.interleave import task_or_blocked
-from lab.locks import Holder, snapshot
+from lab.load.evidence import blocking_tree
+from lab.load.locks import Holder, snapshot
+from lab.pinned.interleave import task_or_blocked
 
 ROOT = Path(__file__).resolve().parent.parent
 HOLD_SQL = "UPDATE stock SET qty = qty - 1 WHERE sku = 'A-1'"
@@ -72,7 +72,7 @@ async def test_snapshot_names_waiter_lock_and_holder(blocked: Blocked) -> None:
 
 
 async def test_lab_evidence_is_the_same_tree(blocked: Blocked) -> None:
-    """lab/evidence.py's blocking_tree reads the same function: same pids, blockers, holders."""
+    """lab/load/evidence.py's blocking_tree reads the same function: same pids, blockers, holders."""
     conn = await asyncpg.connect(blocked.dsn)
     try:
         tree = {r["pid"]: r for r in await blocking_tree(conn, blocked.database)}
@@ -141,7 +141,7 @@ async def test_plain_role_sees_the_tree_pg_read_all_stats_sees_queries(blocked: 
 
 async def test_session_is_read_only_and_bounded(locklab_pg_dsn: str) -> None:
     """The settings `locks` connects with: no write can go through, no statement runs long."""
-    from lab.locks import SAFE_SETTINGS
+    from lab.load.locks import SAFE_SETTINGS
 
     conn = await asyncpg.connect(locklab_pg_dsn, server_settings=SAFE_SETTINGS)
     try:

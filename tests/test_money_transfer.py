@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from lab.claims import Record, judge_trials
+from lab.core.claims import Record, judge_trials
+from lab.core.profiles import profile_settings
 from lab.pinned import trace
-from lab.profiles import profile_settings
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.money_transfer import INITIAL_BALANCE, SCENARIO

@@ -1,4 +1,4 @@
-"""lab.pgauth on the real server: a lab-made SCRAM verifier, and the login method read
+"""lab.servers.pgauth on the real server: a lab-made SCRAM verifier, and the login method read
 from the server's first reply."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from lab.pgauth import ROLE_PREFIX, auth_method, scram_verifier, throwaway_role
 from lab.servers import Servers
+from lab.servers.pgauth import ROLE_PREFIX, auth_method, scram_verifier, throwaway_role
 
 
 async def test_the_lab_made_scram_verifier_is_the_servers_own(servers: Servers) -> None:

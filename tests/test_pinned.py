@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
+from lab.core.scenario import Scenario
+from lab.core.steps import parse_step
+from lab.load.runner import admin_connect
 from lab.pinned import check_steps, expected_dir, expected_name, pinned_lab, trace
-from lab.runner import admin_connect
-from lab.scenario import Scenario
 from lab.servers import Servers
-from lab.steps import parse_step
 from scenarios import SCENARIOS
 
 PINNED = [s for s in SCENARIOS if s.pinned is not None]

@@ -1,12 +1,12 @@
-"""lab.provider on a real process: late answers after charging, idempotency keys, the log."""
+"""lab.kit.provider on a real process: late answers after charging, idempotency keys, the log."""
 
 from __future__ import annotations
 
 import pytest
 
 from lab.errors import ScenarioFailure
-from lab.provider import Provider
-from lab.servers import lifecycle
+from lab.kit.provider import Provider
+from lab.procs import lifecycle
 
 LATE_S, TIMEOUT_S = 0.5, 0.05  # the first charge answers late; the client gives up first
 CHARGE = {"customer": "c-1", "period": "2026-09", "amount": 100}

@@ -1,10 +1,10 @@
-"""The documents' measured runs as data (lab.published): one line printed from them,
+"""The documents' measured runs as data (lab.core.published): one line printed from them,
 records that keep them, and a report that draws them without re-parsing prose."""
 
 from __future__ import annotations
 
-from lab.html_report import published_of
-from lab.published import Measured, at_size, published_line
+from lab.core.published import Measured, at_size, published_line
+from lab.output.report import published_of
 from scenarios import get
 
 BUGGY_200 = Measured(n=200, outcomes={"ok": 4, "40P01": 196}, wall_ms=99403)

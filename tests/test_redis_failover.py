@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lab.servers.lifecycle import lab_processes
+from lab.procs.lifecycle import lab_processes
 from scenarios.redis_failover import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import LAB, ROOT, _children, assert_gone
@@ -74,7 +74,7 @@ def test_nothing_of_the_group_outlives_the_lab(tmp_path: Path, sig: int) -> None
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "the Sentinels never started"
             time.sleep(0.02)
-        group = sorted({*_group(proc.pid, "redis-server"), *_group(proc.pid, "lab.netdelay")})
+        group = sorted({*_group(proc.pid, "redis-server"), *_group(proc.pid, "lab.procs.netdelay")})
         assert len(group) >= 6, group  # 3 Sentinels, primary, replica, link proxy
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)

@@ -1,4 +1,4 @@
-"""Redis's own counts sampled over a run (lab/redisstats.py), on the session's real Redis."""
+"""Redis's own counts sampled over a run (lab/load/redisstats.py), on the session's real Redis."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from lab.redisstats import Rate, Sample, Sampler, limit, preconnect, rate
+from lab.load.redisstats import Rate, Sample, Sampler, limit, preconnect, rate
 from lab.servers import Servers
 
 GETS = 300

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.servers import Servers, lifecycle, servers_down
-from lab.servers.lifecycle import (
+from lab.procs import lifecycle
+from lab.procs.lifecycle import (
     MARKER,
     PREFIX,
     PROCS,
@@ -32,6 +32,7 @@ from lab.servers.lifecycle import (
     proc_start,
     sweep_orphans,
 )
+from lab.servers import Servers, servers_down
 from tests.test_cli import LAB, ROOT, _children, assert_gone, locklab
 
 NOBODY = ("nobody", "nogroup")
@@ -190,7 +191,7 @@ NOBODY_CHECK = """
 import json, os, sys
 from pathlib import Path
 from lab.servers import servers_down
-from lab.servers.lifecycle import sweep_orphans
+from lab.procs.lifecycle import sweep_orphans
 print(json.dumps({"down": servers_down(), "sweep": sweep_orphans(), "uid": os.geteuid()}))
 """
 
@@ -305,7 +306,7 @@ def test_sigkill_of_the_lab_takes_its_servers_along() -> None:
 def _is_reaper(args: str, owner: int) -> bool:
     """The reaper's command line: lifecycle.main() run by `python -I -c` (lifecycle.REAPER)
     with `reap OWNER_PID OWNER_START`."""
-    return "lab.servers.lifecycle" in args and f" reap {owner} " in args
+    return "lab.procs.lifecycle" in args and f" reap {owner} " in args
 
 
 def test_the_next_command_stops_what_a_dead_lab_and_reaper_left(tmp_path: Path) -> None:

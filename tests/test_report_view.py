@@ -13,10 +13,10 @@ from typing import Any, cast
 
 import pytest
 
+from lab.core.records import Verdict
 from lab.output.html import render
 from lab.output.report_view import Counts, Page, page_view
 from lab.output.scenario_view import record_verdicts
-from lab.records import Verdict
 from lab.verify import ScenarioVerdicts, summarize
 from tests.test_html_report import sample_run, svgs, visible_text
 from tests.test_verify import make_record

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab import rowgate
+from lab.pinned import rowgate
 
 
 def test_the_trigger_waits_on_the_session_gate_before_each_row_change() -> None:

@@ -15,22 +15,16 @@ import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
-from lab import netdelay
 from lab.aio import within
-from lab.claims import Claim, Record
+from lab.core.claims import Claim, Record
+from lab.core.knobs import connections_needed, parse_connect
+from lab.core.seconds import share_near, wall_not_reproduced, wall_within
 from lab.errors import LabError
+from lab.load.txpool import FifoPool, TxPoolConnection
+from lab.load.workload import measure_rtt, round_trips, start_proxy, via_port
 from lab.procs import alive as pid_alive
-from lab.seconds import share_near, wall_not_reproduced, wall_within
+from lab.procs import netdelay
 from lab.servers import Servers
-from lab.txpool import FifoPool, TxPoolConnection
-from lab.workload import (
-    connections_needed,
-    measure_rtt,
-    parse_connect,
-    round_trips,
-    start_proxy,
-    via_port,
-)
 from scenarios.cache_stampede import SCENARIO as STAMPEDE
 from scenarios.checkout_deadlock import SCENARIO as CHECKOUT
 from scenarios.money_transfer import SCENARIO as TRANSFER
@@ -114,7 +108,7 @@ def test_the_proxy_starts_when_the_lab_holds_over_1024_descriptors() -> None:
 def test_the_proxy_dies_with_its_parent(tmp_path: Path) -> None:
     """A parent killed by SIGKILL (no finally runs) takes its proxy with it."""
     code = (
-        "import sys, time; from lab import netdelay; "
+        "import sys, time; from lab.procs import netdelay; "
         "p = netdelay.spawn(1, 10.0); print(p.pid, flush=True); time.sleep(60)"
     )
     parent = subprocess.Popen(
@@ -141,7 +135,7 @@ def test_ctrl_c_leaves_no_proxy(args: list[str], tmp_path: Path) -> None:
     """SIGINT mid-run with --rtt (PostgreSQL's proxy, Redis's): exit 130, and the proxy
     process (found by PID) is gone."""
     with interruptible(tmp_path, "run", *args) as (proc, errfile):
-        proxies = _wait_for_children(proc, "lab.netdelay", errfile)
+        proxies = _wait_for_children(proc, "lab.procs.netdelay", errfile)
     assert_gone(proxies)
     assert not list(tmp_path.rglob("*.json"))
 
@@ -400,7 +394,7 @@ def test_no_proxy_survives_in_this_process() -> None:
                 args = (entry / "cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"lab.netdelay" in args:
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me and b"lab.procs.netdelay" in args:
                 left.append(int(entry.name))
     assert not left
 

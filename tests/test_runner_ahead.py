@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from lab.runner import RunPlan, database_name, drop_spares, run_plan
+from lab.load.runner import RunPlan, database_name, drop_spares, run_plan
 from lab.servers import Servers
 from scenarios.lost_update import SCENARIO
 from tests.conftest import knobs_for

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
+from lab.core.loader import load_file, load_path
 from lab.errors import LabError
-from lab.loader import load_file, load_path
 from lab.servers import Servers
 
 ROOT = Path(__file__).resolve().parent.parent

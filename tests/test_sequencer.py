@@ -1,4 +1,4 @@
-"""lab/sequencer.py on a real server: steps granted in schedule order, the recorded trace.
+"""lab/pinned/sequencer.py on a real server: steps granted in schedule order, the recorded trace.
 
 Like trio's Sequencer tests, each test asserts the transcript the sequencer recorded:
 what the server answered, and when it reported a session blocked.
@@ -13,8 +13,9 @@ from typing import Any, cast
 import asyncpg
 import pytest
 
-from lab.interleave import InterleaveTimeout
-from lab.sequencer import (
+from lab.core.steps import Session, schedule, show_ids, show_sql
+from lab.pinned.interleave import InterleaveTimeout
+from lab.pinned.sequencer import (
     InvalidPermutation,
     ScheduleError,
     Sequencer,
@@ -22,7 +23,6 @@ from lab.sequencer import (
     interleavings,
 )
 from lab.servers import Servers
-from lab.steps import Session, schedule, show_ids, show_sql
 from tests.conftest import throwaway_database
 
 # The deadlock test asserts s1 (the first waiter) is the victim: that holds only if s2's
@@ -210,7 +210,7 @@ async def test_code_inside_one_step_sleeps_no_other_logic_when_pinned(
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    monkeypatch.setattr("lab.steps.asyncio.sleep", sleep)
+    monkeypatch.setattr("lab.core.steps.asyncio.sleep", sleep)
     pinned = Session("s1", cast(Any, None), 0, gate=cast(Any, object())).inside_step()
     loaded = Session("s1", cast(Any, None), 0).inside_step()
     assert pinned.gate is None and pinned.pinned and not loaded.pinned

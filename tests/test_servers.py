@@ -11,10 +11,10 @@ import pytest
 
 from lab.errors import LabError
 from lab.procs import alive as pid_alive
-from lab.redissentinel import SentinelGroup
 from lab.servers import Servers, docker, open_servers
 from lab.servers.base import check_url, redact, without_password
 from lab.servers.embedded import make_base_dir, remove_base_dir
+from lab.servers.redissentinel import SentinelGroup
 
 
 @pytest.fixture
@@ -172,7 +172,8 @@ def test_a_cache_others_may_write_is_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A template folder with group/other access is not trusted: initdb runs instead."""
-    from lab.servers import lifecycle, pgtemplate
+    from lab.procs import lifecycle
+    from lab.servers import pgtemplate
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = pgtemplate.cache_root() / "k"

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from lab import forkserver
+from lab.core.knobs import Knobs, start_offsets
+from lab.core.scenario import Env, Scenario
 from lab.errors import ScenarioFailure
-from lab.runner import RunPlan, run_plan
-from lab.scenario import Env, Scenario
+from lab.load.runner import RunPlan, run_plan
+from lab.load.shard import deal
+from lab.procs import forkserver
 from lab.servers import Servers
-from lab.shard import deal
-from lab.workload import Knobs, start_offsets
 
 ARRIVAL = "stagger:20ms"
 DIE_AT = 3  # the actor whose worker process dies in the dying variant
@@ -51,7 +51,7 @@ def _plan(variant: str, n: int, procs: int) -> RunPlan:
 
 
 def _children() -> list[int]:
-    """PIDs of this test process's children that run lab.shard, or of its fork servers'."""
+    """PIDs of this test process's children that run lab.load.shard, or of its fork servers'."""
     parents = {os.getpid(), *(s.pid for s in forkserver._servers.values())}
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -60,7 +60,7 @@ def _children() -> list[int]:
             cmdline = (stat.parent / "cmdline").read_bytes()
         except (OSError, ValueError, IndexError):
             continue
-        if ppid in parents and b"lab.shard" in cmdline:
+        if ppid in parents and b"lab.load.shard" in cmdline:
             found.append(int(stat.parent.name))
     return found
 
@@ -116,7 +116,7 @@ def test_procs_takes_auto_or_a_count(spec: str, want: int | None) -> None:
 def test_auto_procs_follows_the_scenario() -> None:
     """auto: one process unless the scenario asks for workers; then one per its share, at
     most its processes per core; a given K is kept (never more than the actors)."""
-    from lab.shard import resolve_procs
+    from lab.load.shard import resolve_procs
     from scenarios.cache_stampede import SCENARIO as STAMPEDE
 
     def knobs(n: int, procs: int = 0) -> Knobs:

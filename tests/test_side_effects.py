@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.kit.provider import PROVIDER
 from lab.procs import alive as pid_alive
-from lab.provider import PROVIDER
 from scenarios.side_effects import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import _wait_for_children, assert_gone, interruptible

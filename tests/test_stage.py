@@ -1,4 +1,4 @@
-"""lab.stage on real worker processes: steps granted in a schedule's order, faults as steps,
+"""lab.pinned.stage on real worker processes: steps granted in a schedule's order, faults as steps,
 `<waiting ...>` for a step granted to a frozen actor, the isolation tester's rules."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from lab.core.scenario import Env
+from lab.core.steps import Session
 from lab.errors import ScenarioFailure
-from lab.scenario import Env
-from lab.sequencer import InvalidPermutation, ScheduleError
-from lab.stage import Fault, InProcess, Stage
-from lab.steps import Session
-from lab.timed import Step, run_steps
+from lab.pinned.sequencer import InvalidPermutation, ScheduleError
+from lab.pinned.stage import Fault, InProcess, Stage
+from lab.pinned.timed import Step, run_steps
 
 SCRIPT = Path(__file__).parent / "data" / "workers" / "stage_worker.py"
 FAULTS = {"pause": Fault("pause"), "wake": Fault("wake"), "kill": Fault("kill")}
@@ -115,7 +115,7 @@ async def test_the_same_schedule_prints_the_same_text() -> None:
 
 
 async def test_timed_steps_run_in_time_order_each_after_the_one_before() -> None:
-    """lab.timed: steps start in planned order (not listed order); one whose end never
+    """lab.pinned.timed: steps start in planned order (not listed order); one whose end never
     comes fails the run, naming the step."""
     order: list[str] = []
     ends = {name: asyncio.Event() for name in ("first", "second")}

@@ -13,7 +13,7 @@ pytest_plugins = ["pytester"]
 USER_SUITE = """
 import asyncio
 
-from lab.steps import Session
+from lab.core.steps import Session
 from lab.testing import every_interleaving
 
 READ = "SELECT qty FROM stock WHERE sku = 'A-1'" + ({lock!r})

@@ -1,11 +1,11 @@
-"""How a timed story ends (lab.timed.end_all, raised), without a server."""
+"""How a timed story ends (lab.pinned.timed.end_all, raised), without a server."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from lab.timed import ProcessActor, end_all, raised
+from lab.pinned.timed import ProcessActor, end_all, raised
 
 
 class _Closed:

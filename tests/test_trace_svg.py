@@ -17,8 +17,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
+from lab.output.trace_svg import Picture, Span, Step, draw, picture_of, shorten
 from lab.servers import Servers
-from lab.trace_svg import Picture, Span, Step, draw, picture_of, shorten
 from tests.test_html_report import CHROMIUM, _browser
 
 SVG = "{http://www.w3.org/2000/svg}"

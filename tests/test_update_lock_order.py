@@ -1,6 +1,6 @@
 """update-lock-order on a real server: plan-dependent lock order of a multi-row UPDATE (LC-1).
 
-The pair is pinned to schedules (lab/sequencer.py): a trigger stops each checkout right
+The pair is pinned to schedules (lab/pinned/sequencer.py): a trigger stops each checkout right
 after it locked a row, on a gate the `gate` session opens; the sequencer moves on when
 the server reports a session blocked. The golden transcripts are diffed by
 tests/test_pinned.py; here the claims are judged as verify judges them.

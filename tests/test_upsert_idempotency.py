@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from lab.core.records import Record
 from lab.errors import LabError
 from lab.pinned import trace
-from lab.records import Record
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.upsert_idempotency import KEY, SCENARIO

@@ -18,13 +18,13 @@ from typing import Any, cast
 import pytest
 from rich.console import Console
 
-from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
+from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
+from lab.core.profiles import claims_for, profile_settings
+from lab.core.records import Verdict
+from lab.core.results import write_record
+from lab.core.scenario import Defaults, Scenario
 from lab.errors import LabError
 from lab.output.verdicts import print_verdicts
-from lab.profiles import claims_for, profile_settings
-from lab.records import Verdict
-from lab.results import write_record
-from lab.scenario import Defaults, Scenario
 from lab.servers import Servers
 from lab.verify import (
     ScenarioVerdicts,
@@ -486,7 +486,7 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
     """run/compare: at the published settings every claim; at quick's, not the published-only
     DL-4; at settings of one's own only the claims made for every profile. A seed or a hard
     timeout does not change the settings; a claim about a case waits for that case."""
-    from lab.profiles import claims_for_run, profiles_of
+    from lab.core.profiles import claims_for_run, profiles_of
 
     toy = replace(TOY, cases={"rr": {"step_pause_ms": 9.0}})
     toy = replace(toy, claims=(*CLAIMS, replace(CLAIMS[2], id="DL-9", cases=("rr",))))
@@ -518,7 +518,7 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
 def test_run_records_carry_the_claims_they_could_not_judge() -> None:
     """The runner attaches verdicts of the judged claims (a chance claim says it is one run)
     and, per variant, the claims left out with the reason."""
-    from lab.runner import RunPlan, _attach_claims
+    from lab.load.runner import RunPlan, _attach_claims
 
     knobs, params = profile_settings(TOY, "published")
     plan = RunPlan(TOY, ["buggy", "fixed"], replace(knobs, n=10), params, "r", write=False)
@@ -537,7 +537,7 @@ def test_run_records_carry_the_claims_they_could_not_judge() -> None:
 
 def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
     """A claim comparing buggy with fixed, on a run of buggy alone: not judged, and why."""
-    from lab.runner import RunPlan, _attach_claims
+    from lab.load.runner import RunPlan, _attach_claims
 
     both = Claim("DL-3", "fixed beats buggy", ("buggy", "fixed"), lambda r: (True, "x"))
     toy = replace(TOY, claims=(both,))
@@ -554,8 +554,8 @@ def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
 def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
     """A wall_not_reproduced claim that holds (the gap is there) is counted apart from the
     held total, named NOT REPRODUCED in the summary line and in its row's word."""
+    from lab.core.seconds import wall_not_reproduced
     from lab.output.verdicts import held_word
-    from lab.seconds import wall_not_reproduced
 
     gap = wall_not_reproduced("DL-7", "buggy", 400_000, 0.5, "node", "the buggy transfer")
     rows: list[Verdict] = [

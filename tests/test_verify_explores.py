@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.scenario import Scenario
 from lab.servers import Servers
 from lab.verify import verify_explores
 from scenarios import get

@@ -1,4 +1,4 @@
-"""lab.workers on real child processes: config in, grants, stamped events, faults, lifetime."""
+"""lab.procs.workers on real child processes: config in, grants, stamped events, faults, lifetime."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.servers import lifecycle
-from lab.workers import Event, Worker, WorkerError, next_of, proc_state
+from lab.procs import lifecycle
+from lab.procs.workers import Event, Worker, WorkerError, next_of, proc_state
 
 DATA = Path(__file__).parent / "data" / "workers"
 ECHO = DATA / "echo_worker.py"

@@ -8,15 +8,10 @@ import itertools
 import asyncpg
 import pytest
 
+from lab.core.knobs import connections_needed, parse_arrival, parse_connect, start_offsets
+from lab.core.outcome import classify, notation, ordered
 from lab.errors import LabError
-from lab.outcome import classify, notation, ordered
-from lab.workload import (
-    connections_needed,
-    hard_limit,
-    parse_arrival,
-    parse_connect,
-    start_offsets,
-)
+from lab.load.workload import hard_limit
 
 
 def test_burst_starts_everyone_at_zero() -> None:

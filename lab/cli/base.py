@@ -79,7 +79,7 @@ def guarded(body: Callable[[], T]) -> T:
 def _sweep_orphans() -> None:
     """Servers left by an earlier lab process that died unable to stop them: stopped now,
     in one line (never fails the command)."""
-    from lab.servers.lifecycle import sweep_orphans, warn
+    from lab.procs.lifecycle import sweep_orphans, warn
 
     try:
         line = sweep_orphans()
@@ -127,4 +127,4 @@ def _options(
 ) -> None:
     """Reproduce concurrency bugs and their fixes against real PostgreSQL and Redis."""
     if results_dir:
-        os.environ["LOCKLAB_RESULTS"] = results_dir  # read by lab.results.results_root()
+        os.environ["LOCKLAB_RESULTS"] = results_dir  # read by lab.core.results.results_root()

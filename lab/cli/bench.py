@@ -14,11 +14,11 @@ import typer
 
 from lab.cli.base import app, err, guarded, out
 from lab.cli.options import NoRecord, PgDsn, Procs, RedisClient, RedisUrl, parse_procs
+from lab.core.knobs import parse_redis_client
+from lab.core.results import results_root
 from lab.errors import LabError
 from lab.output import console as report
-from lab.results import results_root
 from lab.servers import open_servers
-from lab.workload import parse_redis_client
 
 
 @app.command()
@@ -57,7 +57,7 @@ def bench(
     and a record."""
 
     def body() -> None:
-        from lab.results import git_commit, new_run_id, write_json
+        from lab.core.results import git_commit, new_run_id, write_json
 
         if what not in ("checkout", "redis", "isolation"):
             raise LabError(f"bench {what!r}: expected checkout, redis or isolation")
@@ -74,7 +74,7 @@ def bench(
             data = _bench_isolation(specs, lanes, pg_dsn)
             name = "isolation.json"
         elif what == "redis":
-            from lab.bench import REDIS_SIZES
+            from lab.load.bench import REDIS_SIZES
 
             data = _bench_redis(short, (n,) if n else REDIS_SIZES, procs, redis_client, redis_url)
             name = "redis.json"
@@ -99,7 +99,7 @@ def bench(
 
 
 def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
-    from lab.bench import run_bench
+    from lab.load.bench import run_bench
 
     with open_servers(pg_dsn, None, need_redis=False) as srv:
         report.servers(err(), srv.infos(), srv.notes)
@@ -121,7 +121,7 @@ def _bench_isolation(folder: Path, lanes: int, pg_dsn: str | None) -> dict[str, 
 
 
 def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
-    from lab.bench import SCALE_NS, run_scale
+    from lab.load.bench import SCALE_NS, run_scale
     from lab.servers.embedded import find_pgbouncer
 
     try:
@@ -149,7 +149,7 @@ def _bench_redis(
     redis_url: str | None,
 ) -> dict[str, Any]:
     """The stampede at each size, each followed by redis-benchmark on the same Redis."""
-    from lab.bench import run_redis_bench
+    from lab.load.bench import run_redis_bench
 
     k = parse_procs(procs) if procs is not None else 0
     mode = parse_redis_client(redis_client or "pipelined")

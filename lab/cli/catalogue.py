@@ -48,7 +48,7 @@ def claims_cmd(
     def body() -> None:
         from rich.table import Table
 
-        from lab.catalogue import CLAIM_IDS, DOCUMENTS, document_ids, reached, render_markdown
+        from lab.core.catalogue import CLAIM_IDS, DOCUMENTS, document_ids, reached, render_markdown
         from scenarios import SCENARIOS
 
         if markdown or output is not None:
@@ -167,7 +167,7 @@ def locks(
     """Who blocks whom: the pg_blocking_pids() tree, each waiter's lock, wait and holder (read-only)."""
 
     def body() -> None:
-        from lab import locks as lk
+        from lab.load import locks as lk
         from lab.output import locks as drawn
         from lab.servers import kept_servers
         from lab.servers.base import check_url
@@ -212,7 +212,7 @@ def new_cmd(
     def body() -> None:
         from pathlib import Path
 
-        from lab.new import write_skeleton
+        from lab.core.new import write_skeleton
 
         path = write_skeleton(name, Path(folder))
         shown = f"./{path.name}" if folder == "." else str(path)

@@ -10,21 +10,21 @@ from typing import Annotated, Any
 
 import typer
 
+from lab.core.knobs import Knobs, parse_arrival, parse_connect, parse_redis_client
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.netdelay import SERVERS, parse_rtt
-from lab.runner import RunPlan
-from lab.scenario import Scenario
+from lab.load.runner import RunPlan
+from lab.procs.netdelay import SERVERS, parse_rtt
 from lab.servers import Servers
-from lab.workload import Knobs, parse_arrival, parse_connect, parse_redis_client
 
 
 def find_scenario(name: str) -> Scenario:
-    """A catalogue id, or the path of a scenario file (lab/loader.py)."""
+    """A catalogue id, or the path of a scenario file (lab/core/loader.py)."""
     from scenarios import IDS, get
 
     if name in IDS:
         return get(name)  # only its own module is imported
-    from lab.loader import looks_like_path
+    from lab.core.loader import looks_like_path
 
     if looks_like_path(name):
         return find_scenarios(name, many=False)[0]
@@ -41,7 +41,7 @@ def _in_catalogue(name: str) -> bool:
 
 def find_scenarios(name: str, many: bool = True) -> list[Scenario]:
     """What one argument names: a catalogue id, a scenario file, or (`many`) a folder of them."""
-    from lab.loader import load_path, looks_like_path
+    from lab.core.loader import load_path, looks_like_path
     from scenarios import IDS
 
     if name in IDS or not looks_like_path(name):
@@ -165,8 +165,8 @@ def plan_for(
 ) -> RunPlan:
     """The plan of `run` and `compare`: a profile's settings (and a case's), then the
     options the user gave (None where not given)."""
-    from lab.profiles import profile_settings
-    from lab.results import new_run_id
+    from lab.core.profiles import profile_settings
+    from lab.core.results import new_run_id
 
     base, base_params = profile_settings(scenario, profile, seed, case or "")
     knobs = make_knobs(

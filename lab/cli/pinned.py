@@ -23,9 +23,9 @@ from lab.cli.options import (
     servers_for,
     variants_of,
 )
+from lab.core.results import results_root
 from lab.errors import LabError
 from lab.output import console as report
-from lab.results import results_root
 from lab.servers import open_servers
 
 
@@ -74,16 +74,15 @@ def trace_cmd(
         return
 
     def body() -> None:
+        from lab.core.results import new_run_id
+        from lab.output.pictures import draw_svg, svg_target
         from lab.pinned import (
-            draw_svg,
             isolation_levels,
             schedules_for,
-            svg_target,
             trace,
             trace_record,
             write_trace,
         )
-        from lab.results import new_run_id
 
         if expected is not None:
             raise LabError("--expected diffs an isolation spec's output: give a FILE.spec")
@@ -176,7 +175,7 @@ def spec_suite_cmd(
     one differs."""
 
     def body() -> None:
-        from lab.results import new_run_id
+        from lab.core.results import new_run_id
         from lab.servers.versions import open_for
         from lab.spec.suite import run_suite, suite_names, table_lines, write_results
 
@@ -243,16 +242,15 @@ def explore_cmd(
         return
 
     def body() -> None:
+        from lab.core.results import new_run_id
         from lab.output.explore import print_explore
+        from lab.output.pictures import draw_svg, svg_target
         from lab.pinned import (
-            draw_svg,
             explore,
             isolation_levels,
             pinned_of,
-            svg_target,
             write_explore,
         )
-        from lab.results import new_run_id
 
         sc = find_scenario(scenario)
         pinned = pinned_of(sc)
@@ -295,7 +293,7 @@ def _explore_spec(
     as_json: bool,
     no_record: bool,
 ) -> None:
-    from lab.results import new_run_id, write_json
+    from lab.core.results import new_run_id, write_json
     from lab.servers.versions import open_for
     from lab.spec.explore import explore_spec, levels_for, table_lines
     from lab.spec.parse import read_spec

@@ -36,10 +36,10 @@ from lab.cli.options import (
     servers_for,
     variants_of,
 )
+from lab.core.results import results_root
+from lab.load.runner import run_plan
 from lab.output import console as report
 from lab.output import timeline
-from lab.results import results_root
-from lab.runner import run_plan
 
 
 @app.command()
@@ -70,7 +70,7 @@ def run(
 ) -> None:
     """Run a scenario's variants with the same knobs and print them beside the published numbers."""
     args = dict(locals())
-    from lab.loader import is_folder, scenario_files
+    from lab.core.loader import is_folder, scenario_files
 
     if is_folder(scenario) and not _in_catalogue(scenario):  # a folder: each file in turn
         for path in guarded(lambda: scenario_files(scenario)):

@@ -21,10 +21,10 @@ from lab.cli.options import (
     find_scenarios,
     servers_for,
 )
+from lab.core.results import results_root
+from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.output import console as report
-from lab.results import results_root
-from lab.scenario import Scenario
 from lab.servers import Servers
 
 
@@ -80,10 +80,10 @@ def verify(
     def body() -> None:
         import time
 
+        from lab.core.profiles import check_profile, profile_settings
+        from lab.core.results import new_run_id
+        from lab.load.runner import drop_spares
         from lab.output.verdicts import print_summary, print_verdicts
-        from lab.profiles import check_profile, profile_settings
-        from lab.results import new_run_id
-        from lab.runner import drop_spares
         from lab.verify import (
             coverage,
             judge_across,
@@ -272,8 +272,8 @@ def _verify_matrix(
     not hold on some version, as verify does."""
     import time
 
+    from lab.core.results import new_run_id
     from lab.output.matrix import print_matrix
-    from lab.results import new_run_id
     from lab.verify import summarize
     from lab.verify.matrix import columns, run_matrix
 
@@ -324,7 +324,7 @@ def results_cmd(
     """List recorded runs under results/ (newest first)."""
 
     def body() -> None:
-        from lab.diff import list_summaries
+        from lab.output.diff import list_summaries
         from lab.output.runs import print_runs
 
         if limit < 1:
@@ -348,9 +348,9 @@ def diff(
     """Compare two recorded runs: knobs, servers, outcomes, timings, evidence, claim verdicts."""
 
     def body() -> None:
-        from lab.diff import diff_runs
+        from lab.core.results import load_run, run_folder
+        from lab.output.diff import diff_runs
         from lab.output.runs import print_diff
-        from lab.results import load_run, run_folder
 
         fa, fb = run_folder(run_a), run_folder(run_b)
         d = diff_runs(load_run(str(fa)), load_run(str(fb)), fa.name, fb.name)
@@ -373,7 +373,7 @@ def report_cmd(
 
     def body() -> None:
 
-        from lab.html_report import write_report
+        from lab.output.report import write_report
 
         path = write_report(run, Path(output) if output else None)
         out().print(f"wrote {path}", markup=False)

@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lab.netdelay import parse_rtt
-from lab.outcome import notation
+from lab.core.outcome import notation
+from lab.procs.netdelay import parse_rtt
 from lab.servers import ServerInfo
 
 

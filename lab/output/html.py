@@ -14,9 +14,9 @@ from typing import Any
 
 import jinja2
 
+from lab.core.results import load_run, read_record, run_folder, write_text
 from lab.output.report_view import Page, page_view
-from lab.results import load_run, read_record, run_folder, write_text
-from lab.trace_svg import Picture
+from lab.output.trace_svg import Picture
 from lab.verify import ScenarioVerdicts, load_verdicts
 
 TEMPLATE = "report.html.j2"
@@ -54,7 +54,7 @@ def render_records(
 
 def write_report(ref: str, out: Path | None = None) -> Path:
     """Render a recorded run (its id or folder) to `out`, default `<run folder>/report.html`."""
-    from lab.pinned import drawn_runs
+    from lab.output.pictures import drawn_runs
 
     folder = run_folder(ref)
     scale = folder / "bench" / "scale.json"

@@ -10,7 +10,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.tree import Tree
 
-from lab.locks import Session, roots, snapshot
+from lab.load.locks import Session, roots, snapshot
 
 
 def _secs(x: float | None) -> str:

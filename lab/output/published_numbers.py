@@ -1,6 +1,6 @@
 """The document's numbers beside a record: outcome counts, wall ms, attempts, figures.
 
-Declared by the scenario (lab.published, kept in the record as `published_measured`) or,
+Declared by the scenario (lab.core.published, kept in the record as `published_measured`) or,
 for records made before that field existed, parsed from the record's published line.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.published import Measured, at_size
+from lab.core.published import Measured, at_size
 
 Record = Mapping[str, Any]
 
@@ -69,7 +69,7 @@ def parse_published(text: str, n: int | None = None) -> Published | None:
 
 def published_of(rec: Record, n: int | None) -> Published | None:
     """The document's run for this record's variant at size `n`: from the numbers the
-    scenario declared (lab.published, in the record), else, for records made before
+    scenario declared (lab.core.published, in the record), else, for records made before
     those existed, parsed from the published line."""
     declared = [Measured.from_json(m) for m in rec.get("published_measured") or []]
     m = at_size(declared, n)

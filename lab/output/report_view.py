@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lab.diff import servers_text
 from lab.output import svg as charts
+from lab.output.diff import servers_text
 from lab.output.scenario_view import (
     Badge,
     Chart,
@@ -37,7 +37,7 @@ from lab.output.scenario_view import (
     record_verdicts,
     scenario_section,
 )
-from lab.trace_svg import Picture, draw
+from lab.output.trace_svg import Picture, draw
 from lab.verify import ScenarioVerdicts, Summary, merge_cases, summarize
 
 __all__ = [  # the section's types are the page's too

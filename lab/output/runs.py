@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from lab.diff import RunDiff
+from lab.output.diff import RunDiff
 
 
 def print_runs(console: Console, summaries: Sequence[Mapping[str, Any]]) -> None:

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from lab.core.records import Verdict
 from lab.output import svg as charts
 from lab.output.console import REDIS_HARNESS, measured_text
 from lab.output.published_numbers import Published, published_of
-from lab.records import Verdict
 from lab.verify import ScenarioVerdicts, Summary, status_of, summarize
 
 Record = Mapping[str, Any]

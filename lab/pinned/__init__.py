@@ -2,7 +2,7 @@
 
 One database serves a whole command: before each run its ``public`` schema is dropped
 and the scenario's setup runs again (a scenario with a ``schema`` has its tables emptied
-instead, while nothing changed them: lab/fastreset.py), each session gets a fresh
+instead, while nothing changed them: lab/pinned/fastreset.py), each session gets a fresh
 connection, and after the
 run the sessions' backends are terminated (waiting until they are gone, so no lock of one
 run outlives it). The scenario's invariants are checked after every run, as after a load.
@@ -15,7 +15,7 @@ are judged on it (``locklab verify``).
 
 Every run keeps the times its runner measured (``timing``: each step's grant, block and
 end in ms from the schedule's start). A trace record keeps its runs so, and says where
-``--svg`` drew them; ``locklab report`` draws the runs of both records (lab/trace_svg.py).
+``--svg`` drew them; ``locklab report`` draws the runs of both records (lab/output/trace_svg.py).
 
 The package: ``schedules``, ``database``, ``trace``, ``explore``, ``claims``; what is public is re-exported here.
 """
@@ -47,10 +47,6 @@ from lab.pinned.schedules import (
     schedules_for,
 )
 from lab.pinned.trace import (
-    draw_svg,
-    drawn_of,
-    drawn_runs,
-    svg_target,
     trace,
     trace_record,
     write_trace,
@@ -67,9 +63,6 @@ __all__ = [
     "broke_in_some",
     "canonical",
     "check_steps",
-    "draw_svg",
-    "drawn_of",
-    "drawn_runs",
     "error_in",
     "expected_dir",
     "expected_name",
@@ -83,7 +76,6 @@ __all__ = [
     "pinned_lab",
     "pinned_of",
     "schedules_for",
-    "svg_target",
     "trace",
     "trace_record",
     "waited_in",

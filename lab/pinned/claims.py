@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Record, mutation
+from lab.core.claims import Claim, Record, mutation
 
 # --- explore claims ----------------------------------------------------------------------
 # Each check reads, for its variant, the cells of the isolation levels the claim names

@@ -11,13 +11,13 @@ from typing import Any
 
 import asyncpg
 
+from lab.core.scenario import Env, Observer, Scenario, start_observers, stop_observers
 from lab.errors import ScenarioFailure
-from lab.fastreset import Baseline, baseline, fast_reset
+from lab.load.redisclients import redis_client
+from lab.load.runner import GONE, admin_connect, database_name, probe_pg
+from lab.pinned.fastreset import Baseline, baseline, fast_reset
 from lab.pinned.schedules import PinnedResult, pinned_of
-from lab.redisclients import redis_client
-from lab.runner import GONE, admin_connect, database_name, probe_pg
-from lab.scenario import Env, Observer, Scenario, start_observers, stop_observers
-from lab.sequencer import (
+from lab.pinned.sequencer import (
     RESOLVE_S,
     InvalidPermutation,
     Sequencer,
@@ -69,7 +69,7 @@ class PinnedDatabase:
     ) -> None:
         """Drop what the last run made, then run `schema` and `setup`. With a `schema`, a
         database whose public schema is still as `schema` (run for the same `key`) left it
-        is only emptied back to that state (lab/fastreset.py); otherwise public is dropped
+        is only emptied back to that state (lab/pinned/fastreset.py); otherwise public is dropped
         and made again."""
         assert self.pool is not None
         base, self._base = self._base, None  # a reset that fails leaves the full path next
@@ -205,7 +205,7 @@ class PinnedLab(PinnedDatabase):
                 header=self.header(variant, name or "interleaving", isolation),
                 resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
             )
-            # a cast with worker processes and faults (lab/stage.py) has a runner of its own
+            # a cast with worker processes and faults (lab/pinned/stage.py) has a runner of its own
             stage = getattr(pinned, "stage", None)
             own = pinned.ends_by_itself.get(variant, frozenset())
             seq: Any = (

@@ -10,21 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from lab import __version__
-from lab.pinned.database import PinnedLab, pinned_lab
-from lab.pinned.schedules import EXPLORE_DIR, STEP_ERROR, PinnedResult, pinned_of
-from lab.results import (
+from lab.core.results import (
     SCHEMA_VERSION,
     git_commit,
     results_root,
     write_json,
 )
-from lab.scenario import Scenario
-from lab.sequencer import (
+from lab.core.scenario import Scenario
+from lab.core.steps import ISOLATION_LEVELS, Pinned
+from lab.pinned.database import PinnedLab, pinned_lab
+from lab.pinned.schedules import EXPLORE_DIR, STEP_ERROR, PinnedResult, pinned_of
+from lab.pinned.sequencer import (
     count_interleavings,
     interleavings,
 )
 from lab.servers import Servers
-from lab.steps import ISOLATION_LEVELS, Pinned
 
 # --- explore -----------------------------------------------------------------------------
 
@@ -85,7 +85,7 @@ async def explore(
     by_variant: dict[str, dict[str, Any]] = {}
     async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane) as lab:
         for variant, levels in plan.items():
-            # a cast may interleave fewer steps than its schedules name (lab/stage.py)
+            # a cast may interleave fewer steps than its schedules name (lab/pinned/stage.py)
             steps = getattr(pinned, "explore_steps", {}).get(variant) or pinned.steps[variant]
             total = count_interleavings(steps)
             cells: dict[str, Any] = {}

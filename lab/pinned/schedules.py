@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.core.scenario import Check, Scenario
+from lab.core.steps import ISOLATION_LEVELS, Pinned, parse_step
 from lab.errors import LabError
-from lab.scenario import Check, Scenario
-from lab.steps import ISOLATION_LEVELS, Pinned, parse_step
 
 EXPLORE_DIR = "explore"
 TRACE_DIR = "trace"
@@ -32,7 +32,7 @@ class PinnedResult:
     invalid: str = ""  # why the permutation was invalid ("" when it ran)
     invalid_at: int = -1
     evidence: dict[str, Any] = field(default_factory=dict)  # env.extra_evidence of the run
-    timing: dict[str, Any] = field(default_factory=dict)  # lab.sequencer.StepClock.to_json
+    timing: dict[str, Any] = field(default_factory=dict)  # lab.pinned.sequencer.StepClock.to_json
 
     @property
     def kept(self) -> bool:

@@ -20,17 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
-from lab.servers import docker
-from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
-from lab.servers.embedded import (
-    PG_SETTINGS,
-    EmbeddedPgBouncer,
-    EmbeddedPostgres,
-    EmbeddedRedis,
-    make_base_dir,
-    remove_base_dir,
-)
-from lab.servers.lifecycle import (
+from lab.procs.lifecycle import (
     distrust,
     folder_marker,
     folder_of,
@@ -41,6 +31,16 @@ from lab.servers.lifecycle import (
     stop_folder,
     warn,
     write_private_json,
+)
+from lab.servers import docker
+from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
+from lab.servers.embedded import (
+    PG_SETTINGS,
+    EmbeddedPgBouncer,
+    EmbeddedPostgres,
+    EmbeddedRedis,
+    make_base_dir,
+    remove_base_dir,
 )
 
 __all__ = ["PgServer", "RedisServer", "ServerInfo", "Servers", "open_servers"]
@@ -205,7 +205,7 @@ def extra_pgbouncer(
 ) -> tuple[str, Callable[[], None]]:
     """One more PgBouncer like the lab's own, in `pool_mode`, whose `[databases]` line points
     at 127.0.0.1:`upstream_port` instead of PostgreSQL (a delay proxy in front of it:
-    lab/links.py), in a lab folder of its own. (its DSN, a function that stops it by PID
+    lab/load/links.py), in a lab folder of its own. (its DSN, a function that stops it by PID
     and removes the folder). Only in front of the lab's embedded PostgreSQL."""
     pg = servers.pg
     if pg is None or pg.info.kind != "embedded":

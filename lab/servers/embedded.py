@@ -4,7 +4,7 @@ PostgreSQL refuses to run as root, so when euid is 0 its commands run as ``nobod
 ``setpriv`` on a data directory the lab creates and hands to that user; nothing of the
 user's own folders changes permission. Redis and PgBouncer run as that user too: none of
 them needs a privilege, and a server bug should not be root's. Every server is started
-through lab.servers.lifecycle, so it dies with the lab (see there).
+through lab.procs.lifecycle, so it dies with the lab (see there).
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from pathlib import Path
 
 from lab.errors import LabError
 from lab.procs import alive as pid_alive
-from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
-from lab.servers.lifecycle import UNPRIVILEGED as UNPRIVILEGED
-from lab.servers.lifecycle import (
+from lab.procs.lifecycle import UNPRIVILEGED as UNPRIVILEGED
+from lab.procs.lifecycle import (
     as_server_user,
     expect,
     proc_ppid,
@@ -37,9 +36,10 @@ from lab.servers.lifecycle import (
     spawn,
     still_ours,
 )
-from lab.servers.lifecycle import folder_of as folder_of
-from lab.servers.lifecycle import make_base_dir as make_base_dir
-from lab.servers.lifecycle import remove_base_dir as remove_base_dir
+from lab.procs.lifecycle import folder_of as folder_of
+from lab.procs.lifecycle import make_base_dir as make_base_dir
+from lab.procs.lifecycle import remove_base_dir as remove_base_dir
+from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
 
 PG_SETTINGS = {
     # The documents' setup: deadlock_timeout 1s, log_lock_waits off.
@@ -226,7 +226,7 @@ class EmbeddedPostgres:
         self._set_password()
 
     def _run_initdb(self, args: list[str]) -> None:
-        from lab.pgauth import scram_verifier
+        from lab.servers.pgauth import scram_verifier
 
         # initdb insists on a superuser password when host logins need one; this one is
         # thrown away (_set_password sets the server's own), so a template holds none
@@ -249,7 +249,7 @@ class EmbeddedPostgres:
         """The superuser's password, set in single-user mode before the server starts:
         stored as the verifier of SUPERUSER_SCRAM_ITERATIONS rounds (a verifier given as
         the password is kept as it is)."""
-        from lab.pgauth import scram_verifier
+        from lab.servers.pgauth import scram_verifier
 
         verifier = scram_verifier(self.password, SUPERUSER_SCRAM_ITERATIONS)
         cmd = [str(self.bindir / "postgres"), "--single", "-D", str(self.data), "postgres"]

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from lab.aio import within
 from lab.errors import LabError, ScenarioFailure
-from lab.servers.lifecycle import alive, proc_state
+from lab.procs.lifecycle import alive, proc_state
 
 T = TypeVar("T")
 

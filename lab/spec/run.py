@@ -16,7 +16,7 @@ does; at twice the limit the run ends, exit code 1, as the tester exits. (The te
 PostgreSQL 14 and later prints no "invalid permutation detected": a step due on a session
 still waiting waits for it, and so does this runner.)
 
-The lab's ordering engine (lab/sequencer.py) grants steps of Python session code; a spec
+The lab's ordering engine (lab/pinned/sequencer.py) grants steps of Python session code; a spec
 step is one SQL text whose results, notices and completions must print in the tester's
 own order, so this runner keeps the tester's loop itself.
 """

@@ -267,7 +267,7 @@ def table_lines(result: SuiteResult) -> list[str]:
 
 def write_results(result: SuiteResult, folder: Path) -> Path:
     """The record (suite.json), and each spec's output and diff, in `folder`."""
-    from lab.results import write_json, write_text
+    from lab.core.results import write_json, write_text
 
     for name, text in result.outputs.items():
         write_text(folder / f"{name}.out", text)

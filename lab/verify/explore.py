@@ -8,13 +8,13 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lab import counterfactual as cf
-from lab.claims import Claim
+from lab.core.claims import Claim
+from lab.core.profiles import profile_settings, setup_of
+from lab.core.results import read_record
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.profiles import profile_settings, setup_of
-from lab.results import read_record
-from lab.scenario import Scenario
 from lab.servers import Servers
+from lab.verify import counterfactual as cf
 from lab.verify.judge import ScenarioVerdicts, Trial, bare_verdict, evaluate, explore_claims
 
 # --- claims about interleavings -----------------------------------------------------------
@@ -59,7 +59,7 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
     database (a CREATE DATABASE costs about as much as 3-10 interleavings), and parts run
     side by side when lanes are free, so one big scenario does not hold up the end."""
     from lab.pinned import pinned_of
-    from lab.sequencer import count_interleavings
+    from lab.pinned.sequencer import count_interleavings
 
     steps = pinned_of(scenario).steps
     parts: list[list[str]] = [[]]
@@ -79,7 +79,7 @@ def explore_plan(
     """The scenario's explore claims under `profile` and what they need explored: each
     variant they name (with `counterfactual`, also each variant their counterfactuals
     read), at the isolation levels they name it at."""
-    from lab.steps import ISOLATION_LEVELS
+    from lab.core.steps import ISOLATION_LEVELS
 
     claims = explore_claims(scenario, profile)
     names = tuple(scenario.variants)

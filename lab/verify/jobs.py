@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.scenario import Scenario
+from lab.core.scenario import Scenario
 
 EXPLORE_CONNECTIONS = 16  # a pinned lab's sessions, its watch and admin connections
 
@@ -54,8 +54,8 @@ def plan_jobs(
     scenarios: Sequence[Scenario], profile: str, trials: int | None, counterfactual: bool = False
 ) -> list[Job]:
     """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
-    from lab.profiles import profile_settings
-    from lab.runner import pg_connections
+    from lab.core.profiles import profile_settings
+    from lab.load.runner import pg_connections
     from lab.verify import explore_parts, explore_plan, variant_runs, verify_plan
 
     jobs: list[Job] = []
@@ -100,7 +100,7 @@ RUN_S = 1.0  # a guess at one variant run's seconds
 def past_seconds(profile: str, root: Path | None = None) -> dict[str, float]:
     """What each job took (by Job.key) in the newest recorded verify of `profile` that ran
     on lanes, to hand out the longest first; empty when there is none."""
-    from lab.results import results_root
+    from lab.core.results import results_root
     from lab.verify import VERDICTS_FILE
 
     base = root or results_root()

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab import counterfactual as cf
-from lab.catalogue import document_counts
-from lab.claims import NOT_REPRODUCED, Claim, Record, Verdict, judge_trials
-from lab.scenario import Scenario
+from lab.core.catalogue import document_counts
+from lab.core.claims import NOT_REPRODUCED, Claim, Record, Verdict, judge_trials
+from lab.core.scenario import Scenario
+from lab.verify import counterfactual as cf
 
-# How many claims each source document makes (every id is listed in lab/catalogue.py).
+# How many claims each source document makes (every id is listed in lab/core/catalogue.py).
 DOCUMENT_CLAIMS = document_counts()
 TRIAL_DIR = "trial-{k}"
 CASE_DIR = "case-{case}"
@@ -193,7 +193,7 @@ def evaluate(
     the claim asks for) or "not exercised" (the check says this run's settings do not
     exercise it, e.g. a failure mode left off). Nothing is silently dropped. Given the
     scenario's `variants`, each judged verdict also gets its `counterfactual`
-    (lab/counterfactual.py); `setup` says whose settings the run had.
+    (lab/verify/counterfactual.py); `setup` says whose settings the run had.
     """
     out: list[Verdict] = []
     for c in claims:
@@ -233,7 +233,7 @@ def status_of(v: Mapping[str, Any]) -> str:
 
 
 def is_gap(v: Mapping[str, Any]) -> bool:
-    """A claim that a published number is not reproduced (lab.seconds.wall_not_reproduced)."""
+    """A claim that a published number is not reproduced (lab.core.seconds.wall_not_reproduced)."""
     return bool(v.get("gap")) or str(v.get("text", "")).startswith(NOT_REPRODUCED)
 
 

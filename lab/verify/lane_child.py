@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.scenario import Scenario
+from lab.procs.workers import Child, run_child
 from lab.servers import Servers
 
 # Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
@@ -19,16 +20,15 @@ from lab.servers import Servers
 # 57.9-63.5 s, 5 lanes 50.3-55.9 s, faster in each pair run next to each other; 6 lanes
 # 50.3-57.2 s, and the timing claim DL-5 not held once.
 from lab.verify.lanes import put_json, servers_from
-from lab.workers import Child, run_child
 
 
 async def child_main(child: Child) -> None:
     """Run the jobs the lab sends, one at a time, until it says stop (or SIGTERM)."""
-    from lab.runner import drop_spares
+    from lab.load.runner import drop_spares
     from scenarios import by_id
 
     cfg = child.config
-    os.environ["LOCKLAB_RESULTS"] = cfg["results"]  # lab.results.results_root
+    os.environ["LOCKLAB_RESULTS"] = cfg["results"]  # lab.core.results.results_root
     servers = servers_from(cfg["servers"])
     catalogue = by_id()
     task = asyncio.current_task()

@@ -2,7 +2,7 @@
 
 A job is one (scenario, case) of verify's plan with all its trials (lab.verify's
 ``verify_scenario``), or one part of a scenario's explore (``explore_parts``). The lab
-starts ``lanes`` worker processes (lab.workers: the config in, one JSON object per job, they
+starts ``lanes`` worker processes (lab.procs.workers: the config in, one JSON object per job, they
 die with the lab), hands each free lane the first job that may run now, and merges what
 they send back into the verdicts a sequential verify would have made: the same records,
 the same judging, in the plan's order.
@@ -44,12 +44,12 @@ from secrets import token_urlsafe
 from typing import Any
 
 from lab.aio import within
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.scenario import Scenario
+from lab.procs.workers import Event, Worker, WorkerError, next_of
 from lab.servers import Servers
 from lab.servers.base import PgServer, RedisServer, ServerInfo
 from lab.verify.jobs import Job, order, past_seconds, pick
-from lab.workers import Event, Worker, WorkerError, next_of
 
 # Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
 # this 2-core machine, idle, `locklab verify --lanes K` alternated (docs/load.md): 4 lanes
@@ -194,9 +194,9 @@ async def run_lanes(
     from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
 
     scenario_of = {j.scenario.id: j.scenario for j in jobs}
-    from lab.results import results_root
-    from lab.runner import drop_run_databases
-    from lab.servers import lifecycle
+    from lab.core.results import results_root
+    from lab.load.runner import drop_run_databases
+    from lab.procs import lifecycle
 
     free = (servers.pg.max_connections if servers.pg else 10**6) - CONNECTION_RESERVE
     folder = lifecycle.folder_of(lifecycle.make_base_dir())  # swept if the lab is killed

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.core.results import results_root, write_json
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.results import results_root, write_json
-from lab.scenario import Scenario
 from lab.servers.versions import Available, open_for, pg_available, redis_available
 from lab.verify import (
     ScenarioVerdicts,

@@ -7,14 +7,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
-from lab import counterfactual as cf
-from lab.claims import Claim, Record
+from lab.core.claims import Claim, Record
+from lab.core.profiles import claims_for, profile_settings, setup_of
+from lab.core.results import write_record
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.profiles import claims_for, profile_settings, setup_of
-from lab.results import write_record
-from lab.runner import RunPlan, run_plan
-from lab.scenario import Scenario
+from lab.load.runner import RunPlan, run_plan
 from lab.servers import Servers
+from lab.verify import counterfactual as cf
 from lab.verify.judge import (
     CASE_DIR,
     TRIAL_DIR,
@@ -113,7 +113,7 @@ async def verify_scenario(
     `counterfactual`, also the variants the claims' counterfactuals read).
 
     `spare`: another run follows; its first database is made during this one's last
-    variant (lab.runner.RunPlan.spare_after). Trials after the first take one too.
+    variant (lab.load.runner.RunPlan.spare_after). Trials after the first take one too.
 
     A scenario that fails to run (an undeclared outcome, a crash in its code) becomes an
     error on its claims, so one broken scenario does not hide the rest of the catalogue;

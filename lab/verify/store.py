@@ -8,11 +8,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from lab.claims import Verdict
+from lab.core.claims import Verdict
+from lab.core.profiles import check_profile, claims_for, setup_of
+from lab.core.results import read_record, results_root, run_folder, write_json
+from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.profiles import check_profile, claims_for, setup_of
-from lab.results import read_record, results_root, run_folder, write_json
-from lab.scenario import Scenario
 from lab.verify.explore import recorded_explore
 from lab.verify.judge import (
     VERDICTS_FILE,

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lab.core.scenario import Check, Env
+from lab.core.steps import Pinned, Session
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session
 
 # Two job names with the same hashtext(), found by a birthday search on the server:
 #   SELECT h, array_agg(name) FROM (SELECT 'job:report-' || i AS name,

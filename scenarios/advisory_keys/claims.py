@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim
+from lab.core.claims import Claim
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import broke_in_some, kept_in_all, on_canonical, waited_in
-from lab.scenario import Defaults, Scenario
 from scenarios.advisory_keys import advisory_keys as code
 
 ORDER = "b-while-a-holds"

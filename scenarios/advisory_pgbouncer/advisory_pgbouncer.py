@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.scenario import Check, Env
+from lab.core.scenario import Check, Env
 
 JOB_KEY = "job:daily-invoice"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, mutation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record, mutation
+from lab.core.scenario import Defaults, Scenario
 from scenarios.advisory_pgbouncer import advisory_pgbouncer as code
 
 WARNING = "you don't own a lock of type ExclusiveLock"  # the server's, as the document quotes it

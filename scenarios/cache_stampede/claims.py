@@ -7,7 +7,7 @@ Profiles:   defaults are the published run (500 misses, 400 ms rebuild); quick i
             (wait_window.py); -p reference=true runs redis-benchmark -t get on the same
             Redis beside it, which the claim is not judged against. Every run uses the
             documents' client by default: node-redis's way, one connection and commands
-            written without waiting (--redis-client pipelined, lab/autopipe.py), over
+            written without waiting (--redis-client pipelined, lab/kit/autopipe.py), over
             --procs auto worker processes (one per 625 waiters, at most four per core).
             With --redis-client pooled (redis-py) one Python loop makes ~2-3k GET/s here:
             DL-20 is then NOT HELD, or not judged when the client saturated. At a 1 s
@@ -24,7 +24,7 @@ Counting:   counters redis_get/set/del/eval are the client's commands. INFO comm
             `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
             lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
             run of 4 at n=500, where the client's event loop is saturated).
-Python:     each recursive poll is a call of its own (lab/waiters.py's Call), as each
+Python:     each recursive poll is a call of its own (lab/kit/waiters.py's Call), as each
             JavaScript async call is its own promise: like the document's, it never
             overflows a stack; each poll keeps one more generator alive until the answer.
 """
@@ -36,12 +36,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.aio import within
-from lab.claims import Claim, NotJudged, Record, mutation
+from lab.core.claims import Claim, NotJudged, Record, mutation
+from lab.core.outcome import notation
+from lab.core.published import Measured, published_lines
+from lab.core.scenario import Defaults, Env, Scenario
 from lab.errors import LabError
-from lab.outcome import notation
-from lab.published import Measured, published_lines
-from lab.redisstats import preconnect
-from lab.scenario import Defaults, Env, Scenario
+from lab.load.redisstats import preconnect
 from scenarios.cache_stampede import cache_stampede as code
 from scenarios.cache_stampede.wait_window import OBSERVER
 

@@ -2,7 +2,7 @@
 
 The harness starts it after setup and stops it after the requests, before the invariant
 (in the lab's own process, also when the requests ran in worker processes). Meanwhile a
-lab.redisstats.Sampler asks Redis every SAMPLE_S for INFO cpu + commandstats and the
+lab.load.redisstats.Sampler asks Redis every SAMPLE_S for INFO cpu + commandstats and the
 lock's PTTL, with the CPU seconds of the lab's processes and of the machine. At stop it
 leaves as evidence:
 
@@ -11,7 +11,7 @@ leaves as evidence:
   between the first and the last sample inside it, against the demand (waiters x
   1000/poll_ms), with the poll cycle per waiter, both sides' CPU, how busy the machine
   was and which side limits; then, with -p reference=true, `redis-benchmark -t get` on
-  the same Redis (lab/redisbench.py).
+  the same Redis (lab/load/redisbench.py).
 - counters ``max_concurrent_rebuilds`` (the invariant's) and ``rebuilds_after_fill``, from
   the rebuilds every process traced.
 - ``lock_pttl_after_failure_ms`` (DL-21, no finally): the lock's PTTL in the first
@@ -23,10 +23,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lab.core.scenario import Env, Observer
 from lab.errors import LabError
-from lab.redisbench import redis_benchmark
-from lab.redisstats import Sample, Sampler, limit, rate
-from lab.scenario import Env, Observer
+from lab.load.redisbench import redis_benchmark
+from lab.load.redisstats import Sample, Sampler, limit, rate
 from scenarios.cache_stampede.cache_stampede import KEY, LOCK
 
 SAMPLE_S = 0.05  # 20 samples in the 1 s rebuild of DL-20; ~1 ms of CPU each

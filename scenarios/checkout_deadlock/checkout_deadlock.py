@@ -20,9 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lab.core.scenario import Check, Env
+from lab.core.steps import ISOLATION_LEVELS, Pinned, Session
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import ISOLATION_LEVELS, Pinned, Session
 
 SKUS = ("A-1", "B-2")
 STEP = {"A-1": "lock-a", "B-2": "lock-b"}  # the step that updates (and so locks) a SKU's row

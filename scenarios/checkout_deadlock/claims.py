@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
+from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
+from lab.core.published import Measured
+from lab.core.scenario import Defaults, Scenario
+from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import canonical, error_in
-from lab.published import Measured
-from lab.scenario import Defaults, Scenario
-from lab.steps import ISOLATION_LEVELS
 from scenarios._node_seconds import CHECKOUT_CASES, checkout_seconds
 from scenarios.checkout_deadlock import checkout_deadlock as code
 

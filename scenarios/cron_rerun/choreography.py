@@ -13,7 +13,7 @@ One trial, on an empty invoices table; pod-1, pod-2 and the retry are pod.py pro
 Every step waits for the event it depends on, never for wall-clock time; whether pod-2
 tries the lock before or after the crash is the order in which those steps were granted.
 The pods log in as the run's user, or (password_auth) as a throwaway role whose password
-has the run's SCRAM iteration count (lab.pgauth), so a login costs what DL-17 measures.
+has the run's SCRAM iteration count (lab.servers.pgauth), so a login costs what DL-17 measures.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from typing import Any
 
 import asyncpg
 
-from lab import pgauth, workers
 from lab.aio import until
+from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
-from lab.scenario import Env
+from lab.procs import workers
+from lab.servers import pgauth
 from scenarios.cron_rerun.cron_rerun import COUNTS, PERIOD, Billed, Fix, Job
 
 POD = Path(__file__).with_name("pod.py")
@@ -68,7 +69,7 @@ def _fail(env: Env, what: str) -> ScenarioFailure:
 
 
 class Pod:
-    """One pod: a pod.py process (lab.workers), granted step by step."""
+    """One pod: a pod.py process (lab.procs.workers), granted step by step."""
 
     def __init__(self, env: Env, job: Job, worker: workers.Worker, lazy: bool) -> None:
         self.env, self.job, self.name, self.worker, self.lazy = env, job, job.pod, worker, lazy
@@ -80,7 +81,7 @@ class Pod:
         """Start the process; a `lazy` pod connects only when granted its first step."""
         # The job goes over stdin, so a password never shows in argv or the environment.
         config = {"dsn": env.dsn, "login": dict(login), "job": asdict(job), "lazy": lazy}
-        # forked by the fork server (lab/forkserver.py): a process of its own all the same
+        # forked by the fork server (lab/procs/forkserver.py): a process of its own all the same
         worker = await workers.Worker.spawn(POD, config, name=job.pod, ready_s=None, fork=True)
         return cls(env, job, worker, lazy)
 

@@ -8,13 +8,13 @@ PBKDF2 at every login; the connect time is measured per trial), case fast-login 
 with the server's 4096. -p pod2_connect=inside -p password_auth=true -p trials=50
 measures how often both pods bill.
 
-Each claim fails on its counterfactual (lab/counterfactual.py): by default the other
+Each claim fails on its counterfactual (lab/verify/counterfactual.py): by default the other
 kind's record (buggy <-> fixed, in the same case); the mechanisms every variant shares
 (the lock excluding an overlapping pod-2, the fast login's timing) are judged again on
 their own record with the quantity they read changed; LC-3's session-lock side on
 fixed-xact-lock's record, whose transaction stays open.
 
-Fitted (lab/claims.py): after the fast-login control failed (its pod-2 once arrived after
+Fitted (lab/core/claims.py): after the fast-login control failed (its pod-2 once arrived after
 pod-1's 5 x 10 ms job), b44c403 raised SLOW_BILL_PAUSE_MS 10 -> 25 and
 SLOW_SCRAM_ITERATIONS 500,000 -> 600,000 so that the fast login lands inside pod-1's job
 and the slow one outside it. The two claims whose verdict is that timing (fast-login:
@@ -28,9 +28,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, NotJudged, Record, mutation
+from lab.core.claims import Claim, NotJudged, Record, mutation
+from lab.core.scenario import Defaults, Scenario
 from lab.errors import LabError
-from lab.scenario import Defaults, Scenario
 from scenarios.cron_rerun import cron_rerun as code
 from scenarios.cron_rerun.choreography import AFTER_CRASH, BEFORE_CRASH, variant
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import asyncpg
 
-from lab.scenario import Check, Env
+from lab.core.scenario import Check, Env
 
 PERIOD, AMOUNT, LOCK = "2026-09", 100, "billing"
 TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext($1))"

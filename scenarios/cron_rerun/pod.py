@@ -1,6 +1,6 @@
 """One pod of cron-rerun: `run_job` in a process of its own, one granted step at a time.
 
-Run as a script by the lab (lab.workers: it dies with the lab), with the job as its config.
+Run as a script by the lab (lab.procs.workers: it dies with the lab), with the job as its config.
 It connects at once and reports ``connected``, or (``lazy``) connects when granted its
 first step; then every step point of `run_job` waits for a grant of the step ``go``: try
 the lock, bill customer 1..N, finish (unlock or commit). Every step is reported as an
@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from lab.workers import Child, run_child
+from lab.procs.workers import Child, run_child
 
 if __package__:  # imported as a module (mypy, tests)
     from scenarios.cron_rerun.cron_rerun import Job, run_job

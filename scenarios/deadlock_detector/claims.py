@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record
+from lab.core.scenario import Defaults, Scenario
 from scenarios.deadlock_detector import deadlock_detector as code
 from scenarios.deadlock_detector.deadlock_detector import DEADLOCK_TIMEOUT_MS, SHORT_DT_MS
 

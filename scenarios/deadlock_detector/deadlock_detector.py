@@ -34,9 +34,9 @@ from typing import Any
 
 import asyncpg
 
-from lab.scenario import Check, Env, executes
-from lab.sequencer import Sequencer
-from lab.steps import Pinned, Session, schedule, show_sql
+from lab.core.scenario import Check, Env, executes
+from lab.core.steps import Pinned, Session, schedule, show_sql
+from lab.pinned.sequencer import Sequencer
 
 ROWS = ("A", "B")
 DEADLOCK_TIMEOUT_MS = 1000  # the documents' setting

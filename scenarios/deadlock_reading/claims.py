@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.aio import until
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Env, Observer, Scenario
+from lab.core.claims import Claim, Record
+from lab.core.scenario import Defaults, Env, Observer, Scenario
 from scenarios.deadlock_reading import deadlock_reading as code
 
 STATS_SETTLE_S = 10.0  # the victim's count reaches pg_stat_database when its backend flushes

@@ -30,8 +30,8 @@ from typing import Any
 import asyncpg
 
 from lab.aio import until
-from lab.interleave import POLL_S, TIMEOUT_S, done_or_blocked, lock_waiters, task_or_blocked
-from lab.scenario import Env
+from lab.core.scenario import Env
+from lab.pinned.interleave import POLL_S, TIMEOUT_S, done_or_blocked, lock_waiters, task_or_blocked
 
 SKUS = ("A-1", "B-2")
 PERIOD = "2026-11"

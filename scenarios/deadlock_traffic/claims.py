@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, all_ok, deadlocks
-from lab.scenario import Defaults, Scenario
-from lab.steps import as_actor
+from lab.core.claims import Claim, Record, all_ok, deadlocks
+from lab.core.scenario import Defaults, Scenario
+from lab.core.steps import as_actor
 from scenarios.deadlock_traffic import deadlock_traffic as code
 
 

@@ -21,8 +21,8 @@ See:        claim DP-9 in claims.py; scenarios/checkout_deadlock/ (the published
 
 from __future__ import annotations
 
-from lab.scenario import Env
-from lab.steps import Session
+from lab.core.scenario import Env
+from lab.core.steps import Session
 
 # checkout-deadlock's table, stock and invariant: the same checkout, only more carts at once
 from scenarios.checkout_deadlock.checkout_deadlock import SKUS, STEP, TAKE, invariant, schema, setup

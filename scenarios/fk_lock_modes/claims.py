@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.claims import Claim, invariants_hold
+from lab.core.claims import Claim, invariants_hold
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import canonical, error_in, kept_in_all, nobody_waited, on_canonical
-from lab.scenario import Defaults, Scenario
 from scenarios.fk_lock_modes import fk_lock_modes as code
 
 BOTH = ("buggy", "fixed")

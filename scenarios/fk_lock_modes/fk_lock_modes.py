@@ -33,8 +33,8 @@ See:        claims LC-11, LC-13, LC-15 in claims.py; expected/ has the schedules
 
 from __future__ import annotations
 
-from lab.scenario import Check, Env, executes
-from lab.steps import Pinned, Session, schedule
+from lab.core.scenario import Check, Env, executes
+from lab.core.steps import Pinned, Session, schedule
 
 ORDER, CUSTOMER = 42, 7
 LOCK = (

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, invariants_hold
+from lab.core.claims import Claim, Record, invariants_hold
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import canonical, kept_in_all, nobody_waited
-from lab.scenario import Defaults, Scenario
 from scenarios.hot_row import hot_row as code
 
 SPEEDUP = 2.0  # fixed must sell at least this many times as many units per second as buggy

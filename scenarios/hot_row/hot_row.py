@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lab.core.scenario import Check, Env
+from lab.core.steps import Pinned, Session
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session
 
 PRODUCT = 101
 STOCK = 1000

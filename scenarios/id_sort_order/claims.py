@@ -7,9 +7,9 @@ id-sort-order`) the string sort deadlocks in some, the numeric sort in none.
 
 from __future__ import annotations
 
-from lab.claims import all_ok, deadlocks, invariants_hold
+from lab.core.claims import all_ok, deadlocks, invariants_hold
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import canonical, error_in
-from lab.scenario import Defaults, Scenario
 from scenarios.id_sort_order import id_sort_order as code
 
 PUBLISHED = "thứ tự lại không nhất quán và deadlock quay lại"

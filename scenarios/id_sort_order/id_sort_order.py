@@ -19,8 +19,8 @@ See:        claim DL-6 in claims.py; expected/ has the schedules' transcripts. E
 
 from __future__ import annotations
 
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session
+from lab.core.scenario import Check, Env
+from lab.core.steps import Pinned, Session
 
 IDS = (9, 10)
 INITIAL = 1_000_000

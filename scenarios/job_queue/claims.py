@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Record, invariants_hold, mutation
+from lab.core.claims import Claim, Record, invariants_hold, mutation
+from lab.core.scenario import Check, Defaults, Env, Scenario
 from lab.errors import LabError
 from lab.pinned import RC, broke_in_some, canonical, kept_in_all, on_canonical, waited_in
-from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios.job_queue import job_queue as code
 
 PUBLISHED_LINES = (

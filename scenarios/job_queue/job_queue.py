@@ -28,9 +28,9 @@ from functools import partial
 
 import asyncpg
 
+from lab.core.scenario import Env, executes
+from lab.core.steps import Pinned, Session, as_actor, schedule, show_ids, show_sql
 from lab.errors import ScenarioFailure
-from lab.scenario import Env, executes
-from lab.steps import Pinned, Session, as_actor, schedule, show_ids, show_sql
 
 FIRST_JOB = 1001
 DRAIN_TIMEOUT_S = 10.0  # on top of the lease: all jobs done by then, or the run failed

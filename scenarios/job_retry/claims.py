@@ -13,8 +13,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, mutation
-from lab.scenario import Defaults, Env, Observer, Scenario
+from lab.core.claims import Claim, Record, mutation
+from lab.core.scenario import Defaults, Env, Observer, Scenario
 from scenarios.job_retry import job_retry as code
 from scenarios.job_retry.job_retry import BACKOFF_UNIT_MS, POISON, STUCK
 

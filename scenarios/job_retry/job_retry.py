@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from lab.aio import until, within
-from lab.scenario import Env
+from lab.core.scenario import Env
 
 BACKOFF_UNIT_MS = 20  # the document's 10 s: the gap after attempt a is 2^a units
 MAX_ATTEMPTS = 5

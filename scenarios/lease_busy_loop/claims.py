@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, mutation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record, mutation
+from lab.core.scenario import Defaults, Scenario
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.lease_busy_loop import lease_busy_loop as code

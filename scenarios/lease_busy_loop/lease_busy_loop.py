@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lab.core.scenario import Env
 from lab.errors import LabError
-from lab.scenario import Env
 from scenarios._paused_holder import Holder, overlap
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease
 

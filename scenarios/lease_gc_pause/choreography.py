@@ -5,13 +5,13 @@ The code under test is in lease_gc_pause.py. A, B and C each run `hold` on one i
 lock. Each step of SCHEDULE starts at its planned time and not before the step before it
 has ended (the event it waits for: A stalled, B and C wrote or found the lock busy, A
 done); B's step also waits until Redis reports A's lease gone, when ``b_at_ms >= ttl_ms``
-(lab.timed.run_steps). A stalls for ``pause_ms`` (``pause_mode=sigstop``: its own process,
-worker.py on lab.workers, stopped at its pause point by SIGSTOP until the lab sends
+(lab.pinned.timed.run_steps). A stalls for ``pause_ms`` (``pause_mode=sigstop``: its own process,
+worker.py on lab.procs.workers, stopped at its pause point by SIGSTOP until the lab sends
 SIGCONT; ``sleep``: a coroutine awaiting in the lab's loop). B releases ``b_work_ms``
 after its write, after C is done. ``holder-killed`` kills A at its pause point (the step
 "A is killed") instead of waking it. The run ends when Redis holds no lease. The timeline
 shows when each worker *believed* it held the lock and when Redis held its token (the
-observer ``WATCH``: lab.timed.KeyWatch, polled GET + PTTL). Pinned to an order instead of
+observer ``WATCH``: lab.pinned.timed.KeyWatch, polled GET + PTTL). Pinned to an order instead of
 times, the same steps are schedules.py's.
 """
 
@@ -25,10 +25,19 @@ from typing import Any
 
 import asyncpg
 
-from lab import workers
+from lab.core.scenario import Env, Observer
 from lab.errors import LabError, ScenarioFailure
-from lab.scenario import Env, Observer
-from lab.timed import Actor, KeyWatch, ProcessActor, Step, bounded, end_all, raised, run_steps
+from lab.pinned.timed import (
+    Actor,
+    KeyWatch,
+    ProcessActor,
+    Step,
+    bounded,
+    end_all,
+    raised,
+    run_steps,
+)
+from lab.procs import workers
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, KEY, Code, Hook, Lease, hold, noop
 from scenarios.lease_gc_pause.schedules import token
 

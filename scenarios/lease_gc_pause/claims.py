@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Check as ClaimCheck
-from lab.claims import Claim, NotJudged, Record, invariant_broken, invariants_hold, mutation
+from lab.core.claims import Check as ClaimCheck
+from lab.core.claims import Claim, NotJudged, Record, invariant_broken, invariants_hold, mutation
+from lab.core.scenario import Check, Defaults, Env, Scenario
 from lab.pinned import broke_in_some, kept_in_all, on_canonical
-from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios.lease_gc_pause import choreography, schedules
 from scenarios.lease_gc_pause import lease_gc_pause as code
 

@@ -21,9 +21,9 @@ from typing import Any, Protocol
 import asyncpg
 import redis.asyncio as aioredis
 
-from lab.redislock import COMPARE_AND_DELETE
-from lab.scenario import Env, executes
-from lab.steps import Session
+from lab.core.scenario import Env, executes
+from lab.core.steps import Session
+from lab.kit.redislock import COMPARE_AND_DELETE
 
 INVOICE_ID = 42  # the published timings (ttl_ms, pause_ms, ...) are the params, claims.py
 KEY = f"lock:invoice:{INVOICE_ID}"  # under the run's prefix: env.key(KEY)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.scenario import Env
-from lab.stage import Fault, InProcess, Staged
+from lab.core.scenario import Env
+from lab.pinned.stage import Fault, InProcess, Staged
 from scenarios.lease_gc_pause.lease_gc_pause import KEY, VARIANTS
 
 LONG_TTL_MS = 30_000  # no pinned schedule comes near it

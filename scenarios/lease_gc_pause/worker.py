@@ -1,11 +1,11 @@
-"""A holder in a process of its own, on the harness's worker protocol (lab.workers).
+"""A holder in a process of its own, on the harness's worker protocol (lab.procs.workers).
 
 The same `hold` as in lease_gc_pause.py, with this process's own Redis and PostgreSQL
 connections, so the lab can freeze it whole: at its pause point it waits for the step
 ``wake``, and while it waits the lab stops it (SIGSTOP, the way a stop-the-world GC halts
 every thread at a safepoint), then grants ``wake`` and resumes it (SIGCONT), or kills it.
 Its config: who, redis_url, dsn, key, fence_key, ttl_ms, token, release, fenced, pause_at.
-With ``pinned`` (lab/stage.py) each command of the lease is a step the lab grants (no
+With ``pinned`` (lab/pinned/stage.py) each command of the lease is a step the lab grants (no
 ``go``, no ``wake``): the schedule pauses, wakes or kills this process between two steps.
 
 Two more holders run here for other scenarios: ``redis_urls`` (several) makes it a Redlock
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from lab.redislock import Redlock
-from lab.steps import Session
-from lab.workers import Child, run_child
+from lab.core.steps import Session
+from lab.kit.redislock import Redlock
+from lab.procs.workers import Child, run_child
 
 if __package__:  # imported by the lab (redlock and lease-busy-loop import QuorumLease)
     from scenarios.lease_gc_pause.lease_gc_pause import (
@@ -132,7 +132,7 @@ async def main(child: Child) -> str:
         lease: Lease | QuorumLease
         steps: Session | None = None
         if pinned := bool(cfg.get("pinned")):  # a load's worker does without the stage's imports
-            from lab.stage import ChildGate
+            from lab.pinned.stage import ChildGate
 
             steps = Session(cfg["who"], conn, 0, gate=ChildGate(child))
         if "redis_urls" in cfg:

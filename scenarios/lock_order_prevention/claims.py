@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record, invariants_hold
+from lab.core.claims import Claim, Record, invariants_hold
+from lab.core.outcome import notation
+from lab.core.scenario import Check, Defaults, Env, Scenario
 from lab.errors import LabError
-from lab.outcome import notation
 from lab.pinned import broke_in_some, canonical, kept_in_all
-from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios.lock_order_prevention import lock_order_prevention as code
 from scenarios.lock_order_prevention.detector import DETECTOR, name, state
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lab.aio import until, within
-from lab.scenario import Env, Observer
+from lab.core.scenario import Env, Observer
 from scenarios.lock_order_prevention.checkers import WaitForGraph
 
 KEY = "lock-order-prevention"

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 from functools import partial
 
-from lab.scenario import Env
-from lab.steps import Pinned, Session, SessionCode, schedule
+from lab.core.scenario import Env
+from lab.core.steps import Pinned, Session, SessionCode, schedule
 
 from .checkers import HierarchyViolation, LockHierarchy, level_of
 from .detector import name, new_state, rng, state, transferring

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 
 from lab.aio import until, within
-from lab.redislock import COMPARE_AND_DELETE
-from lab.scenario import Env
-from lab.steps import Session
+from lab.core.scenario import Env
+from lab.core.steps import Session
+from lab.kit.redislock import COMPARE_AND_DELETE
 from scenarios.lock_order_prevention.checkers import LockHierarchy, level_of
 from scenarios.lock_order_prevention.detector import name, state
 

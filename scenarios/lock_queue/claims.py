@@ -15,11 +15,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Mutation, Record, invariants_hold, mutation
+from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation
+from lab.core.scenario import Defaults, Scenario
 from lab.errors import LabError
 from lab.pinned import RC, on_canonical
-from lab.scenario import Defaults, Scenario
-from lab.sequencer import scripted
+from lab.pinned.sequencer import scripted
 from scenarios.lock_queue import lock_queue as code
 
 SCHEDULE = "queue"

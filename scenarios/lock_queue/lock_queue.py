@@ -24,8 +24,8 @@ import time
 
 import asyncpg
 
-from lab.scenario import Check, Env, executes
-from lab.steps import Pinned, Session, schedule
+from lab.core.scenario import Check, Env, executes
+from lab.core.steps import Pinned, Session, schedule
 
 schema = executes("CREATE TABLE orders (id int PRIMARY KEY, status text NOT NULL)")
 ROOT_SQL = "SELECT * FROM orders WHERE id=42 FOR UPDATE"

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from lab.claims import NOT_REPRODUCED, Claim, Record, invariants_hold, repeated
-from lab.outcome import notation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import NOT_REPRODUCED, Claim, Record, invariants_hold, repeated
+from lab.core.outcome import notation
+from lab.core.scenario import Defaults, Scenario
 from scenarios.checkout_deadlock import checkout_deadlock as checkout
 from scenarios.lock_timeouts import lock_timeouts as code
 from scenarios.lock_timeouts.lock_timeouts import (

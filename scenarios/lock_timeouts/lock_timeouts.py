@@ -45,9 +45,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
+from lab.core.scenario import Env
+from lab.core.steps import Pinned, Session, show_sql
 from lab.errors import LabError
-from lab.scenario import Env
-from lab.steps import Pinned, Session, show_sql
 
 # checkout-deadlock's table, SKUs and stock; its invariant holds here too: each committed
 # checkout took one unit of each SKU, a timed-out one took none

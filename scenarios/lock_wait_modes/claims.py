@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Record, invariants_hold
+from lab.core.claims import Claim, Record, invariants_hold
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import error_in, kept_in_all
-from lab.scenario import Defaults, Scenario
 from scenarios.lock_wait_modes import lock_wait_modes as code
 
 RC = "read_committed"

@@ -29,9 +29,9 @@ from typing import Any
 
 import asyncpg
 
+from lab.core.scenario import Check, Env, executes
+from lab.core.steps import Pinned, Session, schedule
 from lab.errors import LabError
-from lab.scenario import Check, Env, executes
-from lab.steps import Pinned, Session, schedule
 
 PRODUCT = 101
 HOLD = f"""SELECT i.stock, (SELECT count(*) FROM orders) AS orders

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record
+from lab.core.claims import Claim, Record
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import on_canonical
-from lab.scenario import Defaults, Scenario
 from scenarios.locked_limit import locked_limit as code
 
 RC = "read_committed"

@@ -29,8 +29,8 @@ See:        claim LC-14 in claims.py; expected/ has the schedules' transcripts. 
 
 from __future__ import annotations
 
-from lab.scenario import Env
-from lab.steps import Pinned, Session
+from lab.core.scenario import Env
+from lab.core.steps import Pinned, Session
 
 LIMIT = 3
 REORDER = "UPDATE jobs SET prio = 100 WHERE id = 1"  # first in priority order, now last

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab.claims import Mutation, Record, at_isolation, invariants_hold, mutation
+from lab.core.claims import Mutation, Record, at_isolation, invariants_hold, mutation
+from lab.core.scenario import Defaults, Scenario
+from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, kept_in_all
-from lab.scenario import Defaults, Scenario
-from lab.steps import ISOLATION_LEVELS
 from scenarios.lost_update import lost_update as code
 
 RC, RR = "read_committed", "repeatable_read"

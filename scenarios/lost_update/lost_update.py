@@ -33,9 +33,9 @@ from typing import Any
 
 import asyncpg
 
+from lab.core.scenario import Check, Env, executes
+from lab.core.steps import ISOLATION_LEVELS, Pinned, Session, schedule
 from lab.errors import LabError
-from lab.scenario import Check, Env, executes
-from lab.steps import ISOLATION_LEVELS, Pinned, Session, schedule
 
 PRODUCT = 101
 INITIAL_VERSION = 7  # the document's form opened at version 7

@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeated
+from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeated
+from lab.core.outcome import notation
+from lab.core.published import Measured
+from lab.core.scenario import Check, Defaults, Env, Scenario
 from lab.errors import LabError
-from lab.outcome import notation
 from lab.pinned import RC, canonical, kept_in_all
-from lab.published import Measured
-from lab.scenario import Check, Defaults, Env, Scenario
 from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
 from scenarios.money_transfer import money_transfer as code
 from scenarios.money_transfer.money_transfer import RETRYABLE, TOTAL

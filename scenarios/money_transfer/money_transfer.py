@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from lab.scenario import Env, executes
-from lab.steps import Pinned, Session, schedule, show_sql
+from lab.core.scenario import Env, executes
+from lab.core.steps import Pinned, Session, schedule, show_sql
 
 ACCOUNTS = (1, 2)
 INITIAL_BALANCE = 100_000

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record, mutation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record, mutation
+from lab.core.scenario import Defaults, Scenario
 from scenarios.pool_lock_leak import pool_lock_leak as code
 from scenarios.pool_lock_leak.pool_lock_leak import FAILED, LATER_RUNS, RAN, SKIPPED
 

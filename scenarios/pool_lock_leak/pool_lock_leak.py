@@ -30,7 +30,7 @@ from typing import Any
 
 import asyncpg
 
-from lab.scenario import Env
+from lab.core.scenario import Env
 
 JOB_KEY = 7001  # the cron job's advisory key
 LATER_RUNS = 3  # pod-2's runs after pod-1's failed one

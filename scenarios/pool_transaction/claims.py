@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record
+from lab.core.scenario import Defaults, Scenario
 from scenarios.pool_transaction import pool_transaction as code
 
 

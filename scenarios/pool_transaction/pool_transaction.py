@@ -27,7 +27,7 @@ from typing import Any
 
 import asyncpg
 
-from lab.scenario import Env
+from lab.core.scenario import Env
 
 BALANCE = 1000
 UPDATE = "UPDATE accounts SET balance = balance - 100 WHERE id = 1"

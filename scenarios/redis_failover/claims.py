@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, invariant_broken, invariants_hold, mutation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record, invariant_broken, invariants_hold, mutation
+from lab.core.scenario import Defaults, Scenario
 from scenarios.redis_failover import redis_failover as code
 
 

@@ -15,7 +15,7 @@ Published:  "Redis failover: replica chưa nhận lệnh SET lock được promo
             replicate: fencing tốt nhất là số do storage sinh hoặc xác nhận"
             — deadlock-distributed-lock-cron.vi.txt (edge cases)
 See:        DL-14 in claims.py. The run owns a primary, its replica and three Sentinels
-            (lab/redissentinel.py): the replication link is partitioned (the lab's proxy
+            (lab/servers/redissentinel.py): the replication link is partitioned (the lab's proxy
             drops what passes, both ends stay connected) before A locks, the primary is
             killed with SIGKILL, and the Sentinels notice, agree, elect a leader and
             promote the replica; clients find the primary by asking them. The lab sends no
@@ -29,9 +29,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from lab.redislock import COMPARE_AND_DELETE
-from lab.redissentinel import NAME, Events
-from lab.scenario import Check, Env
+from lab.core.scenario import Check, Env
+from lab.kit.redislock import COMPARE_AND_DELETE
+from lab.servers.redissentinel import NAME, Events
 from scenarios.lease_gc_pause.lease_gc_pause import WRITE_FENCED
 
 LOCK = "lock:invoice:42"

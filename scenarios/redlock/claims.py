@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.claims import Claim, Record, mutation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record, mutation
+from lab.core.scenario import Defaults, Scenario
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.redlock import redlock as code

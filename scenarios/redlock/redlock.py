@@ -16,8 +16,8 @@ Published:  no run in the document; its words (deadlock-distributed-lock-cron.vi
             Redlock rebuttal): Redlock rests on timing assumptions; Kleppmann shows it is
             unsafe without a fencing token; the practical conclusion: fencing at the
             storage, or consensus with revisions. Where this run sits: claims.py.
-See:        claims DL-24 in claims.py; lab/redislock.py (`Redlock`: SET NX PX on every
-            node, majority, validity, compare-and-delete on every node); lab/redisnodes.py
+See:        claims DL-24 in claims.py; lab/kit/redislock.py (`Redlock`: SET NX PX on every
+            node, majority, validity, compare-and-delete on every node); lab/servers/redisnodes.py
             (the five servers, started and stopped by the run); scenarios/_paused_holder.py
             (the steps); scenarios/lease_gc_pause/worker.py (A, the process frozen by
             SIGSTOP; `QuorumLease`, the write with or without the fence).
@@ -32,9 +32,9 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from lab.core.scenario import Env
 from lab.errors import LabError
-from lab.redislock import Redlock
-from lab.scenario import Env
+from lab.kit.redislock import Redlock
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import FENCE_SEQUENCE, Holder, overlap
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from lab.claims import Claim, Record
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record
+from lab.core.scenario import Defaults, Scenario
 from scenarios.row_lock_internals import row_lock_internals as code
 from scenarios.row_lock_internals.row_lock_internals import (
     HOT_INSERTS,

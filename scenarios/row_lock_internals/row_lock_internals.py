@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from lab.scenario import Env
+from lab.core.scenario import Env
 
 ROWS = 100_000  # the batch the document's "millions of rows" stands for
 HOT_INSERTS = 20  # overlapping child inserts

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from lab.claims import Claim, Record, mutation
-from lab.scenario import Defaults, Scenario
+from lab.core.claims import Claim, Record, mutation
+from lab.core.scenario import Defaults, Scenario
 from scenarios.row_lock_modes import row_lock_modes as code
 from scenarios.row_lock_modes.row_lock_modes import CONFLICTS
 

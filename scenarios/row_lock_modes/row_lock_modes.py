@@ -27,8 +27,8 @@ from typing import Any
 
 import asyncpg
 
-from lab.interleave import task_or_blocked
-from lab.scenario import Env
+from lab.core.scenario import Env
+from lab.pinned.interleave import task_or_blocked
 
 KEY_PARENT, MATRIX_ROW = 1, 2
 MODES = ("UPDATE", "NO KEY UPDATE", "SHARE", "KEY SHARE")

@@ -14,7 +14,7 @@ Published:  no numbers; deadlock-prevention.zh.txt: 不能因为"服务不同，
             "服务彼此独立" -> 如果它们共享资源（数据库行、Redis 键、文件），就会发生冲突。
             行动：在各服务之间协调锁顺序。
 See:        claim DP-10 in claims.py; `service` below runs in a process of its own
-            (worker.py, on the harness's worker protocol, lab.workers); the lab's watch of
+            (worker.py, on the harness's worker protocol, lab.procs.workers); the lab's watch of
             the freeze is in watch.py. lock-order-prevention has the same cycle between
             coroutines of one process (DP-1..DP-7). The steps: both services take their
             first key, then both ask for the second. The lab watches Redis (who holds each
@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from lab.aio import until
 from lab.errors import LabError, ScenarioFailure
-from lab.redislock import COMPARE_AND_DELETE
-from lab.workers import Child, Event, Worker
+from lab.kit.redislock import COMPARE_AND_DELETE
+from lab.procs.workers import Child, Event, Worker
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from lab.scenario import Env
+    from lab.core.scenario import Env
 
 KEYS = ("lock:account:A", "lock:account:B")
 SERVICES = ("billing", "inventory")

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lab.aio import until
-from lab.scenario import Env
-from lab.workers import Event, Worker, proc_state
+from lab.core.scenario import Env
+from lab.procs.workers import Event, Worker, proc_state
 
 OBSERVE_MS = 10  # how often the lab reads both keys
 GIVE_UP_S = 20.0  # neither done nor frozen by then: the run fails, named

@@ -1,11 +1,11 @@
 """A service of service-lock-order in a process of its own, on the harness's worker
-protocol (lab.workers): its config is redis_url, token and keys (in its own order); it
+protocol (lab.procs.workers): its config is redis_url, token and keys (in its own order); it
 waits for the grants `first` and `second` before it takes each key. Run as a script (its
 folder is ``sys.path[0]``), it imports no scenario package."""
 
 from __future__ import annotations
 
-from lab.workers import run_child
+from lab.procs.workers import run_child
 
 if __package__:
     from scenarios.service_lock_order.service_lock_order import service

@@ -1,5 +1,5 @@
 """side-effects: the code under test in side_effects.py, its claims in claims.py; the
-provider it calls is the lab's (lab/provider.py)."""
+provider it calls is the lab's (lab/kit/provider.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """side-effects: what the documents claim, how each claim is judged, the provider's
 lifecycle, and the assembly.
 
-The provider (lab/provider.py) is owned by the run as an observer would be: started after
+The provider (lab/kit/provider.py) is owned by the run as an observer would be: started after
 setup, handed to the variant on env.state, its log read after the variant (the charges and
 messages the claims count) and its process stopped, also when the variant failed.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.core.claims import Claim, Record, invariant_broken, invariants_hold
+from lab.core.scenario import Defaults, Env, Observer, Scenario
 from lab.errors import LabError
-from lab.provider import Provider
-from lab.scenario import Defaults, Env, Observer, Scenario
+from lab.kit.provider import Provider
 from scenarios.side_effects import side_effects as code
 
 

@@ -19,7 +19,7 @@ Published:  no run; deadlock-distributed-lock-cron.vi.txt: "provider timeout sau
             locking-concurrency-control.vi.txt: "retry toàn bộ transaction sau 40P01 là
             đúng, nhưng nếu trong fn có gửi email hay gọi payment thì side effect bị lặp.
             Đưa side effect ra sau commit (outbox pattern)".
-See:        DL-26, LC-32 in claims.py; lab/provider.py (the provider: a real HTTP server in a
+See:        DL-26, LC-32 in claims.py; lab/kit/provider.py (the provider: a real HTTP server in a
             worker process on loopback, started by the run, stopped with it). The client's
             timeout is CLIENT_TIMEOUT_S, the provider's late answer LATE_REPLY_S; the deadlock
             is forced (both hold their first row before either asks for the second) and
@@ -36,8 +36,8 @@ import asyncio
 import asyncpg
 
 from lab.aio import within
-from lab.provider import Provider
-from lab.scenario import Check, Env
+from lab.core.scenario import Check, Env
+from lab.kit.provider import Provider
 
 CUSTOMER, PERIOD, AMOUNT = "c-1", "2026-09", 100
 CLIENT_TIMEOUT_S = 0.5  # the billing job's HTTP timeout (an answer on time takes ~ms)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.claims import all_ok, deadlocks, invariants_hold, repeated
+from lab.core.claims import all_ok, deadlocks, invariants_hold, repeated
+from lab.core.scenario import Defaults, Scenario
 from lab.pinned import canonical, error_in, kept_in_all, on_canonical
-from lab.scenario import Defaults, Scenario
 from scenarios.update_lock_order import update_lock_order as code
 
 BOTH = ("buggy", "fixed")

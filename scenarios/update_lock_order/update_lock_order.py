@@ -31,10 +31,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from lab import rowgate
+from lab.core.scenario import Check, Env
+from lab.core.steps import Pinned, Session, schedule, show_sql
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import Pinned, Session, schedule, show_sql
+from lab.pinned import rowgate
 
 FIRST, SECOND = 101, 202  # the cart, sorted; 202 is stored first (see setup)
 ITEMS = [FIRST, SECOND]

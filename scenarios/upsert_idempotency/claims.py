@@ -24,11 +24,11 @@ from typing import Any, cast
 
 import asyncpg
 
-from lab.claims import Claim, NotJudged, Record, invariants_hold, mutation, repeated
+from lab.core.claims import Claim, NotJudged, Record, invariants_hold, mutation, repeated
+from lab.core.scenario import Check, Defaults, Env, Scenario
+from lab.core.steps import Session
 from lab.errors import LabError
 from lab.pinned import RC, broke_in_some, kept_in_all, on_canonical
-from lab.scenario import Check, Defaults, Env, Scenario
-from lab.steps import Session
 from scenarios.upsert_idempotency import upsert_idempotency as code
 
 KEY, PRODUCT, NEEDS_17 = code.KEY, code.PRODUCT, code.NEEDS_17

@@ -26,8 +26,8 @@ from typing import Any
 
 import asyncpg
 
-from lab.scenario import Env
-from lab.steps import Pinned, Session, show_sql
+from lab.core.scenario import Env
+from lab.core.steps import Pinned, Session, show_sql
 
 KEY = "chk_7f3a"
 BODY = {"cart": "c-1", "amount": 4990}

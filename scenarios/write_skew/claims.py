@@ -17,10 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lab.claims import Claim, Mutation, Record, at_isolation, invariants_hold, mutation
+from lab.core.claims import Claim, Mutation, Record, at_isolation, invariants_hold, mutation
+from lab.core.scenario import Defaults, Scenario
+from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, error_in, kept_in_all, on_canonical
-from lab.scenario import Defaults, Scenario
-from lab.steps import ISOLATION_LEVELS
 from scenarios.write_skew import write_skew as code
 
 RC, RR, SER = ISOLATION_LEVELS

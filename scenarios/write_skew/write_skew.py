@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from lab.core.scenario import Check, Env
+from lab.core.steps import ISOLATION_LEVELS, Pinned, Session
 from lab.errors import LabError
-from lab.scenario import Check, Env
-from lab.steps import ISOLATION_LEVELS, Pinned, Session
 
 SHIFT = 1
 DOCTORS = ("alice", "bob")  # s1 and s2; a load of n > 2 adds doctor3, doctor4, ...

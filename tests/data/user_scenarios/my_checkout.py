@@ -13,8 +13,8 @@ import asyncio
 
 import asyncpg
 
-from lab.claims import invariant_broken, invariants_hold
-from lab.scenario import Check, Defaults, Env, Scenario
+from lab.core.claims import invariant_broken, invariants_hold
+from lab.core.scenario import Check, Defaults, Env, Scenario
 
 SKU = "A-1"
 STOCK = 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.workers import Child, run_child
+from lab.procs.workers import Child, run_child
 
 
 async def main(child: Child) -> str:

@@ -8,7 +8,7 @@ import random
 import signal
 import sys
 
-from lab.workers import Child, run_child
+from lab.procs.workers import Child, run_child
 
 
 async def main(child: Child) -> str:

@@ -8,8 +8,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from lab.servers import lifecycle
-from lab.workers import Worker
+from lab.procs import lifecycle
+from lab.procs.workers import Worker
 
 ECHO = Path(__file__).with_name("echo_worker.py")
 

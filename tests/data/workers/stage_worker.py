@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from lab.stage import ChildGate
-from lab.steps import Session
-from lab.workers import Child, run_child
+from lab.core.steps import Session
+from lab.pinned.stage import ChildGate
+from lab.procs.workers import Child, run_child
 
 
 async def main(child: Child) -> str:

@@ -1,0 +1,346 @@
+"""Runs N actors: arrival pattern, connections opened before the clock, hard timeouts.
+
+Connections are opened before the clock starts, because with every actor connecting
+inside the timed window connection setup is 10–13 % of a 200-actor run (design.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import asyncpg
+
+from lab.core.knobs import (
+    PGBOUNCER_MODES,
+    Knobs,
+    parse_connect,
+    start_offsets,
+)
+from lab.core.outcome import TIMEOUT, classify
+from lab.core.scenario import Actor, Env
+from lab.errors import LabError, ScenarioFailure
+from lab.load.txpool import FifoPool, TxPoolConnection
+from lab.procs import netdelay
+from lab.procs.netdelay import Proxy, parse_rtt
+
+CONNECT_CONCURRENCY = 20
+RTT_PROBES = 20  # round trips timed before the clock (SELECT 1; PING for Redis: lab.load.links)
+LOOPBACK = ("127.0.0.1", "localhost")  # where the delay proxy can reach a server
+T = TypeVar("T")
+
+
+@dataclass
+class ActorsResult:
+    outcomes: Counter[str]
+    wall_ms: float
+    latencies_ms: dict[str, list[float]]  # per outcome key
+
+
+async def run_actors(
+    env: Env,
+    actor: Actor,
+    knobs: Knobs,
+    *,
+    uses_pg: bool,
+    indices: Sequence[int] | None = None,
+    released: Callable[[], Awaitable[float]] | None = None,
+) -> ActorsResult:
+    """Run `knobs.n` copies of `actor`; every actor ends with an outcome, or the run fails.
+
+    A worker process of a sharded run (lab.load.shard) runs only the actors in `indices`, at
+    their offsets in the whole run's arrival, and starts its clock at the instant
+    (time.monotonic()) `released` returns once every worker is ready.
+
+    With `--rtt pg:<ms>`, the actors' connections go through a delay proxy process started
+    here and stopped here (also on Ctrl-C); setup, invariants and evidence bypass it.
+    Through PgBouncer the delay is on PgBouncer's hop to PostgreSQL instead: the runner
+    hands `env.pgbouncer` a PgBouncer of the variant's own (lab/load/links.py)."""
+    rtt = parse_rtt(knobs.rtt)
+    proxy: Proxy | None = None
+    try:
+        actor_dsn = env.dsn
+        if uses_pg and rtt.get("pg") and env.dsn and knobs.connect not in PGBOUNCER_MODES:
+            proxy = start_proxy(env.dsn, rtt["pg"])
+            actor_dsn = via_port(env.dsn, proxy.port)
+        return await _run_actors(
+            env,
+            actor,
+            knobs,
+            uses_pg=uses_pg,
+            dsn=actor_dsn,
+            indices=indices,
+            released=released,
+        )
+    finally:
+        if proxy is not None:
+            proxy.stop()
+
+
+def start_proxy(url: str, rtt_ms: float, default_port: int = 5432) -> Proxy:
+    """The one place the lab spawns its delay proxy (the servers' reaper may take it over),
+    in front of the server of `url` (a DSN or a Redis URL), which must be on loopback."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.hostname not in LOOPBACK:
+        where = parts.netloc.rpartition("@")[2] or parts.scheme
+        raise LabError(f"--rtt: the delay proxy reaches loopback servers only, not {where}")
+    return netdelay.spawn(parts.port or default_port, rtt_ms)
+
+
+def via_port(dsn: str, port: int) -> str:
+    """The same DSN (or Redis URL) on 127.0.0.1:`port` (the proxy's), user, password and
+    database kept."""
+    parts = urllib.parse.urlsplit(dsn)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{userinfo}{at}127.0.0.1:{port}"))
+
+
+async def measure_rtt(conn: asyncpg.Connection, rounds: int = RTT_PROBES) -> dict[str, float]:
+    """Median, min and max ms of `rounds` sequential `SELECT 1` round trips on `conn`."""
+    return await round_trips(lambda: conn.fetchval("SELECT 1"), rounds)
+
+
+async def round_trips(
+    trip: Callable[[], Awaitable[Any]], rounds: int = RTT_PROBES
+) -> dict[str, float]:
+    """Median, min and max ms of `rounds` sequential awaits of `trip()` (one round trip)."""
+    times = []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        await trip()
+        times.append((time.perf_counter() - began) * 1000)
+    return {
+        "median": round(statistics.median(times), 2),
+        "min": round(min(times), 2),
+        "max": round(max(times), 2),
+    }
+
+
+async def _network_evidence(
+    env: Env, knobs: Knobs, probe: asyncpg.Connection, asked: float
+) -> dict[str, Any]:
+    """What the actors' connections paid per round trip, measured before the clock."""
+    through = await measure_rtt(probe)
+    async with env.db.acquire() as direct:
+        bypass = await measure_rtt(direct)  # type: ignore[arg-type]
+    where = " between PgBouncer and PostgreSQL" if knobs.connect in PGBOUNCER_MODES else ""
+    return {
+        "rtt_ms_asked": asked,
+        "proxy": f"lab.procs.netdelay process{where}, half the RTT each way" if asked else "none",
+        "probe": f"{RTT_PROBES} x SELECT 1 before the clock started",
+        "actors_rtt_ms": through,
+        "bypass_rtt_ms": bypass,
+        "paid_by": f"the actors' connections (--connect {knobs.connect})",
+        "bypassed_by": "setup, invariants, observers and evidence (the run's small pool, admin)",
+    }
+
+
+async def _run_actors(
+    env: Env,
+    actor: Actor,
+    knobs: Knobs,
+    *,
+    uses_pg: bool,
+    dsn: str,
+    indices: Sequence[int] | None = None,
+    released: Callable[[], Awaitable[float]] | None = None,
+) -> ActorsResult:
+    kind, size = parse_connect(knobs.connect)
+    asked = parse_rtt(knobs.rtt).get("pg", 0.0) if uses_pg else 0.0
+    offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
+    mine = list(range(knobs.n)) if indices is None else list(indices)
+    conns: dict[int, asyncpg.Connection] = {}
+    pool: asyncpg.Pool | None = None
+    fifo: FifoPool | None = None
+    try:
+        if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
+            opened = await _open_connections(env, len(mine), PGBOUNCER_MODES.get(kind), dsn)
+            conns = dict(zip(mine, opened, strict=True))
+        elif uses_pg and kind == "tx-pool":
+            opened = await _open_connections(env, size, None, dsn)
+
+            async def reconnect() -> asyncpg.Connection:
+                return (await _open_connections(env, 1, None, dsn))[0]
+
+            fifo = FifoPool(opened, reconnect)
+        elif uses_pg:
+            pool = await asyncpg.create_pool(dsn, min_size=size, max_size=size)
+        if uses_pg and (asked or kind == "tx-pool"):
+            if fifo is not None:
+                probe = fifo.conns[0]
+            elif pool is not None:
+                probe = await pool.acquire()  # type: ignore[assignment]
+            else:
+                probe = next(iter(conns.values()))
+            try:
+                env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, asked)
+            finally:
+                if pool is not None:
+                    await pool.release(probe)  # type: ignore[arg-type]
+    except BaseException:
+        await _close(list(conns.values()), pool)
+        if fifo is not None:
+            await fifo.close()
+        raise
+    outcomes: Counter[str] = Counter()
+    latencies: dict[str, list[float]] = {}
+    failure: list[BaseException] = []
+
+    async def one(i: int) -> None:
+        # the clock that stamps the start decides it: uvloop's timers have 1 ms grain and
+        # its loop.time() is cached, so a sleep on them alone can end before the offset
+        due = env.t0 + offsets[i]
+        for _ in range(100):  # in practice one sleep, a second when the timer fired early
+            if (left := due - time.perf_counter()) <= 0:
+                break
+            await asyncio.sleep(left)
+        start = time.perf_counter()
+        try:
+            if pool is not None:
+                async with pool.acquire() as pooled:
+                    pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
+                    word = await hard_limit(actor(env, pconn, i), knobs.actor_timeout_s)
+            elif fifo is not None:  # a connection per transaction attempt, FIFO
+                txconn: Any = TxPoolConnection(fifo, str(i))
+                word = await hard_limit(actor(env, txconn, i), knobs.actor_timeout_s)
+            else:
+                conn = conns.get(i)
+                word = await hard_limit(actor(env, conn, i), knobs.actor_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:
+            key = classify(exc)
+            if key is None:
+                failure.append(exc)
+                raise
+            word = key
+        latencies.setdefault(word, []).append((time.perf_counter() - start) * 1000)
+        outcomes[word] += 1
+
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        ahead = 0.0
+        if released is not None:  # a shared instant: every worker's clock starts there
+            ahead = max(0.0, await released() - time.monotonic())
+        env.t0 = time.perf_counter() + ahead
+        tasks = [asyncio.create_task(one(i)) for i in mine]
+        _, pending = await asyncio.wait(
+            tasks, timeout=knobs.run_timeout_s, return_when=asyncio.FIRST_EXCEPTION
+        )
+        await _cancel(pending)
+        if failure:
+            exc = failure[0]
+            raise ScenarioFailure(
+                f"{env.scenario} / {env.variant}: an actor raised {type(exc).__name__}: {exc}"
+            ) from exc
+        outcomes[TIMEOUT] += len(pending)  # the run's hard timeout: whoever is left
+        wall_ms = (time.perf_counter() - env.t0) * 1000
+    finally:
+        # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
+        await _cancel(tasks)
+        await _close(list(conns.values()), pool)
+        if fifo is not None:
+            env.extra_evidence["tx_pool"] = {"size": size, **fifo.stats()}
+            await fifo.close()
+    return ActorsResult(outcomes, wall_ms, latencies)
+
+
+async def hard_limit(coro: Awaitable[T], limit_s: float) -> T:
+    """`coro`'s result, or TimeoutError after `limit_s` with the task really ended.
+
+    asyncio.wait_for trusts one cancel(); redis-py can swallow a cancellation that lands
+    mid-command, and a polling actor then runs on past its limit. So cancel until it ends.
+    """
+    task = asyncio.ensure_future(coro)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limit_s)
+    except asyncio.CancelledError:
+        await _insist_cancel(task)
+        raise
+    if task in done:
+        return task.result()
+    await _insist_cancel(task)
+    raise TimeoutError(f"hard limit of {limit_s} s")
+
+
+async def _insist_cancel(task: asyncio.Future[Any], rounds: int = 100) -> None:
+    for _ in range(rounds):
+        if task.done():
+            break
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.05)
+    if task.done() and not task.cancelled():
+        task.exception()  # retrieved: it ended past its limit, its result does not count
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[None]]) -> None:
+    live = [t for t in tasks if not t.done()]
+    for t in live:
+        t.cancel()
+    await asyncio.gather(*live, return_exceptions=True)
+    for t in tasks:  # mark every stored exception as retrieved
+        if t.done() and not t.cancelled():
+            t.exception()
+
+
+async def _open_connections(
+    env: Env, n: int, pgbouncer_mode: str | None = None, dsn: str = ""
+) -> list[asyncpg.Connection]:
+    gate = asyncio.Semaphore(CONNECT_CONCURRENCY)
+
+    async def open_one(i: int) -> asyncpg.Connection:
+        async with gate:
+            if pgbouncer_mode:
+                return await env.connect_via(pgbouncer_mode, server_settings=_app_name(env, i))
+            if dsn and dsn != env.dsn:  # through the --rtt proxy
+                conn: asyncpg.Connection = await asyncpg.connect(
+                    dsn, server_settings=_app_name(env, i)
+                )
+                env.connections.append(conn)
+                return conn
+            return await env.connect(server_settings=_app_name(env, i))
+
+    results = await asyncio.gather(*(open_one(i) for i in range(n)), return_exceptions=True)
+    conns = [c for c in results if isinstance(c, asyncpg.Connection)]
+    errors = [e for e in results if isinstance(e, BaseException)]
+    if errors:
+        await _close(conns, None)
+        raise LabError(f"could not open {n} connections: {errors[0]}")
+    return conns
+
+
+def _app_name(env: Env, i: int) -> dict[str, str]:
+    return {"application_name": f"locklab/{env.scenario}/{env.variant}/{i}"[:63]}
+
+
+async def _close(conns: list[asyncpg.Connection], pool: asyncpg.Pool | None) -> None:
+    for c in conns:
+        with contextlib.suppress(Exception):
+            c.terminate()
+    if pool is not None:
+        with contextlib.suppress(Exception):
+            pool.terminate()
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    s = sorted(values)
+
+    def q(p: float) -> float:
+        return round(s[min(len(s) - 1, int(p * len(s)))], 1)
+
+    return {
+        "min": round(s[0], 1),
+        "p50": q(0.50),
+        "p95": q(0.95),
+        "p99": q(0.99),
+        "max": round(s[-1], 1),
+    }

@@ -1,0 +1,652 @@
+"""Grant session steps in the order of a schedule, moving on when the server says so.
+
+The sequencer runs K sessions' code concurrently. Each step point (``lab.core.steps``) asks
+for a grant; the sequencer grants the schedule's next step, then waits until every
+session has settled: it asks for its next grant, it has ended, or the server reports it
+waiting on a lock (a non-empty ``pg_blocking_pids()``, the isolation
+tester's ``pg_isolation_test_session_is_blocked``; a Redis step declares its own test).
+No sleep decides an order: a bounded poll of ``pg_blocking_pids()`` does.
+
+As in PostgreSQL's isolation tester:
+
+* a step of a session that is still blocked makes the permutation invalid
+  (``InvalidPermutation``), unless every live session is blocked: then the server must
+  break the cycle (the deadlock detector, a lock timeout) and the sequencer waits for it;
+* a session that has ended (returned, or raised) has its remaining steps skipped, and a
+  session that returned past a step (out of stock after its read) skips that step;
+* the transcript prints each step with its SQL and result, ``<waiting ...>`` when the
+  server reports the session blocked, ``<... completed>`` when it moves on;
+* a step marked ``(*)`` in the schedule (``"s2 alter(*)"``) blocks and ends by itself (a
+  lock_timeout or statement_timeout fires): it prints ``<waiting ...>`` as soon as it is
+  granted and the schedule waits for its ``<... completed>`` before the next item, so
+  the text does not depend on whether the server was seen reporting it blocked first;
+* a step the scenario declares as ending by itself (``Pinned.ends_by_itself``) is waited
+  for in the same way, in every schedule, but only once the server shows it blocked: a
+  step that did not block prints its result as any other;
+* a waiter released inside a granted step (the step commits, or terminates the holder,
+  and the waiter's own statement commits and releases the next one) completes within
+  that step: the sequencer settles until every released session has ended its step or
+  blocks again, and prints the completions after the step's line, in session order.
+
+Transcripts are normalised (pids become session names, xids and OIDs letters) so the
+same schedule prints the same text on every run. The times are kept beside the text, not
+in it: a ``StepClock`` stamps each grant, each step the server showed blocked, each step's
+end and each session's end, in monotonic ms from the schedule's start (what
+``locklab trace --svg`` draws, lab/output/trace_svg.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from lab.aio import within
+from lab.core.outcome import classify
+from lab.core.steps import Session, on_its_own, parse_step
+from lab.errors import ScenarioFailure
+from lab.pinned.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
+
+if TYPE_CHECKING:
+    from lab.core.scenario import Env
+    from lab.core.steps import Pinned, SessionCode
+
+POLL_S = 0.002  # between two looks at the server while a step settles
+RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
+
+
+class ScheduleError(ScenarioFailure):
+    """Session code asked for a step its schedule does not have where it asked for it."""
+
+
+class _Aborted(BaseException):
+    """Raised at a step point when the sequencer ends a run early: the session's code
+    unwinds through its transaction (ROLLBACK) and the connection stays usable."""
+
+
+class InvalidPermutation(Exception):
+    """The schedule asked a blocked session for its next step (the isolation tester's
+    "invalid permutation"): skipped and counted, not a failure."""
+
+    def __init__(self, at: int, why: str) -> None:
+        super().__init__(why)
+        self.at = at  # index of the offending schedule item
+        self.why = why
+
+
+@dataclass
+class Line:
+    who: str  # "s1 read", "invariant", "s1"
+    shown: str  # SQL or command ("" on a completion line)
+    result: str
+    more: list[str] = field(default_factory=list)  # DETAIL lines
+
+
+@dataclass
+class Transcript:
+    """What a pinned run printed: header, step lines, session ends, invariants."""
+
+    header: str
+    lines: list[Line] = field(default_factory=list)
+
+    def add(self, who: str, shown: str, result: str, more: Sequence[str] = ()) -> None:
+        self.lines.append(Line(who, shown, result, list(more)))
+
+    def text(self, sql_width: int = 64) -> str:
+        w1 = max((len(x.who) for x in self.lines), default=0)
+        w2 = min(sql_width, max((len(x.shown) for x in self.lines), default=0))
+        out = [self.header]
+        for x in self.lines:
+            row = f"{x.who:<{w1}}  {x.shown:<{w2}}  {x.result}".rstrip()
+            out.append(row)
+            out += [f"{'':<{w1}}  {'':<{w2}}  {m}".rstrip() for m in x.more]
+        return "\n".join(out) + "\n"
+
+
+@dataclass
+class _State:
+    session: Session
+    pid: int
+    pending: str | None = None  # the step it asked for, not yet granted
+    shown: str = ""
+    grant: asyncio.Event = field(default_factory=asyncio.Event)
+    running: str | None = None  # the granted step in progress
+    result: str | None = None  # the granted step's result, until its line is printed
+    more: list[str] = field(default_factory=list)  # and its DETAIL lines
+    said_waiting: bool = False  # its running step's line said <waiting ...>
+    blocked: bool = False  # as last seen by the server
+    waits: Callable[[], Awaitable[bool]] | None = None
+    ended: bool = False
+    outcome: str = ""
+    error: BaseException | None = None
+    taken: list[str] = field(default_factory=list)
+    epoch: int = 0  # bumped on every change the session makes (asks, ends a step, ends)
+
+
+@dataclass
+class StepTime:
+    """One granted step on the schedule's clock (ms since the schedule started)."""
+
+    session: str
+    step: str
+    shown: str  # the SQL or command, as the transcript prints it
+    granted_ms: float
+    waiting_ms: float | None = None  # its line said <waiting ...> (the server showed it blocked)
+    ended_ms: float | None = None  # None: the run ended before the step did
+    result: str = ""  # "UPDATE 1", "ERROR 40P01 deadlock detected"
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class StepClock:
+    """The measured times of one pinned run: monotonic ms from `start()` (the schedule's
+    start), stamped by the runner at each grant, block, step end and session end."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self.steps: list[StepTime] = []
+        self.ends: dict[str, float] = {}  # session -> when its code ended
+        self.end_ms: float | None = None  # when the runner was done with the schedule
+        self.spans: list[dict[str, object]] = []  # a state of a session: frozen by SIGSTOP
+
+    def start(self) -> None:
+        self._t0 = time.monotonic()
+
+    def now(self) -> float:
+        return round((time.monotonic() - self._t0) * 1000, 3)
+
+    def granted(self, session: str, step: str, shown: str) -> None:
+        self.steps.append(StepTime(session, step, shown, self.now()))
+
+    def _open(self, session: str, step: str) -> StepTime | None:
+        return next(
+            (t for t in reversed(self.steps) if t.session == session and t.step == step), None
+        )
+
+    def waiting(self, session: str, step: str) -> None:
+        t = self._open(session, step)
+        if t is not None and t.waiting_ms is None:
+            t.waiting_ms = self.now() if t.ended_ms is None else t.granted_ms
+
+    def ended(self, session: str, step: str, result: str, shown: str = "") -> None:
+        t = self._open(session, step)
+        if t is not None and t.ended_ms is None:
+            t.ended_ms, t.result = self.now(), result.removeprefix("-> ")
+            t.shown = shown or t.shown
+
+    def session_ended(self, session: str) -> None:
+        self.ends.setdefault(session, self.now())
+
+    def span(self, session: str, what: str, *, start: bool) -> None:
+        """A state of `session` begins (`start`) or ends now: "frozen" from SIGSTOP to SIGCONT."""
+        if start:
+            self.spans.append({"session": session, "what": what, "start_ms": self.now()})
+            return
+        for sp in reversed(self.spans):
+            if sp["session"] == session and sp["what"] == what and "end_ms" not in sp:
+                sp["end_ms"] = self.now()
+                return
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "unit": "ms",
+            "steps": [t.to_json() for t in self.steps],
+            "ends": dict(self.ends),
+            "end_ms": self.end_ms if self.end_ms is not None else self.now(),
+            "spans": [dict(sp) for sp in self.spans],  # one still open has no end_ms
+        }
+
+
+Code = Callable[[Session], Awaitable[str]]
+
+
+class Sequencer:
+    """Run `sessions` (name -> (connection, code)) under one schedule; see the module doc.
+
+    `db` observes the server (a pool on the same database, not one of the sessions);
+    `label` names the run in errors ("lost-update / buggy").
+    """
+
+    def __init__(
+        self,
+        db: Fetcher,
+        sessions: Mapping[str, tuple[asyncpg.Connection, Code]],
+        *,
+        label: str,
+        header: str = "",
+        timeout: float = TIMEOUT_S,
+        resolve_timeout: float = RESOLVE_S,
+        ends_by_itself: Collection[str] = (),
+    ) -> None:
+        self.db = db
+        self.ends_by_itself = frozenset(ends_by_itself)  # "s2 ask-row": see the module doc
+        self.label = label
+        self.timeout = timeout
+        self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
+        self.code = {name: code for name, (_, code) in sessions.items()}
+        self.states: dict[str, _State] = {}
+        for i, (name, (conn, _)) in enumerate(sessions.items()):
+            s = Session(name, conn, i, gate=self)
+            self.states[name] = _State(s, conn.get_server_pid())
+        self.names = {st.pid: name for name, st in self.states.items()}
+        self.transcript = Transcript(header)
+        self._changed = asyncio.Event()
+        self._granted: tuple[_State, str, str] | None = None  # session, step, its SQL
+        self._done: list[tuple[int, Line]] = []  # completions seen while settling
+        self._item = ""
+        self._aborting = False
+        self._own = False  # the granted step is marked (*): it ends by itself
+        self.waited: list[str] = []  # "s2 write": steps the server showed blocked
+        self.clock = StepClock()  # the measured times (see the module doc)
+
+    # --- the Gate side: called from the sessions' step points ----------------------------
+
+    async def ask(self, session: Session, step: str, shown: str) -> None:
+        st = self.states[session.name]
+        if self._aborting:
+            raise _Aborted
+        st.pending, st.shown = step, shown
+        st.grant.clear()
+        self._notify(st)
+        await st.grant.wait()
+        if self._aborting:
+            raise _Aborted
+
+    def waiting(self, session: Session, predicate: Callable[[], Awaitable[bool]] | None) -> None:
+        self.states[session.name].waits = predicate
+
+    def finished(self, session: Session, step: str, result: str) -> None:
+        self._end_step(self.states[session.name], step, f"-> {result}", ())
+
+    def failed(self, session: Session, step: str, exc: BaseException) -> None:
+        if isinstance(exc, asyncio.CancelledError):
+            return
+        head, more = self.error_text(exc)
+        self._end_step(self.states[session.name], step, head, more)
+
+    def _end_step(self, st: _State, step: str, result: str, more: Sequence[str]) -> None:
+        st.running, st.waits, st.blocked = None, None, False
+        if self._aborting:
+            return
+        self.clock.ended(st.session.name, step, result)
+        st.taken.append(step)
+        if st.said_waiting:
+            line = Line(f"{st.session.name} {step}", "", f"<... completed> {result.lstrip('-> ')}")
+            line.more = list(more)
+            self._done.append((st.session.index, line))
+            st.said_waiting = False
+        else:
+            st.result, st.more = result, list(more)
+        self._notify(st)
+
+    def _notify(self, st: _State | None = None) -> None:
+        if st is not None:
+            st.epoch += 1
+        self._changed.set()
+
+    # --- normalised errors ---------------------------------------------------------------
+
+    def normalise(self, text: str) -> str:
+        """Pids become session names; xids, OIDs, ports and timestamps become letters."""
+
+        def pid(m: re.Match[str]) -> str:
+            return self.names.get(int(m[2]), "another process")
+
+        text = re.sub(r"\b([Pp]rocess) (\d+)", pid, text)
+        text = re.sub(r"\btransaction \d+", "transaction X", text)
+        text = re.sub(r"\brelation \d+", "relation R", text)
+        text = re.sub(r"\bdatabase \d+", "database D", text)
+        text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?", "T", text)
+        return re.sub(r"\bport \d+", "port P", text)
+
+    def error_text(self, exc: BaseException) -> tuple[str, list[str]]:
+        if isinstance(exc, asyncpg.PostgresError):
+            message = getattr(exc, "message", None) or str(exc).splitlines()[0]
+            head = f"ERROR {exc.sqlstate} {self.normalise(message)}"
+            detail = getattr(exc, "detail", None) or ""
+            return head, [f"DETAIL {self.normalise(d)}" for d in detail.splitlines() if d]
+        return f"ERROR {type(exc).__name__}: {self.normalise(str(exc))}", []
+
+    # --- running -------------------------------------------------------------------------
+
+    async def _main(self, st: _State) -> None:
+        try:
+            st.outcome = await self.code[st.session.name](st.session)
+        except asyncio.CancelledError:
+            st.outcome = "cancelled"
+            raise
+        except _Aborted:
+            st.outcome = "aborted"
+        except BaseException as exc:
+            key = classify(exc)
+            st.outcome, st.error = (key, None) if key else (type(exc).__name__, exc)
+        finally:
+            st.ended, st.pending, st.running, st.blocked = True, None, None, False
+            self.clock.session_ended(st.session.name)
+            self._notify(st)
+
+    async def run(self, schedule: Sequence[str]) -> dict[str, str]:
+        """Grant `schedule`'s steps in order; each session's outcome word (or SQLSTATE).
+
+        Raises InvalidPermutation (counted by explore), ScheduleError for a schedule that
+        does not fit the code, InterleaveTimeout when a step neither finished nor blocked,
+        ScenarioFailure when session code raised something undeclared.
+        """
+        items = [parse_step(x) for x in schedule]
+        for who, step in items:
+            if who not in self.states or not step:
+                raise ScheduleError(
+                    f"{self.label}: schedule step {who} {step!r}: sessions are "
+                    f"{', '.join(self.states)}"
+                )
+        self.clock.start()
+        tasks = [asyncio.create_task(self._main(st)) for st in self.states.values()]
+        try:
+            for k, (who, step) in enumerate(items):
+                self._item = f"{who} {step}"
+                await self._settle()
+                st = self.states[who]
+                if not st.ended and st.blocked and self._all_blocked():
+                    await self._resolve()
+                if st.ended:
+                    why = f"{who} ended: {st.outcome}"
+                    self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
+                    continue
+                if st.blocked:
+                    raise InvalidPermutation(
+                        k, f"{who} {step}: {who} is still blocked in {st.running or 'its step'}"
+                    )
+                if st.pending != step:
+                    later = [s for w, s in items[k + 1 :] if w == who]
+                    if st.pending in later:
+                        why = f"{who} went on to {st.pending}"
+                        self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
+                        continue
+                    raise ScheduleError(
+                        f"{self.label}: {who} asked for step {st.pending!r} where the schedule "
+                        f"has {step!r}"
+                    )
+                self._grant(st, own=on_its_own(schedule[k]))
+                if self._own:
+                    await self._until_ended(st, step)
+                elif f"{who} {step}" in self.ends_by_itself:
+                    await self._ended_if_blocked(st, step)
+            self._item = "the end of the schedule"
+            while True:
+                await self._settle()
+                for name, st in self.states.items():
+                    if not st.ended and st.pending is not None:
+                        raise ScheduleError(
+                            f"{self.label}: {name} asked for step {st.pending!r} after its "
+                            "last step in the schedule"
+                        )
+                if all(st.ended for st in self.states.values()):
+                    break
+                await self._resolve()  # every live session is blocked
+            await asyncio.gather(*tasks)
+        finally:
+            self.clock.end_ms = self.clock.now()
+            if not all(t.done() for t in tasks):
+                await self._abort(tasks)
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for name, st in self.states.items():
+            if st.error is not None:
+                raise ScenarioFailure(
+                    f"{self.label}: {name} raised {type(st.error).__name__}: {st.error}"
+                ) from st.error
+            self.transcript.add(name, "", f"ends {st.outcome}")
+        return {name: st.outcome for name, st in self.states.items()}
+
+    async def _abort(self, tasks: Sequence[asyncio.Task[None]]) -> None:
+        """End an unfinished run: sessions waiting for a grant unwind (ROLLBACK), those
+        blocked in a statement are cancelled by the server (pg_cancel_backend). Sessions
+        that do not end within a second have their connections closed."""
+        self._aborting = True
+        in_step = [st for st in self.states.values() if not st.ended and st.pending is None]
+        try:
+            if in_step:  # first the blocked statements, while nobody releases their locks
+                pids = [st.pid for st in in_step]
+                await self.db.fetch(
+                    "SELECT pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", pids
+                )
+                mine = [
+                    t for t, st in zip(tasks, self.states.values(), strict=True) if st in in_step
+                ]
+                await asyncio.wait(mine, timeout=1.0)
+            for st in self.states.values():
+                st.grant.set()
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+        except Exception:
+            pending = {t for t in tasks if not t.done()}
+        if pending:  # nothing a run left half done is reused
+            for st in self.states.values():
+                st.session.conn.terminate()
+
+    def _grant(self, st: _State, own: bool = False) -> None:
+        self._own = own
+        st.running, st.pending = st.pending, None
+        st.result, st.more, st.said_waiting = None, [], False
+        self._granted = (st, st.running or "", st.shown)
+        self.clock.granted(st.session.name, st.running or "", st.shown)
+        st.grant.set()
+
+    def _epochs(self) -> int:
+        return sum(st.epoch for st in self.states.values())
+
+    def _all_blocked(self) -> bool:
+        live = [st for st in self.states.values() if not st.ended]
+        return bool(live) and all(st.blocked for st in live)
+
+    async def _settle(self) -> None:
+        """Until every live session asks for a grant, has ended, or is blocked."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        grace: dict[str, tuple[int, float]] = {}  # session -> (its epoch, grace ends at)
+        while True:
+            busy = [st for st in self.states.values() if not st.ended and st.pending is None]
+            now = loop.time()
+            graces = []
+            for st in busy:
+                if st.blocked:
+                    continue
+                name = st.session.name
+                if name not in grace or grace[name][0] != st.epoch:
+                    # it just moved: its step granted, or its step ended and its code
+                    # goes on to the next step point (BEGIN, a retry), which it mostly
+                    # reaches within POLL_S; asking the server sooner would find it
+                    # running (3 of 4 looks did, between two steps). Not longer: code
+                    # between steps may block too, and would be seen blocked late
+                    grace[name] = (st.epoch, now + POLL_S)
+                if (left := grace[name][1] - now) > 0:
+                    graces.append(left)
+            if graces:
+                # each wait ends at the next change: the server, not this wait, still
+                # says who is blocked
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await within(self._changed.wait(), min(graces))
+                continue
+            if busy:
+                epochs = [st.epoch for st in busy]
+                before = self._epochs()
+                waits = await lock_waiters(self.db, [st.pid for st in busy])
+                for st, epoch in zip(busy, epochs, strict=True):
+                    blocked = st.pid in waits or (st.waits is not None and await st.waits())
+                    # an answer about a session that moved on meanwhile is stale
+                    st.blocked = blocked and st.epoch == epoch
+                if self._epochs() != before:
+                    # another session moved during the look (its step ended, and may have
+                    # released the lock a busy one was seen waiting for): look again
+                    for st in busy:
+                        st.blocked = False
+                    continue
+                busy = [st for st in busy if not st.ended and st.pending is None]
+            if all(st.blocked for st in busy):
+                self._flush()
+                return
+            if loop.time() > deadline:
+                stuck = ", ".join(f"{st.session.name} in {st.running or 'its code'}" for st in busy)
+                raise InterleaveTimeout(
+                    f"{self.label}, at {self._item}: {stuck} neither finished nor blocked "
+                    f"in {self.timeout} s"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await within(self._changed.wait(), POLL_S)
+
+    async def _until_ended(self, st: _State, step: str) -> None:
+        """A step marked (*): settle, wait until it has ended by itself, then settle again,
+        which prints its <... completed> line."""
+        await self._settle()
+        await self._server_moves(
+            lambda: st.ended or st.running != step, "(*): it did not end by itself"
+        )
+        self._own = False
+        await self._settle()
+
+    async def _ended_if_blocked(self, st: _State, step: str) -> None:
+        """A step declared to end by itself: settle; if the server shows it blocked, wait
+        until it has ended, then settle again, which prints its <... completed> line."""
+        await self._settle()
+        if st.ended or st.running != step or not st.blocked:
+            return
+        await self._server_moves(
+            lambda: st.ended or st.running != step, ": it was blocked and did not end by itself"
+        )
+        await self._settle()
+
+    async def _resolve(self) -> None:
+        """Every live session is blocked: wait for the server to end one wait, then settle."""
+        before = {n: (st.running, st.ended) for n, st in self.states.items()}
+        await self._server_moves(
+            lambda: {n: (st.running, st.ended) for n, st in self.states.items()} != before,
+            ": every session blocked and the server broke no wait",
+        )
+        await self._settle()
+
+    async def _server_moves(self, moved: Callable[[], bool], failure: str) -> None:
+        """Until `moved()`, which only the server can bring about (a deadlock detector, a
+        timeout); past `resolve_timeout` InterleaveTimeout, naming the item and `failure`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.resolve_timeout
+        while not moved():
+            if loop.time() > deadline:
+                raise InterleaveTimeout(
+                    f"{self.label}, at {self._item}{failure} in {self.resolve_timeout} s"
+                )
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await within(self._changed.wait(), 0.05)
+
+    def _flush(self) -> None:
+        """Print the granted step's line, then completions in session order."""
+        granted, self._granted = self._granted, None
+        if granted is not None:
+            st, step, shown = granted
+            who = f"{st.session.name} {step}"
+            if self._own and st.result is not None:  # (*): it ended before it was seen blocked
+                self.clock.waiting(st.session.name, step)
+                self.transcript.add(who, shown, "<waiting ...>")
+                done = f"<... completed> {st.result.removeprefix('-> ')}"
+                self.transcript.add(who, "", done, st.more)
+                st.result = None
+            elif st.result is not None:
+                self.transcript.add(who, shown, st.result, st.more)
+                st.result = None
+            elif st.running == step:
+                self.clock.waiting(st.session.name, step)
+                self.transcript.add(who, shown, "<waiting ...>")
+                self.waited.append(who)
+                st.said_waiting = True
+        for _, line in sorted(self._done, key=lambda x: x[0]):
+            self.transcript.lines.append(line)
+        self._done.clear()
+
+
+# --- a canonical schedule as a run --------------------------------------------------------
+
+
+def scripted(pinned: Pinned, schedule: str) -> dict[str, Callable[[Env], Awaitable[None]]]:
+    """Each variant as a ``kind="script"`` variant that runs its canonical `schedule` under
+    a Sequencer on the run's database: for a scenario whose subject is one order of many
+    sessions (lock-queue), a `locklab run` is that order, timed, with the invariants.
+    Each session's outcome word is counted; the transcript and the steps the server showed
+    blocked go into the record's evidence."""
+
+    def variant(name: str, code: SessionCode) -> Callable[[Env], Awaitable[None]]:
+        async def run(env: Env) -> None:
+            conns = [
+                await env.connect(
+                    server_settings={"application_name": f"locklab/{env.scenario}/{s}"}
+                )
+                for s in pinned.sessions
+            ]
+
+            def bind(s: Session) -> Awaitable[str]:
+                return code(env, s)
+
+            seq = Sequencer(
+                env.db,
+                {s: (c, bind) for s, c in zip(pinned.sessions, conns, strict=True)},
+                label=f"{env.scenario} / {name} / {schedule}",
+                header=f"schedule {schedule}   ({env.scenario} / {name})",
+            )
+            try:
+                outcomes = await seq.run(pinned.schedules[name][schedule])
+            finally:
+                for c in conns:
+                    c.terminate()
+                env.extra_evidence["transcript"] = seq.transcript.text()
+                env.extra_evidence["waited"] = list(seq.waited)
+            for word in outcomes.values():
+                env.outcome(word)
+
+        return run
+
+    return {name: variant(name, code) for name, code in pinned.code.items()}
+
+
+# --- every interleaving -----------------------------------------------------------------
+
+
+def interleavings(steps: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, ...]]:
+    """Every merge of the sessions' step lists that keeps each session's own order, in a
+    stable order (the isolation tester's "all permutations" for a spec naming none)."""
+    names = list(steps)
+
+    def merge(pos: tuple[int, ...]) -> Iterator[tuple[str, ...]]:
+        if all(p == len(steps[n]) for p, n in zip(pos, names, strict=True)):
+            yield ()
+            return
+        for i, n in enumerate(names):
+            if pos[i] < len(steps[n]):
+                head = f"{n} {steps[n][pos[i]]}"
+                nxt = (*pos[:i], pos[i] + 1, *pos[i + 1 :])
+                for rest in merge(nxt):
+                    yield (head, *rest)
+
+    yield from merge(tuple(0 for _ in names))
+
+
+def count_interleavings(steps: Mapping[str, Sequence[str]]) -> int:
+    """The multinomial (sum n_i)! / prod(n_i!)."""
+    import math
+
+    total = math.factorial(sum(len(s) for s in steps.values()))
+    for s in steps.values():
+        total //= math.factorial(len(s))
+    return total
+
+
+def prefixed(schedule: Sequence[str], prefixes: Sequence[tuple[str, ...]]) -> bool:
+    """Whether `schedule` starts with one of `prefixes` (known invalid beginnings)."""
+    return any(tuple(schedule[: len(p)]) == p for p in prefixes)

@@ -1,0 +1,364 @@
+"""Timed stories: steps that start at their planned times, actors whose trace lines are the
+events the steps wait for, a worker-process actor frozen at its pause point, and a watcher
+of whose token a Redis key holds.
+
+A story whose subject is time (a lease's TTL against a holder's pause) cannot be pinned to
+an order alone: `locklab run` tells it at the published times. ``run_steps`` starts each
+step at its planned time and not before the step before it ended (the event it waits
+for), after the guards it declares (an event the server reported: a lease gone), and fails
+the run, naming the step, when one does not come within its bound. The same story pinned
+to an order is lab/pinned/stage.py's.
+
+* ``Actor``: an actor's trace lines (``report``) go to the run's trace and set its events:
+  ``stalled`` (``stall``), ``turn`` (one of the events its steps end with), ``done``.
+* ``ProcessActor``: an actor in a worker process (lab/procs/workers.py) whose pause point is
+  the step ``wake``: when it gets there the lab stops it (SIGSTOP, and waits for the
+  kernel's 'T'); ``wake`` grants it on and sends SIGCONT; ``kill`` sends SIGKILL.
+* ``KeyWatch``: polls GET + PTTL of a key in one MULTI and keeps the spans during which
+  each owner's token was its value, and how each ended (expired or deleted); a scenario
+  starts and stops it from its ``Scenario.observers``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.aio import within
+from lab.core.scenario import Env
+from lab.errors import ScenarioFailure
+from lab.procs import workers
+
+OBSERVE_MS = 2.0  # how often a KeyWatch polls GET + PTTL
+TURNS = ("write", "lock busy")  # the trace events that end an actor's turn by default
+TEARDOWN_S = 5.0  # end_all's wait for the story's cancelled tasks
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a timed story: start `action` at `planned_ms`, after `guards` (what each
+    waits for, the event), and the step ends when `ends` is set."""
+
+    planned_ms: float
+    name: str
+    action: Callable[[], None]
+    ends: asyncio.Event
+    guards: Sequence[tuple[str, asyncio.Event]] = ()
+
+
+async def bounded(event: asyncio.Event, what: str, seconds: float, label: str) -> None:
+    """Wait for `event`; a ScenarioFailure naming `what` when it does not come in time."""
+    try:
+        await within(event.wait(), seconds)
+    except TimeoutError:
+        raise ScenarioFailure(f"{label}: stuck at {what} after {seconds:.0f} s") from None
+
+
+async def run_steps(
+    env: Env,
+    steps: Sequence[Step],
+    seconds: float,
+    check: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run `steps` in order of their planned times (ties keep their order), each not before
+    the one before it ended; every wait is bounded by `seconds`. `check(name)` runs after
+    each step (it raises to fail the run). What ran when, for the record."""
+    label = f"{env.scenario} / {env.variant}"
+    ran: list[dict[str, Any]] = []
+    for s in sorted(steps, key=lambda s: s.planned_ms):
+        await asyncio.sleep(max(0.0, s.planned_ms - env.now_ms()) / 1000)  # the planned time
+        waited = [what for what, ev in s.guards if not ev.is_set()]
+        for what, ev in s.guards:
+            await bounded(ev, f"{s.name}: waiting for {what}", seconds, label)
+        ran.append(
+            {
+                "step": s.name,
+                "planned_ms": s.planned_ms,
+                "at_ms": round(env.now_ms(), 1),
+                "waited_for": waited,
+            }
+        )
+        s.action()
+        await bounded(s.ends, s.name, seconds, label)
+        if check is not None:
+            check(s.name)
+    return ran
+
+
+class Actor:
+    """An actor as a timed story sees it: its trace lines become events to wait for."""
+
+    def __init__(self, env: Env, who: str, turns: Collection[str] = TURNS) -> None:
+        self.env, self.who, self.turns = env, who, turns
+        self.stalled, self.turn, self.done = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._wake = asyncio.Event()
+        self.seen: set[str] = set()
+        self.outcome: str | None = None
+
+    def report(self, event: str, *, at_ms: float | None = None, **fields: Any) -> None:
+        self.env.trace(self.who, event, at_ms=at_ms, **fields)
+        self.seen.add(event)
+        if event == "stall":
+            self.stalled.set()
+        if event in self.turns:
+            self.turn.set()
+
+    async def run(self, body: Awaitable[str]) -> None:
+        try:
+            self.outcome = await body
+        finally:
+            self.end()
+
+    def end(self, outcome: str | None = None) -> None:
+        """The actor is over (each step waiting on it goes on); `outcome` if not yet known."""
+        self.outcome = self.outcome or outcome
+        for ev in (self.stalled, self.turn, self.done):
+            ev.set()
+
+    async def sleep_until_woken(self) -> None:
+        """A stall in the lab's own event loop: an await it runs around, until `wake`."""
+        t = self.env.now_ms()
+        self.report("stall", how="await in the lab's event loop")
+        await self._wake.wait()
+        self.report("resume", frozen_ms=round(self.env.now_ms() - t, 1))
+
+    def wake(self) -> None:
+        self._wake.set()
+
+
+class ProcessActor:
+    """An actor in a worker process (``spawn`` it; ``close`` it in a finally); its events
+    become `actor`'s trace. Its pause point is the step ``wake``: the lab stops it there."""
+
+    def __init__(self, env: Env, actor: Actor) -> None:
+        self.env, self.actor = env, actor
+        self.w: workers.Worker | None = None
+        self.error = ""
+        self._stop: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def spawn(
+        cls, env: Env, actor: Actor, script: Path, cfg: Mapping[str, Any]
+    ) -> ProcessActor:
+        """Start `script` with `cfg`; returns once it is connected and waits for ``go``."""
+        self = cls(env, actor)
+        self.w = await workers.Worker.spawn(
+            script, cfg, name=self._name(), on_event=self._on_event, fork=True
+        )
+        try:
+            await self.w.wait_for("step")  # at "go": ready for its first step
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    @property
+    def proc(self) -> workers.Proc:
+        assert self.w is not None
+        return self.w.proc
+
+    def _on_event(self, ev: workers.Event) -> None:
+        a, at = self.actor, ev.at_ms(self.env.t0)
+        if ev.name in ("ready", "step"):
+            if ev.fields.get("step") == "wake":  # at its pause point: the fault step "pause"
+                self._stop = asyncio.create_task(self._pause(at))
+        elif ev.name == "returned":
+            a.end(ev.fields["result"])
+        elif ev.name in ("error", "garbled"):
+            self.error = f"{self._name()}: {ev.fields.get('error') or ev.fields.get('line')}"
+            a.end()
+        elif ev.name == "exit":
+            if self.w is not None and not self.w.killed and a.outcome is None:
+                self.error = self.error or f"{self._name()} died: {self.w.status()}"
+                a.end()
+        else:
+            a.report(ev.name, at_ms=at, **ev.fields)
+
+    def _name(self) -> str:
+        return f"{self.env.scenario} worker {self.actor.who}"
+
+    async def _pause(self, at_ms: float) -> None:
+        assert self.w is not None
+        try:
+            state = await self.w.pause()
+        except workers.WorkerError as exc:
+            self.error = str(exc)
+            self.actor.end()
+            return
+        self.actor.report("stall", at_ms=at_ms, how="SIGSTOP", pid=self.w.pid, process_state=state)
+
+    def go(self) -> None:
+        assert self.w is not None
+        self.w.grant("go")
+
+    def wake(self) -> None:
+        """The fault step "resume": grant ``wake`` (read once it runs), then SIGCONT."""
+        assert self.w is not None
+        self.w.grant("wake")
+        self.w.resume()
+
+    async def kill(self) -> None:
+        """The fault step "kill": the actor crashes while frozen; no finally, no release."""
+        assert self.w is not None
+        await self.w.kill()
+        self.actor.report("killed", signal="SIGKILL")
+        self.actor.end("killed")
+
+    async def close(self) -> None:
+        if self._stop is not None:
+            self._stop.cancel()
+            await asyncio.gather(self._stop, return_exceptions=True)
+        if self.w is not None:
+            await self.w.close()
+
+
+def raised(tasks: Sequence[asyncio.Task[None]]) -> BaseException | None:
+    """The first exception a finished task of the story raised, or None."""
+    return next((t.exception() for t in tasks if t.done() and t.exception() is not None), None)
+
+
+async def end_all(
+    tasks: Sequence[asyncio.Task[None]], procs: Sequence[ProcessActor], conns: Sequence[Any]
+) -> None:
+    """A story's end, however it ended: its tasks cancelled (a bounded wait: a task that
+    swallowed its cancel must not hang the run, and each exception retrieved), its worker
+    processes closed, its connections terminated."""
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=TEARDOWN_S)
+    for t in tasks:
+        if t.done() and not t.cancelled():
+            t.exception()  # retrieved: the story reports a worker's failure itself (raised)
+    for proc in procs:
+        await proc.close()
+    for conn in conns:
+        conn.terminate()
+
+
+@dataclass
+class KeyWatch:
+    """Whose token Redis holds as the value of `key`, polled with GET + PTTL in one MULTI.
+
+    A poll ran in Redis somewhere between its send and its reply, so each sighting of a
+    token bounds its PX deadline to [send + PTTL, reply + PTTL]; the span's deadline is the
+    middle of the intersection over all its sightings (fast polls make it tight). A span
+    starts at deadline - TTL (when the SET ran) and ends at the deadline when the token
+    expired, or at the first poll that no longer saw it when it was deleted.
+    """
+
+    env: Env
+    key: str
+    owners: Mapping[str, str]  # token -> who
+    ttl_ms: int
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    first_poll: asyncio.Event = field(default_factory=asyncio.Event)
+    free: asyncio.Event = field(default_factory=asyncio.Event)  # the last poll saw no lock
+    running: bool = True
+    _task: asyncio.Task[None] | None = None
+    _gone: dict[str, asyncio.Event] = field(default_factory=dict)
+    _cur: dict[str, Any] | None = None
+    _prev_sent: float = 0.0
+    _polls: int = 0
+    _max_gap: float = 0.0
+
+    def gone(self, who: str) -> asyncio.Event:
+        """Set once `who`'s token is no longer the value (expired or deleted)."""
+        return self._gone.setdefault(who, asyncio.Event())
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.run())
+
+    async def stop(self) -> None:
+        """Stop polling (a flag, not only cancel(): one inside redis-py can be swallowed)."""
+        self.running = False
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await within(asyncio.shield(self._task), 5.0)
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    def restart_clock(self) -> None:
+        """The run's clock (env.t0) was reset: the next poll starts the record anew."""
+        self.first_poll.clear()
+        self._prev_sent = self.env.now_ms()
+
+    async def run(self) -> None:
+        while self.running:
+            t0, sent = self.env.t0, self.env.now_ms()
+            async with self.env.redis.pipeline(transaction=True) as pipe:
+                pipe.get(self.key)
+                pipe.pttl(self.key)
+                value, pttl = await pipe.execute()
+            reply = self.env.now_ms()
+            if self.env.t0 != t0:  # the clock was reset during the poll: not on one clock
+                continue
+            who = self.owners.get(value.decode(), "?") if value is not None else None
+            self._see(who, int(pttl), sent, reply)
+            self.first_poll.set()
+            if who is None:
+                self.free.set()
+            else:
+                self.free.clear()
+            await asyncio.sleep(OBSERVE_MS / 1000)  # the poll's period
+
+    def _see(self, who: str | None, pttl: int, sent: float, reply: float) -> None:
+        if self._polls:
+            self._max_gap = max(self._max_gap, sent - self._prev_sent)
+        self._polls += 1
+        cur = self._cur
+        if cur is not None and cur["who"] == who:
+            cur["last_sent"] = sent
+            if pttl >= 0:
+                cur["lo"], cur["hi"] = max(cur["lo"], sent + pttl), min(cur["hi"], reply + pttl)
+        else:
+            if cur is not None:
+                deadline = _middle(cur["lo"], cur["hi"])
+                expired = deadline <= reply  # gone by its PX, not by a DEL
+                end = deadline if expired else (sent + reply) / 2
+                how = "expired" if expired else "deleted"
+                known = math.isfinite(deadline)  # the key had a TTL
+                start = max(cur["after"], deadline - self.ttl_ms) if known else cur["start_ms"]
+                span = {
+                    "who": cur["who"],
+                    "start_ms": start,
+                    "end_ms": end,
+                    "last_sent": cur["last_sent"],
+                    "gone_reply": reply,
+                    "how": how,
+                }
+                self.spans.append(span)
+                self.env.trace("redis", f"lease of {cur['who']} {span['how']}", at_ms=end)
+                self.gone(cur["who"]).set()
+            self._cur = None
+            if who is not None:
+                lo, hi = (sent + pttl, reply + pttl) if pttl >= 0 else (math.inf, -math.inf)
+                start = max(self._prev_sent, _middle(lo, hi) - self.ttl_ms) if pttl >= 0 else sent
+                self._cur = {
+                    "who": who,
+                    "start_ms": start,
+                    "after": self._prev_sent,
+                    "last_sent": sent,
+                    "lo": lo,
+                    "hi": hi,
+                }
+                self.env.trace("redis", f"lock value is {who}'s token", at_ms=start, pttl=pttl)
+        self._prev_sent = sent
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "what": "GET + PTTL in one MULTI",
+            "every_ms": OBSERVE_MS,
+            "polls": self._polls,
+            "max_gap_ms": round(self._max_gap, 1),
+        }
+
+
+def _middle(lo: float, hi: float) -> float:
+    return lo if hi < lo else (lo + hi) / 2

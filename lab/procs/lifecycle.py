@@ -1,0 +1,516 @@
+"""Every process the lab starts dies with it; nothing is removed that the lab did not make.
+
+Lab folders. Each lab command that starts a server makes one folder per group of servers,
+``<tmp>/locklab-run-XXXXXXXX``, owned by the lab's user::
+
+    lab.json     the marker: {"lab": "locklab", "owner_pid", "owner_start", "uid", "kept"}
+    procs.jsonl  one line per process started in it: {"pid", "start", "exe", "sig"}
+    srv/         the servers' own files (owned by the server user: ``nobody`` when root)
+
+``owner_start`` is the owner's start time in clock ticks since boot (``/proc/PID/stat``
+field 22), so a PID the kernel reused is not mistaken for the owner. A folder is the lab's
+only if its name has the prefix, it is a real directory (not a symlink) owned by the
+lab's user, and its marker is a regular file owned by that user that says so; nothing
+else is ever removed. A process is signalled only when ``/proc`` shows it is the one
+recorded: same start time and same executable (or, for PostgreSQL's backends, the
+recorded executable with its working directory or command line inside the folder).
+
+Dying with the lab. The first folder a process makes starts a reaper (the way
+testcontainers starts Ryuk): a small stdlib-only Python process in its own session that
+holds the read end of a pipe whose write end only the lab holds. When the lab ends, by
+any means including SIGKILL, the pipe reads EOF and the reaper stops every process
+recorded in the folders that lab owns (unless kept) and removes them. PR_SET_PDEATHSIG
+is not used: it fires when the parent *thread* ends, and the lab starts servers from
+worker threads (``asyncio.to_thread``); and ``pg_ctl`` daemonises the postmaster anyway.
+Should the reaper die too, the next lab command's ``sweep_orphans()`` does its work.
+
+For new kinds of child process (a proxy, more Redis nodes): ``base = make_base_dir()``,
+then ``spawn(cmd, base)`` (or ``register(base, pid, exe)`` for a process something else
+started), and ``remove_base_dir(base)`` after stopping it; the reaper and the sweep then
+cover it. This module imports only the standard library and lab.procs (also stdlib only); the
+reaper runs its main() in an interpreter of its own (REAPER).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from lab.procs import alive as alive
+from lab.procs import proc_state as proc_state
+from lab.procs import stat_fields
+
+PREFIX = "locklab-run-"
+MARKER = "lab.json"
+PROCS = "procs.jsonl"
+SERVER_DIR = "srv"
+UNPRIVILEGED = ("nobody", "nogroup")
+STOP_WAIT_S = 3.0  # after the polite signal, before SIGKILL
+
+_reaper: dict[int, int] = {}  # pid of the lab process -> write end of its reaper's pipe
+_started: dict[int, int] = {}  # pid -> start time, of every process this process registered
+
+
+def warn(line: str) -> None:
+    """One line on stderr (the lab's one-line rule, for things it leaves alone)."""
+    sys.stderr.write("locklab: " + " ".join(line.split()) + "\n")
+    sys.stderr.flush()
+
+
+# --- /proc ---------------------------------------------------------------------------
+
+
+def proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    fields = stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def proc_ppid(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def proc_exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+
+
+def proc_uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def proc_cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def proc_cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def all_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def is_recorded(pid: int, start: int, exe: str) -> bool:
+    """Whether `pid` is still the process recorded: same start time, same executable."""
+    return alive(pid) and proc_start(pid) == start and proc_exe(pid) == exe
+
+
+def points_into(pid: int, folder: Path) -> bool:
+    """Whether the process works in `folder` or names it on its command line."""
+    where = str(folder)
+    cwd = proc_cwd(pid) or ""
+    return cwd == where or cwd.startswith(where + "/") or where + "/" in proc_cmdline(pid) + "/"
+
+
+def lab_processes(roots: Sequence[Path] | None = None) -> list[tuple[int, str]]:
+    """(pid, command line) of every process whose command line or working directory points
+    into a lab folder (under `roots`, default: every place lab folders are made). What
+    "servers left" counts; read from /proc, never from `ps` (it cuts args to $COLUMNS)."""
+    found = []
+    marks = [str(r) + "/" + PREFIX for r in (roots or scan_roots())]
+    for pid in all_pids():
+        if pid == os.getpid():
+            continue
+        text = proc_cmdline(pid) + " " + (proc_cwd(pid) or "")
+        if any(m in text for m in marks) and proc_state(pid) not in (None, "Z"):
+            found.append((pid, proc_cmdline(pid)))
+    return found
+
+
+# --- users ----------------------------------------------------------------------------
+
+
+def server_ids() -> tuple[int, int]:
+    """(uid, gid) the servers run as: ``nobody`` when the lab is root, else the lab's own."""
+    if os.geteuid() != 0:
+        return os.geteuid(), os.getegid()
+    import grp
+    import pwd
+
+    return pwd.getpwnam(UNPRIVILEGED[0]).pw_uid, grp.getgrnam(UNPRIVILEGED[1]).gr_gid
+
+
+def as_server_user(cmd: list[str]) -> list[str]:
+    """`cmd` run as the unprivileged server user when the lab is root (via setpriv)."""
+    if os.geteuid() != 0:
+        return cmd
+    user, group = UNPRIVILEGED
+    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups", *cmd]
+
+
+# --- trusted files --------------------------------------------------------------------
+
+
+def distrust(path: Path, *, directory: bool, private: bool) -> str | None:
+    """Why `path` cannot be trusted as the lab user's own file or folder (None: it can)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symlink"
+    if directory and not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if not directory and not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not {os.geteuid()}"
+    if st.st_mode & (0o077 if private else 0o022):
+        return f"has mode {stat.S_IMODE(st.st_mode):o} (others may write it)"
+    return None
+
+
+def read_trusted_json(path: Path, *, private: bool = False) -> dict[str, Any] | None:
+    """The JSON object in `path` when it passes `distrust` (opened without following a
+    symlink, checked again on the open file); None when absent or untrusted."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        mask = 0o077 if private else 0o022
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & mask:
+            return None
+        try:
+            data = json.loads(f.read())
+        except (ValueError, OSError):
+            return None
+    return data if isinstance(data, dict) else None
+
+
+def write_private_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+    """Write atomically (temp file and rename in the same folder), never through a link."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):  # left by a process of this PID that died
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def private_dir(create: bool = True) -> Path | None:
+    """The lab user's private folder for state kept between commands (kept servers):
+    ``<tmp>/locklab-state-<uid>``, 0700, owned by the user. Checked on every call; a folder
+    that fails a check is named in one line and left alone (None)."""
+    path = Path(tempfile.gettempdir()) / f"locklab-state-{os.geteuid()}"
+    if create and not os.path.lexists(path):
+        with contextlib.suppress(FileExistsError):  # someone made it meanwhile: check it
+            os.mkdir(path, 0o700)
+    why = distrust(path, directory=True, private=True)
+    if why == "does not exist":
+        return None
+    if why is not None:
+        warn(f"{path} {why}; not using it, left alone")
+        return None
+    return path
+
+
+# --- the reaper ------------------------------------------------------------------------
+
+
+# The reaper: this module's main() in a fresh interpreter, isolated (-I: no PYTHON*
+# variables, no user site), with the folder that holds the lab package first on its path.
+REAPER = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from lab.procs.lifecycle import main; sys.exit(main(sys.argv[2:]))"
+)
+
+
+def _root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def ensure_reaper() -> None:
+    """Start, once per lab process, the reaper that cleans up after it when it dies."""
+    me = os.getpid()
+    if me in _reaper:
+        return
+    start = proc_start(me)
+    read_end, write_end = os.pipe()  # not inherited by other children: only we hold it
+    try:
+        subprocess.Popen(
+            [sys.executable, "-I", "-c", REAPER, _root(), "reap", str(me), str(start)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to the terminal's group is not for it
+        )
+    except BaseException:
+        os.close(write_end)
+        raise
+    finally:
+        os.close(read_end)
+    _reaper[me] = write_end
+
+
+def _reap(owner_pid: int, owner_start: int) -> None:
+    """Wait until the owner's end of the pipe closes, then stop what it left running."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        while os.read(0, 4096):
+            pass
+    for folder, marker in lab_folders():
+        mine = (marker.get("owner_pid"), marker.get("owner_start")) == (owner_pid, owner_start)
+        if mine and not marker.get("kept"):
+            stop_folder(folder)
+
+
+# --- lab folders -----------------------------------------------------------------------
+
+
+def scan_roots() -> list[Path]:
+    """Where lab folders are made (see make_base_dir)."""
+    roots = [Path(tempfile.gettempdir()), Path("/tmp")]
+    return list(dict.fromkeys(roots))
+
+
+def folder_marker(folder: Path) -> dict[str, Any] | None:
+    """The marker of a folder the lab made, or None when `folder` is not provably the lab's."""
+    if not folder.name.startswith(PREFIX) or distrust(folder, directory=True, private=False):
+        return None
+    marker = read_trusted_json(folder / MARKER)
+    if marker is None or marker.get("lab") != "locklab" or marker.get("uid") != os.geteuid():
+        return None
+    return marker
+
+
+def lab_folders() -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every folder under the scan roots that is provably this user's lab folder."""
+    for root in scan_roots():
+        try:
+            names = [n for n in os.listdir(root) if n.startswith(PREFIX)]
+        except OSError:
+            continue
+        for name in names:
+            if (marker := folder_marker(root / name)) is not None:
+                yield root / name, marker
+
+
+def make_base_dir() -> Path:
+    """A fresh lab folder; returns its ``srv`` subfolder, where servers keep data, logs and
+    sockets (short: socket paths must stay under 107 bytes), owned by the server user."""
+    ensure_reaper()
+    root = tempfile.gettempdir()
+    if len(root) > 60 or (os.geteuid() == 0 and not _others_can_enter(Path(root))):
+        root = "/tmp"
+    folder = Path(tempfile.mkdtemp(prefix=PREFIX, dir=root))
+    marker = {
+        "lab": "locklab",
+        "owner_pid": os.getpid(),
+        "owner_start": proc_start(os.getpid()),
+        "uid": os.geteuid(),
+        "kept": False,
+    }
+    write_private_json(folder / MARKER, marker, 0o644)
+    srv = folder / SERVER_DIR
+    srv.mkdir(mode=0o700)
+    if os.geteuid() == 0:
+        folder.chmod(0o711)  # the server user passes through to srv/, lists nothing
+        uid, gid = server_ids()
+        os.chown(srv, uid, gid)
+    return srv
+
+
+def _others_can_enter(path: Path) -> bool:
+    """Whether every folder down to `path` lets other users through (the server user must
+    reach its data folder; a private 0700 parent, such as pytest's tmp_path, does not)."""
+    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
+
+
+def folder_of(base: Path) -> Path:
+    """The lab folder a ``make_base_dir()`` result lives in."""
+    return base.parent if base.name == SERVER_DIR else base
+
+
+def register(base: Path, pid: int, exe: str | Path, sig: int = signal.SIGTERM) -> None:
+    """Record a process started for `base`'s lab folder: the reaper and the sweep stop it
+    (with `sig`, then SIGKILL), and only while it is still this process."""
+    start = proc_start(pid)
+    if start is not None:
+        _started[pid] = start
+        _record(base, {"pid": pid, "start": start, "exe": os.path.realpath(exe), "sig": int(sig)})
+
+
+def still_ours(pid: int) -> bool:
+    """False when `pid` was registered by this process and is now another process (the
+    kernel reused the PID); True otherwise (running or not: the caller checks that)."""
+    return pid not in _started or proc_start(pid) in (None, _started[pid])
+
+
+def expect(base: Path, exe: str | Path, sig: int = signal.SIGTERM) -> None:
+    """Record that processes of `exe` working in `base`'s lab folder are the lab's, before
+    one exists (a server that a helper daemonises, such as pg_ctl's postmaster)."""
+    _record(base, {"pid": 0, "start": 0, "exe": os.path.realpath(exe), "sig": int(sig)})
+
+
+def _record(base: Path, entry: dict[str, Any]) -> None:
+    folder = folder_of(base)
+    if folder_marker(folder) is None:
+        return
+    fd = os.open(folder / PROCS, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def spawn(
+    cmd: list[str], base: Path, *, as_server: bool = True, sig: int = signal.SIGTERM
+) -> subprocess.Popen[bytes]:
+    """Start `cmd` for the lab folder of `base` so that it dies with the lab: in its own
+    session (a Ctrl-C is the lab's to handle), as the server user when the lab is root,
+    working in `base` (so a /proc scan finds it there), output to /dev/null (a server logs
+    to its file), recorded for the reaper and the sweep. The caller stops it
+    (``stop_pid``) and calls ``remove_base_dir(base)`` when done."""
+    exe = shutil.which(cmd[0]) or cmd[0]
+    proc = subprocess.Popen(
+        as_server_user(cmd) if as_server else cmd,
+        cwd=base,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    register(base, proc.pid, exe, sig)
+    return proc
+
+
+def mark_kept(base: Path, kept: bool = True) -> None:
+    """Kept folders (``servers up``) outlive the command that made them."""
+    folder = folder_of(base)
+    marker = folder_marker(folder)
+    if marker is not None:
+        write_private_json(folder / MARKER, {**marker, "kept": kept}, 0o644)
+
+
+def _recorded(folder: Path) -> list[dict[str, Any]]:
+    path = folder / PROCS
+    if distrust(path, directory=False, private=False):
+        return []
+    entries = []
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if isinstance(entry, dict) and {"pid", "start", "exe"} <= set(entry):
+                entries.append(entry)
+    return entries
+
+
+def folder_processes(folder: Path) -> dict[int, int]:
+    """pid -> stop signal of each live process the lab started for `folder`: the recorded
+    ones still the same process, and processes of a recorded executable working in the
+    folder (PostgreSQL's backends), run by the lab's or the server user."""
+    entries = _recorded(folder)
+    found = {
+        int(e["pid"]): int(e.get("sig", signal.SIGTERM))
+        for e in entries
+        if int(e["pid"]) > 0 and is_recorded(int(e["pid"]), int(e["start"]), str(e["exe"]))
+    }
+    exes = {str(e["exe"]): int(e.get("sig", signal.SIGTERM)) for e in entries}
+    users = {os.geteuid(), server_ids()[0]}
+    if exes:
+        for pid in all_pids():
+            exe = proc_exe(pid)
+            if pid in found or exe not in exes or proc_uid(pid) not in users:
+                continue
+            if alive(pid) and points_into(pid, folder):
+                found[pid] = exes[exe]
+    return found
+
+
+def stop_folder(folder: Path) -> list[str]:
+    """Stop the processes of one lab folder (their signal, SIGKILL after STOP_WAIT_S) and
+    remove it, if it is provably the lab's; returns what was signalled ("redis-server pid 7")."""
+    if folder_marker(folder) is None:
+        return []
+    procs = folder_processes(folder)
+    names = [f"{Path(proc_exe(p) or '?').name} pid {p}" for p in sorted(procs)]
+    for pid, sig in procs.items():
+        with contextlib.suppress(OSError):
+            os.kill(pid, sig)
+            os.kill(pid, signal.SIGCONT)  # a stopped process acts on its signal only now
+    deadline = time.monotonic() + STOP_WAIT_S
+    while any(alive(p) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in procs:
+        with contextlib.suppress(OSError):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    for pid in folder_processes(folder):  # backends the postmaster did not take along
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    remove_folder(folder)
+    return names
+
+
+def remove_folder(folder: Path) -> bool:
+    """Remove `folder` if, and only if, it is provably a lab folder of this user."""
+    if folder_marker(folder) is None:
+        return False
+    shutil.rmtree(folder, ignore_errors=True)  # does not follow symlinks inside
+    return True
+
+
+def remove_base_dir(base: Path) -> None:
+    """Remove what ``make_base_dir()`` made (its processes are the caller's to stop)."""
+    remove_folder(folder_of(base))
+
+
+def owner_alive(marker: dict[str, Any]) -> bool:
+    pid, start = marker.get("owner_pid"), marker.get("owner_start")
+    return isinstance(pid, int) and alive(pid) and proc_start(pid) == start
+
+
+def sweep_orphans() -> str | None:
+    """Stop the servers of lab folders whose lab process is gone (not kept ones): what the
+    reaper would have done had it lived. One line saying what was stopped, or None."""
+    stopped: list[str] = []
+    folders = 0
+    for folder, marker in lab_folders():
+        if marker.get("kept") or owner_alive(marker):
+            continue
+        stopped += stop_folder(folder)
+        folders += 1
+    if not folders:
+        return None
+    what = ", ".join(stopped) if stopped else "no process was left"
+    return f"cleaned up after {folders} earlier lab run(s) that ended without stopping: {what}"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "reap":
+        _reap(int(argv[1]), int(argv[2]))
+        return 0
+    sys.stderr.write("usage: python -m lab.procs.lifecycle reap OWNER_PID OWNER_START\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,111 @@
+"""A claim judged a second time, on records it does not speak of: can it fail?
+
+A verdict is worth what it could have said otherwise. Each claim is judged again on its
+counterfactual and the verdict says what that gave:
+
+* ``failed``: the clause that carries the sentence fails there (good: the claim can fail);
+* ``held``: it holds there too, so it cannot tell the bug from the fix (a defect);
+* ``none: <why>``: no counterfactual could be judged (the claim says why it has none, the
+  other variant was not run, or the check does not judge those records).
+
+The counterfactual (``Claim.counterfactual``): by default each variant the claim names is
+replaced by one of the other kind (a buggy claim reads fixed's record, a fixed claim
+buggy's; a claim comparing the two reads them swapped; "<variant>@<case>" keeps its case).
+A claim meant to hold on every variant (an invariant both keep, two counts that agree)
+declares a mutation instead: its own records with the quantity it reads changed. A
+settings guard (the check returns None), NotJudged or an exception is ``none:``, never
+``failed``: only the claim's own clause failing counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from lab.core.claims import Claim, NotJudged, Record
+
+
+def is_fixed(variant: str) -> bool:
+    """Variants named fixed* carry a fix; every other one (buggy*, timeout-only, ...) not."""
+    return variant.split("@", 1)[0].startswith("fixed")
+
+
+def swap(claim: Claim, variants: Sequence[str]) -> dict[str, str] | str:
+    """Which record each variant the claim names is replaced by, or why there is none."""
+    if isinstance(claim.counterfactual, Mapping):
+        return dict(claim.counterfactual)
+    fixed = [v for v in variants if is_fixed(v)]
+    other = [v for v in variants if not is_fixed(v)]
+    if not fixed or not other:
+        return "the scenario has no variant of the other kind"
+    out: dict[str, str] = {}
+    for name in claim.variants:
+        variant, at, case = name.partition("@")
+        out[name] = (other[0] if is_fixed(variant) else fixed[0]) + at + case
+    return out
+
+
+def swap_names(claim: Claim, variants: Sequence[str]) -> list[str]:
+    """The record names a claim's swap reads ("<variant>" or "<variant>@<case>")."""
+    if claim.counterfactual is not None and not isinstance(claim.counterfactual, Mapping):
+        return []  # a mutation reads the claim's own records; a reason reads none
+    got = swap(claim, variants)
+    return [] if isinstance(got, str) else list(got.values())
+
+
+def swapped_variants(claim: Claim, variants: Sequence[str]) -> set[str]:
+    """The variants (without case) a claim's swap reads: what verify must also run."""
+    return {v.split("@", 1)[0] for v in swap_names(claim, variants)}
+
+
+def records_of(
+    claim: Claim, records: Mapping[str, Record], variants: Sequence[str]
+) -> Mapping[str, Record] | str:
+    """The claim's counterfactual records, or why there are none."""
+    cf = claim.counterfactual
+    if isinstance(cf, str):
+        return cf
+    if callable(cf) and not isinstance(cf, Mapping):
+        return cf(records)
+    mapping = swap(claim, variants)
+    if isinstance(mapping, str):
+        return mapping
+    missing = sorted({o for o in mapping.values() if o not in records})
+    if missing:
+        return f"no record of {', '.join(missing)} in this run (verify --counterfactual runs it)"
+    out = dict(records)
+    for name, other in mapping.items():
+        out[name] = records[other]
+    return out
+
+
+def judge(
+    claim: Claim, trials: Sequence[Mapping[str, Record]], variants: Sequence[str]
+) -> tuple[str, str]:
+    """(``failed`` | ``held`` | ``none: <why>``, what was measured there) over the trials
+    that have what the counterfactual reads; held when as many trials hold as the claim
+    itself needs."""
+    held: list[bool] = []
+    why, measured = "no trial has the claim's records", ""
+    for records in trials:
+        if any(v not in records for v in claim.variants):
+            continue
+        cf = records_of(claim, records, variants)
+        if isinstance(cf, str):
+            why = cf
+            continue
+        try:
+            got = claim.check(cf)
+        except NotJudged as exc:
+            why = f"not judged there: {exc}"
+            continue
+        except Exception as exc:  # a record without what the check reads
+            why = f"the check cannot read those records ({type(exc).__name__}: {exc})"
+            continue
+        if got is None:
+            why = "the check does not judge those settings"
+            continue
+        held.append(bool(got[0]))
+        measured = measured or got[1]
+    if not held:
+        return f"none: {why}", ""
+    return ("held" if sum(held) >= claim.needed(len(held)) else "failed"), measured
