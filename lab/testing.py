@@ -41,8 +41,9 @@ import asyncpg
 
 from lab.core.steps import Session
 from lab.pinned import PinnedDatabase, watch_pool
-from lab.pinned.sequencer import InvalidPermutation, Sequencer, count_interleavings, interleavings
-from lab.pinned.sequencer import prefixed as _prefixed
+from lab.pinned.permutations import count_interleavings, interleavings
+from lab.pinned.permutations import prefixed as _prefixed
+from lab.pinned.sequencer import InvalidPermutation, Sequencer
 
 SessionCode = Callable[[Session], Awaitable[str]]
 Setup = Callable[[asyncpg.Pool], Awaitable[None]]

@@ -26,7 +26,7 @@ from lab.errors import LabError
 from lab.load.runner import RunPlan, run_plan
 from lab.pytest_plugin import ServerNeeds
 from lab.servers import Servers
-from lab.servers.embedded import find_pgbouncer
+from lab.servers.pgbouncer import find_pgbouncer
 
 RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
 

@@ -38,7 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.procs.lifecycle import lab_processes, proc_cmdline  # noqa: E402
+from lab.procs import proc_cmdline  # noqa: E402
+from lab.procs.lifecycle import lab_processes  # noqa: E402
 
 LAB = [sys.executable, "-m", "lab.cli"]
 ECHOES = ("Traceback", "never retrieved", "Failed to restore")

@@ -17,8 +17,8 @@ import asyncpg
 import pytest
 
 from lab.procs import alive as pid_alive
+from lab.procs.lifecycle import stop_pid
 from lab.servers import Servers
-from lab.servers.embedded import stop_pid
 
 LAB = [sys.executable, "-m", "lab.cli"]
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.load.runner import admin_connect
+from lab.load.databases import admin_connect
 from lab.servers import Servers
 from lab.verify import ScenarioVerdicts, verify_explores, verify_plan, verify_scenario
 from lab.verify.jobs import Job, order, past_seconds, pick, plan_jobs

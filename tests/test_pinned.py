@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from lab.cli import app
 from lab.core.scenario import Scenario
 from lab.core.steps import parse_step
-from lab.load.runner import admin_connect
+from lab.load.databases import admin_connect
 from lab.pinned import check_steps, expected_dir, expected_name, pinned_lab, trace
 from lab.servers import Servers
 from scenarios import SCENARIOS

@@ -23,15 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.procs import lifecycle
-from lab.procs.lifecycle import (
-    MARKER,
-    PREFIX,
-    PROCS,
-    lab_processes,
-    proc_start,
-    sweep_orphans,
-)
+import lab.procs as procs
+from lab.procs import lifecycle, proc_start
+from lab.procs.lifecycle import MARKER, PREFIX, PROCS, lab_processes, sweep_orphans
 from lab.servers import Servers, servers_down
 from tests.test_cli import LAB, ROOT, _children, assert_gone, locklab
 
@@ -284,7 +278,7 @@ def _start_holder() -> tuple[subprocess.Popen[str], list[int]]:
 def _owned_by(pid: int, owner: int) -> bool:
     """Whether `pid` works in a lab folder whose marker names `owner`."""
     for folder, marker in lifecycle.lab_folders():
-        if marker["owner_pid"] == owner and lifecycle.points_into(pid, folder):
+        if marker["owner_pid"] == owner and procs.points_into(pid, folder):
             return True
     return False
 
@@ -447,18 +441,18 @@ def test_redis_and_pgbouncer_never_run_as_root(servers: Servers) -> None:
         pytest.skip("not an embedded Redis")
     assert os.stat(f"/proc/{servers.redis.pid}").st_uid != 0
     mine = [p for p, cmd in lab_processes() if _owned_by(p, os.getpid())]
-    bouncers = [p for p in mine if "pgbouncer" in lifecycle.proc_cmdline(p)]
+    bouncers = [p for p in mine if "pgbouncer" in procs.proc_cmdline(p)]
     if servers.pgbouncer_info is not None and servers.pgbouncer_info.kind == "embedded":
         assert bouncers
     assert all(os.stat(f"/proc/{p}").st_uid != 0 for p in mine)
     secrets = [servers.redis.url.split(":")[2].split("@")[0]]
-    assert not any(s in lifecycle.proc_cmdline(p) for p in mine for s in secrets)
+    assert not any(s in procs.proc_cmdline(p) for p in mine for s in secrets)
 
 
 def test_a_reused_pid_is_never_signalled(sleeper: subprocess.Popen[bytes]) -> None:
     """stop_pid / kill_tree on a PID the lab registered whose process is now another one
     (another start time: the kernel reused the PID) do nothing."""
-    from lab.servers.embedded import kill_tree, stop_pid
+    from lab.procs.lifecycle import kill_tree, stop_pid
 
     lifecycle._started[sleeper.pid] = 1  # as if the lab's process with this PID had ended
     try:

@@ -15,13 +15,8 @@ import pytest
 
 from lab.core.steps import Session, schedule, show_ids, show_sql
 from lab.pinned.interleave import InterleaveTimeout
-from lab.pinned.sequencer import (
-    InvalidPermutation,
-    ScheduleError,
-    Sequencer,
-    count_interleavings,
-    interleavings,
-)
+from lab.pinned.permutations import count_interleavings, interleavings
+from lab.pinned.sequencer import InvalidPermutation, ScheduleError, Sequencer
 from lab.servers import Servers
 from tests.conftest import throwaway_database
 

@@ -172,14 +172,14 @@ def test_a_cache_others_may_write_is_not_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A template folder with group/other access is not trusted: initdb runs instead."""
-    from lab.procs import lifecycle
+    from lab.procs import trust
     from lab.servers import pgtemplate
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     folder = pgtemplate.cache_root() / "k"
     (folder / "data").mkdir(parents=True)
     (folder / "data" / "PG_VERSION").write_text("17\n")
-    lifecycle.write_private_json(folder / pgtemplate.MARKER, {"key": "k"})
+    trust.write_private_json(folder / pgtemplate.MARKER, {"key": "k"})
     for p in (pgtemplate.cache_root(), folder):
         p.chmod(0o700)
     assert pgtemplate.find("k") == folder / "data"

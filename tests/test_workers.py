@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import lab.procs as procs
 from lab.procs import lifecycle
 from lab.procs.workers import Event, Worker, WorkerError, next_of, proc_state
 
@@ -196,7 +197,7 @@ async def test_close_stops_it_and_removes_its_folder(echo: Worker) -> None:
     """The worker is recorded in its lab folder (what the reaper reads); close ends both."""
     folder = echo.folder
     assert folder is not None and echo.pid in lifecycle.folder_processes(folder)
-    assert lifecycle.proc_cwd(echo.pid) == str(folder)
+    assert procs.proc_cwd(echo.pid) == str(folder)
     await echo.close()
     assert not lifecycle.alive(echo.pid) and not folder.exists()
 

@@ -79,7 +79,8 @@ def guarded(body: Callable[[], T]) -> T:
 def _sweep_orphans() -> None:
     """Servers left by an earlier lab process that died unable to stop them: stopped now,
     in one line (never fails the command)."""
-    from lab.procs.lifecycle import sweep_orphans, warn
+    from lab.procs.lifecycle import sweep_orphans
+    from lab.procs.trust import warn
 
     try:
         line = sweep_orphans()

@@ -122,7 +122,7 @@ def _bench_isolation(folder: Path, lanes: int, pg_dsn: str | None) -> dict[str, 
 
 def _bench_scale(run_id: str, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
     from lab.load.bench import SCALE_NS, run_scale
-    from lab.servers.embedded import find_pgbouncer
+    from lab.servers.pgbouncer import find_pgbouncer
 
     try:
         find_pgbouncer()

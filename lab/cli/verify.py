@@ -82,7 +82,7 @@ def verify(
 
         from lab.core.profiles import check_profile, profile_settings
         from lab.core.results import new_run_id
-        from lab.load.runner import drop_spares
+        from lab.load.databases import drop_spares
         from lab.output.verdicts import print_summary, print_verdicts
         from lab.verify import (
             coverage,

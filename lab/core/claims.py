@@ -78,7 +78,7 @@ class Claim:
     # Parts of the sentence no check judges (listed in docs/claims.md).
     unjudged: tuple[str, ...] = ()
     # A claim about time: when it does not hold and the run's own event loop waited for a
-    # CPU for MACHINE_SHARE of its window (measured, lab.load.runner.machine_window), the cause
+    # CPU for MACHINE_SHARE of its window (measured, lab.load.facts.machine_window), the cause
     # is the machine: NOT JUDGED with that reason, never NOT HELD.
     timing: bool = False
 
@@ -144,7 +144,7 @@ MACHINE_BUSY = 0.9  # of the cores' time busy over the window (the lab's process
 
 def machine_cause(records: Mapping[str, Record], variants: Sequence[str]) -> str:
     """Why the machine, not the code, may have set a run's times: "" when it did not.
-    Measured per record (lab.load.runner.machine_window): the lab's event loop waited for a
+    Measured per record (lab.load.facts.machine_window): the lab's event loop waited for a
     CPU MACHINE_SHARE of the window, or the cores were MACHINE_BUSY busy over it (worker
     and server processes wait then too, which the loop's own wait does not show)."""
     for v in variants:

@@ -30,7 +30,8 @@ import asyncpg
 
 from lab.core.knobs import Knobs
 from lab.errors import LabError
-from lab.load.runner import RunPlan, admin_connect, database_name, run_plan
+from lab.load.databases import admin_connect, database_name
+from lab.load.runner import RunPlan, run_plan
 from lab.servers import Servers
 from lab.servers.base import with_database, without_password
 
@@ -191,7 +192,7 @@ class ScalePoint:
 
 
 async def _free_connections(servers: Servers) -> int:
-    from lab.load.runner import probe_pg
+    from lab.load.databases import probe_pg
 
     admin = await admin_connect(servers)
     try:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -173,3 +175,21 @@ def commandstats_delta(before: dict[str, Any], after: dict[str, Any]) -> dict[st
 
     b, a = calls(before), calls(after)
     return {k: a[k] - b.get(k, 0) for k in sorted(a) if a[k] - b.get(k, 0)}
+
+
+STATS_SETTLE_S = 3.0
+
+
+async def deadlocks_since(
+    conn: asyncpg.Connection, database: str, before: int, expected: int
+) -> int:
+    """pg_stat_database.deadlocks since `before`; backends flush their counts on exit, so
+    wait (bounded) until the count reaches what the actors saw or stops changing."""
+    deadline = time.monotonic() + STATS_SETTLE_S
+    delta = 0
+    while True:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        delta = await pg_deadlocks(conn, database) - before
+        if delta >= expected or time.monotonic() > deadline:
+            return delta
+        await asyncio.sleep(0.05)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import hashlib
-import os
 import platform
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +14,7 @@ from typing import Any, cast
 import asyncpg
 
 from lab import __version__
-from lab.aio import until, within
+from lab.aio import within
 from lab.core.claims import judge_all
 from lab.core.knobs import Knobs, connections_needed, server_connections_needed
 from lab.core.outcome import TIMEOUT, notation, ordered
@@ -34,13 +31,26 @@ from lab.core.scenario import (
     stop_observers,
 )
 from lab.errors import LabError, ScenarioFailure
+from lab.load.databases import (
+    GONE,
+    SPARES,
+    admin_connect,
+    create_database,
+    database_name,
+    drop_made,
+    probe_pg,
+    server_key,
+    take_spare,
+)
 from lab.load.evidence import (
     commandstats_delta,
+    deadlocks_since,
     parse_deadlocks,
     parse_lock_waits,
     pg_deadlocks,
     summarize_deadlocks,
 )
+from lab.load.facts import load_facts, machine_window, summary
 from lab.load.links import Links, open_links
 from lab.load.redisclients import PIPELINED_CONNECTIONS, REDIS_OBSERVERS, redis_client
 from lab.load.shard import resolve_procs
@@ -49,18 +59,11 @@ from lab.servers import Servers
 from lab.servers.base import with_database
 from lab.servers.faults import check_resources, fault_named, guard_variant, teardown_s
 
-# every backend still on a database, ended and waited for (5 s each at most)
-GONE = "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE datname = $1"
 ADMIN_CONNECTIONS = 4  # the run database's own small pool, plus the admin connection
 # run_plan makes the next variant's database on a connection of its own while a variant
 # runs, when the run leaves this many of the server's connections free besides its own
 PREPARE_HEADROOM = 20
-STATS_SETTLE_S = 3.0
 MAX_TRACE = 5000
-# Empty databases a plan made during its last variant for the next plan's first variant
-# (verify runs its plans one after another, each in an event loop of its own), by the
-# DSN of their server; renamed to the variant's name when taken (1 ms, CREATE 50-300 ms).
-_SPARES: dict[str, list[str]] = {}
 
 
 @dataclass
@@ -90,12 +93,12 @@ async def run_plan(
             if following is not None and _made_ahead(plan, servers):
                 name = database_name(plan.run_id, plan.scenario.id, following)
                 ahead[following] = asyncio.create_task(
-                    _create_database(servers, name, plan.knobs.deadlock_timeout_ms), name=name
+                    create_database(servers, name, plan.knobs.deadlock_timeout_ms), name=name
                 )
             elif following is None and plan.spare_after and _made_ahead(plan, servers):
                 name = database_name(plan.run_id, plan.scenario.id, "spare")
                 spare = asyncio.create_task(
-                    _create_database(servers, name, plan.knobs.deadlock_timeout_ms), name=name
+                    create_database(servers, name, plan.knobs.deadlock_timeout_ms), name=name
                 )
             await _plan_variant(
                 plan, variant, servers, records, on_record, ahead.pop(variant, None)
@@ -103,14 +106,14 @@ async def run_plan(
         if spare is not None:
             task, spare = spare, None
             try:
-                _SPARES.setdefault(_server_key(servers), []).append(await task)
+                SPARES.setdefault(server_key(servers), []).append(await task)
             except Exception:
-                await _drop_made(servers, task)
+                await drop_made(servers, task)
     finally:
         for task in ahead.values():  # made for a variant that did not run: dropped
-            await _drop_made(servers, task)
+            await drop_made(servers, task)
         if spare is not None:
-            await _drop_made(servers, spare)
+            await drop_made(servers, spare)
     if plan.write:  # claims that compare variants are known only now
         for rec in records.values():
             write_record(rec)
@@ -137,104 +140,6 @@ def _made_ahead(plan: RunPlan, servers: Servers) -> bool:
     return need + PREPARE_HEADROOM <= servers.pg.max_connections
 
 
-async def _create_database(servers: Servers, database: str, deadlock_timeout_ms: int) -> str:
-    """CREATE DATABASE (~50-300 ms here) on a connection of its own, so that the next
-    variant's database is made while this one runs; its name when done."""
-    admin = await admin_connect(servers)
-    try:
-        await admin.execute(f'CREATE DATABASE "{database}"')
-        await admin.execute(
-            f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(deadlock_timeout_ms)}ms'"
-        )
-    finally:
-        await admin.close()
-    return database
-
-
-def _server_key(servers: Servers) -> str:
-    return servers.pg.dsn if servers.pg is not None else ""
-
-
-async def _take_spare(admin: asyncpg.Connection, servers: Servers, database: str) -> bool:
-    """Rename a spare database made by the plan before to `database`; False when there is
-    none (or it cannot be renamed: then it is dropped and the caller creates one)."""
-    spares = _SPARES.get(_server_key(servers), [])
-    while spares:
-        spare = spares.pop()
-        try:
-            await admin.execute(f'ALTER DATABASE "{spare}" RENAME TO "{database}"')
-            return True
-        except Exception:
-            with contextlib.suppress(Exception):
-                await admin.execute(f'DROP DATABASE IF EXISTS "{spare}" WITH (FORCE)')
-    return False
-
-
-CREATES_S = 10.0  # a CREATE DATABASE takes 40-300 ms here
-CREATING = (
-    "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND state = 'active'"
-    " AND query ILIKE 'CREATE DATABASE%' AND position($1 in query) > 0"
-)
-
-
-async def drop_run_databases(servers: Servers, run_id: str) -> list[str]:
-    """Drop every database of the run `run_id` still on the server (a lane process killed
-    mid-run cannot drop its own); the names dropped."""
-    if servers.pg is None:
-        return []
-    prefix = database_name(run_id, "", "")[: -len("__")] + "_"
-    admin = await admin_connect(servers)
-    try:
-        # a CREATE DATABASE the killed process sent goes on without it: wait until none of
-        # the run's is under way, or the database it makes would outlive this sweep
-        async def no_creates() -> bool:
-            busy = await admin.fetchval(CREATING, prefix)
-            return not busy
-
-        with contextlib.suppress(ScenarioFailure):
-            await until(no_creates, CREATES_S, "the run's CREATE DATABASE to end", every=0.02)
-        names = [
-            str(r["datname"])
-            for r in await admin.fetch(
-                "SELECT datname FROM pg_database WHERE left(datname, $1) = $2",
-                len(prefix),
-                prefix,
-            )
-        ]
-        for name in names:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
-    return names
-
-
-async def drop_spares(servers: Servers) -> None:
-    """Drop the spare databases left for plans that did not come (verify's end)."""
-    spares = _SPARES.pop(_server_key(servers), [])
-    if not spares or servers.pg is None:
-        return
-    admin = await admin_connect(servers)
-    try:
-        for spare in spares:
-            with contextlib.suppress(Exception):
-                await admin.execute(f'DROP DATABASE IF EXISTS "{spare}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
-async def _drop_made(servers: Servers, task: asyncio.Task[str]) -> None:
-    """Drop a database made ahead (or being made: once its CREATE has ended either way)."""
-    database = task.get_name()
-    with contextlib.suppress(BaseException):
-        await task
-    with contextlib.suppress(Exception):
-        admin = await admin_connect(servers)
-        try:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        finally:
-            await admin.close()
-
-
 async def _plan_variant(
     plan: RunPlan,
     variant: str,
@@ -247,7 +152,7 @@ async def _plan_variant(
         rec = await run_variant(plan, variant, servers, made)
     except BaseException:
         if made is not None:
-            await _drop_made(servers, made)
+            await drop_made(servers, made)
         raise
     records[variant] = rec
     _attach_claims(plan, records)
@@ -284,44 +189,6 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
     for variant, rec in records.items():
         rec["claims"] = [v for v in verdicts if variant in v["variants"]]
         rec["claims_not_judged"] = [n for n in not_judged if variant in n["variants"]]
-
-
-def database_name(run_id: str, scenario: str, variant: str) -> str:
-    """A database name of at most 63 characters, distinct per variant even when cut
-    (two variants' databases exist at once while the next one is made ahead)."""
-    raw = re.sub(r"[^a-z0-9_]", "_", f"locklab_{run_id}_{scenario}_{variant}".lower())
-    if len(raw) <= 63:
-        return raw
-    return f"{raw[:54]}_{hashlib.sha1(raw.encode()).hexdigest()[:8]}"
-
-
-async def admin_connect(servers: Servers) -> asyncpg.Connection:
-    """The superuser connection; an unreachable or refusing server becomes one clear line."""
-    assert servers.pg is not None
-    try:
-        return await asyncpg.connect(servers.pg.dsn, timeout=10)
-    except (TimeoutError, OSError) as exc:
-        msg = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise LabError(f"cannot reach PostgreSQL at {servers.pg.info.address}: {msg}") from None
-    except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        raise LabError(f"PostgreSQL at {servers.pg.info.address} refused: {exc}") from None
-
-
-async def probe_pg(conn: asyncpg.Connection, servers: Servers) -> int:
-    """Fill in the server's version and return how many more connections it accepts."""
-    assert servers.pg is not None
-    row = await conn.fetchrow(  # one round trip: this runs before every variant
-        "SELECT current_setting('server_version') AS version,"
-        " current_setting('max_connections')::int AS max_conn,"
-        " current_setting('superuser_reserved_connections')::int AS reserved,"
-        " (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int"
-        " AS in_use"
-    )
-    assert row is not None
-    servers.pg.info.version = str(row["version"]).split()[0]
-    max_conn, reserved, in_use = int(row["max_conn"]), int(row["reserved"]), int(row["in_use"])
-    servers.pg.max_connections = max_conn
-    return max_conn - reserved - in_use
 
 
 async def run_variant(
@@ -402,7 +269,7 @@ async def _run_variant(
             if made is not None:
                 created = True  # dropped below whatever happens
                 await made
-            elif await _take_spare(admin, servers, database):
+            elif await take_spare(admin, servers, database):
                 created = True
                 await admin.execute(
                     f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
@@ -475,7 +342,7 @@ async def _run_variant(
                 res = await run_actors(env, actor, knobs, uses_pg=uses_pg)
                 if scenario.worker_done is not None:
                     await scenario.worker_done(env)
-            load = _load_facts(knobs, procs, time.process_time() - cpu0, load)
+            load = load_facts(knobs, procs, time.process_time() - cpu0, load)
             outcomes, wall_ms, latencies = res.outcomes, res.wall_ms, res.latencies_ms
             env.outcomes = outcomes
         else:
@@ -502,7 +369,7 @@ async def _run_variant(
             evidence["network"] = {**evidence.get("network", {}), **network}
         evidence["machine"] = machine
         if uses_pg and admin is not None and servers.pg is not None:
-            evidence["pg_stat_deadlocks"] = await _stat_delta(
+            evidence["pg_stat_deadlocks"] = await deadlocks_since(
                 admin, database, stat_before, outcomes.get("40P01", 0)
             )
             log = servers.pg.read_log(log_offset)
@@ -536,7 +403,7 @@ async def _run_variant(
             "latency_ms_by_outcome": {k: percentiles(v) for k, v in sorted(latencies.items())},
             "counters": dict(env.counters),
             "headline": {label: env.counters.get(k, 0) for k, label in scenario.headline.items()},
-            "samples": {k: _summary(v) for k, v in env.samples.items()},
+            "samples": {k: summary(v) for k, v in env.samples.items()},
             "invariants": [c.to_json() for c in checks],
             "evidence": evidence,
             "trace": env.events[:MAX_TRACE],
@@ -591,69 +458,3 @@ async def _run_variant(
             with contextlib.suppress(Exception):
                 await admin.close(timeout=teardown_s(10))
             admin.terminate()
-
-
-def machine_window(start: tuple[float, ...] | None = None) -> Any:
-    """What the machine did to a variant's window: called with nothing, a snapshot; with
-    the snapshot, over the time since it: how long the lab's event loop was runnable but
-    not running (the kernel's run delay, /proc/self/schedstat) and how busy the cores
-    were (/proc/stat). Claims about time read it (lab.core.claims.machine_cause)."""
-    from lab.procs.procstat import machine_cpu, run_delay_s
-
-    now = (time.perf_counter(), run_delay_s(), *machine_cpu())
-    if start is None:
-        return now
-    window_s = max(now[0] - start[0], 1e-6)
-    waited_s = now[1] - start[1]
-    busy, total = now[2] - start[2], now[3] - start[3]
-    return {
-        "window_ms": round(window_s * 1000, 1),
-        "lab_cpu_wait_ms": round(waited_s * 1000, 1),
-        "lab_cpu_wait_share": round(waited_s / window_s, 3),
-        "cores_busy": round(busy / total, 3) if total > 0 else None,
-    }
-
-
-async def _stat_delta(conn: asyncpg.Connection, database: str, before: int, expected: int) -> int:
-    """pg_stat_database.deadlocks since `before`; backends flush their counts on exit, so
-    wait (bounded) until the count reaches what the actors saw or stops changing."""
-    deadline = time.monotonic() + STATS_SETTLE_S
-    delta = 0
-    while True:
-        await conn.execute("SELECT pg_stat_clear_snapshot()")
-        delta = await pg_deadlocks(conn, database) - before
-        if delta >= expected or time.monotonic() > deadline:
-            return delta
-        await asyncio.sleep(0.05)
-
-
-def _load_facts(knobs: Knobs, procs: int, cpu_s: float, sharded: dict[str, Any]) -> dict[str, Any]:
-    """How the actors were run: processes, Redis client, event loop, CPU and peak memory."""
-    import asyncio as _asyncio
-
-    from lab.procs.procstat import peak_rss_mb
-
-    me = os.getpid()
-    workers = sharded.get("workers") or [
-        {
-            "pid": me,
-            "actors": knobs.n,
-            "cpu_s": round(cpu_s, 3),
-            "peak_rss_mb": round(peak_rss_mb(me), 1),
-            "loop": type(_asyncio.get_running_loop()).__module__.split(".")[0],
-        }
-    ]
-    lab_rss = peak_rss_mb(me) + (sum(w["peak_rss_mb"] for w in workers) if procs > 1 else 0)
-    return {
-        "procs": procs,
-        "procs_asked": knobs.procs or "auto",
-        "redis_client": knobs.redis_client,
-        "workers": workers,
-        "lab_peak_rss_mb": round(lab_rss, 1),
-    }
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    return {"count": len(values), "sum": round(sum(values), 3), **percentiles(values)}

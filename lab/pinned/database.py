@@ -13,8 +13,8 @@ import asyncpg
 
 from lab.core.scenario import Env, Observer, Scenario, start_observers, stop_observers
 from lab.errors import ScenarioFailure
+from lab.load.databases import GONE, admin_connect, database_name, probe_pg
 from lab.load.redisclients import redis_client
-from lab.load.runner import GONE, admin_connect, database_name, probe_pg
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
 from lab.pinned.schedules import PinnedResult, pinned_of
 from lab.pinned.sequencer import (

@@ -19,11 +19,8 @@ from lab.core.results import (
 from lab.core.scenario import Scenario
 from lab.core.steps import ISOLATION_LEVELS, Pinned
 from lab.pinned.database import PinnedLab, pinned_lab
+from lab.pinned.permutations import count_interleavings, interleavings
 from lab.pinned.schedules import EXPLORE_DIR, STEP_ERROR, PinnedResult, pinned_of
-from lab.pinned.sequencer import (
-    count_interleavings,
-    interleavings,
-)
 from lab.servers import Servers
 
 # --- explore -----------------------------------------------------------------------------

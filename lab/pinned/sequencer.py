@@ -40,9 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import time
-from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -52,10 +51,10 @@ from lab.core.outcome import classify
 from lab.core.steps import Session, on_its_own, parse_step
 from lab.errors import ScenarioFailure
 from lab.pinned.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
+from lab.pinned.transcript import Line, StepClock, Transcript
 
 if TYPE_CHECKING:
-    from lab.core.scenario import Env
-    from lab.core.steps import Pinned, SessionCode
+    pass
 
 POLL_S = 0.002  # between two looks at the server while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
@@ -81,35 +80,6 @@ class InvalidPermutation(Exception):
 
 
 @dataclass
-class Line:
-    who: str  # "s1 read", "invariant", "s1"
-    shown: str  # SQL or command ("" on a completion line)
-    result: str
-    more: list[str] = field(default_factory=list)  # DETAIL lines
-
-
-@dataclass
-class Transcript:
-    """What a pinned run printed: header, step lines, session ends, invariants."""
-
-    header: str
-    lines: list[Line] = field(default_factory=list)
-
-    def add(self, who: str, shown: str, result: str, more: Sequence[str] = ()) -> None:
-        self.lines.append(Line(who, shown, result, list(more)))
-
-    def text(self, sql_width: int = 64) -> str:
-        w1 = max((len(x.who) for x in self.lines), default=0)
-        w2 = min(sql_width, max((len(x.shown) for x in self.lines), default=0))
-        out = [self.header]
-        for x in self.lines:
-            row = f"{x.who:<{w1}}  {x.shown:<{w2}}  {x.result}".rstrip()
-            out.append(row)
-            out += [f"{'':<{w1}}  {'':<{w2}}  {m}".rstrip() for m in x.more]
-        return "\n".join(out) + "\n"
-
-
-@dataclass
 class _State:
     session: Session
     pid: int
@@ -127,81 +97,6 @@ class _State:
     error: BaseException | None = None
     taken: list[str] = field(default_factory=list)
     epoch: int = 0  # bumped on every change the session makes (asks, ends a step, ends)
-
-
-@dataclass
-class StepTime:
-    """One granted step on the schedule's clock (ms since the schedule started)."""
-
-    session: str
-    step: str
-    shown: str  # the SQL or command, as the transcript prints it
-    granted_ms: float
-    waiting_ms: float | None = None  # its line said <waiting ...> (the server showed it blocked)
-    ended_ms: float | None = None  # None: the run ended before the step did
-    result: str = ""  # "UPDATE 1", "ERROR 40P01 deadlock detected"
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
-
-class StepClock:
-    """The measured times of one pinned run: monotonic ms from `start()` (the schedule's
-    start), stamped by the runner at each grant, block, step end and session end."""
-
-    def __init__(self) -> None:
-        self._t0 = time.monotonic()
-        self.steps: list[StepTime] = []
-        self.ends: dict[str, float] = {}  # session -> when its code ended
-        self.end_ms: float | None = None  # when the runner was done with the schedule
-        self.spans: list[dict[str, object]] = []  # a state of a session: frozen by SIGSTOP
-
-    def start(self) -> None:
-        self._t0 = time.monotonic()
-
-    def now(self) -> float:
-        return round((time.monotonic() - self._t0) * 1000, 3)
-
-    def granted(self, session: str, step: str, shown: str) -> None:
-        self.steps.append(StepTime(session, step, shown, self.now()))
-
-    def _open(self, session: str, step: str) -> StepTime | None:
-        return next(
-            (t for t in reversed(self.steps) if t.session == session and t.step == step), None
-        )
-
-    def waiting(self, session: str, step: str) -> None:
-        t = self._open(session, step)
-        if t is not None and t.waiting_ms is None:
-            t.waiting_ms = self.now() if t.ended_ms is None else t.granted_ms
-
-    def ended(self, session: str, step: str, result: str, shown: str = "") -> None:
-        t = self._open(session, step)
-        if t is not None and t.ended_ms is None:
-            t.ended_ms, t.result = self.now(), result.removeprefix("-> ")
-            t.shown = shown or t.shown
-
-    def session_ended(self, session: str) -> None:
-        self.ends.setdefault(session, self.now())
-
-    def span(self, session: str, what: str, *, start: bool) -> None:
-        """A state of `session` begins (`start`) or ends now: "frozen" from SIGSTOP to SIGCONT."""
-        if start:
-            self.spans.append({"session": session, "what": what, "start_ms": self.now()})
-            return
-        for sp in reversed(self.spans):
-            if sp["session"] == session and sp["what"] == what and "end_ms" not in sp:
-                sp["end_ms"] = self.now()
-                return
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "unit": "ms",
-            "steps": [t.to_json() for t in self.steps],
-            "ends": dict(self.ends),
-            "end_ms": self.end_ms if self.end_ms is not None else self.now(),
-            "spans": [dict(sp) for sp in self.spans],  # one still open has no end_ms
-        }
 
 
 Code = Callable[[Session], Awaitable[str]]
@@ -573,80 +468,3 @@ class Sequencer:
 
 
 # --- a canonical schedule as a run --------------------------------------------------------
-
-
-def scripted(pinned: Pinned, schedule: str) -> dict[str, Callable[[Env], Awaitable[None]]]:
-    """Each variant as a ``kind="script"`` variant that runs its canonical `schedule` under
-    a Sequencer on the run's database: for a scenario whose subject is one order of many
-    sessions (lock-queue), a `locklab run` is that order, timed, with the invariants.
-    Each session's outcome word is counted; the transcript and the steps the server showed
-    blocked go into the record's evidence."""
-
-    def variant(name: str, code: SessionCode) -> Callable[[Env], Awaitable[None]]:
-        async def run(env: Env) -> None:
-            conns = [
-                await env.connect(
-                    server_settings={"application_name": f"locklab/{env.scenario}/{s}"}
-                )
-                for s in pinned.sessions
-            ]
-
-            def bind(s: Session) -> Awaitable[str]:
-                return code(env, s)
-
-            seq = Sequencer(
-                env.db,
-                {s: (c, bind) for s, c in zip(pinned.sessions, conns, strict=True)},
-                label=f"{env.scenario} / {name} / {schedule}",
-                header=f"schedule {schedule}   ({env.scenario} / {name})",
-            )
-            try:
-                outcomes = await seq.run(pinned.schedules[name][schedule])
-            finally:
-                for c in conns:
-                    c.terminate()
-                env.extra_evidence["transcript"] = seq.transcript.text()
-                env.extra_evidence["waited"] = list(seq.waited)
-            for word in outcomes.values():
-                env.outcome(word)
-
-        return run
-
-    return {name: variant(name, code) for name, code in pinned.code.items()}
-
-
-# --- every interleaving -----------------------------------------------------------------
-
-
-def interleavings(steps: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, ...]]:
-    """Every merge of the sessions' step lists that keeps each session's own order, in a
-    stable order (the isolation tester's "all permutations" for a spec naming none)."""
-    names = list(steps)
-
-    def merge(pos: tuple[int, ...]) -> Iterator[tuple[str, ...]]:
-        if all(p == len(steps[n]) for p, n in zip(pos, names, strict=True)):
-            yield ()
-            return
-        for i, n in enumerate(names):
-            if pos[i] < len(steps[n]):
-                head = f"{n} {steps[n][pos[i]]}"
-                nxt = (*pos[:i], pos[i] + 1, *pos[i + 1 :])
-                for rest in merge(nxt):
-                    yield (head, *rest)
-
-    yield from merge(tuple(0 for _ in names))
-
-
-def count_interleavings(steps: Mapping[str, Sequence[str]]) -> int:
-    """The multinomial (sum n_i)! / prod(n_i!)."""
-    import math
-
-    total = math.factorial(sum(len(s) for s in steps.values()))
-    for s in steps.values():
-        total //= math.factorial(len(s))
-    return total
-
-
-def prefixed(schedule: Sequence[str], prefixes: Sequence[tuple[str, ...]]) -> bool:
-    """Whether `schedule` starts with one of `prefixes` (known invalid beginnings)."""
-    return any(tuple(schedule[: len(p)]) == p for p in prefixes)

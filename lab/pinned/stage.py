@@ -42,7 +42,8 @@ from lab.aio import until, within
 from lab.core.outcome import classify
 from lab.core.steps import Pinned, Session, parse_step
 from lab.errors import ScenarioFailure
-from lab.pinned.sequencer import InvalidPermutation, Line, ScheduleError, StepClock, Transcript
+from lab.pinned.sequencer import InvalidPermutation, ScheduleError
+from lab.pinned.transcript import Line, StepClock, Transcript
 from lab.procs.workers import Child, Event, Worker
 
 if TYPE_CHECKING:

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import os
 import signal
+from pathlib import Path
 
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -51,3 +52,59 @@ def alive(pid: int) -> bool:
             return False
     state = proc_state(pid)
     return state is not None and state != "Z"
+
+
+def proc_start(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    fields = stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def proc_ppid(pid: int) -> int | None:
+    fields = stat_fields(pid)
+    return int(fields[1]) if fields else None
+
+
+def proc_exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
+    except OSError:
+        return None
+
+
+def proc_uid(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return None
+
+
+def proc_cwd(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return None
+
+
+def proc_cmdline(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def all_pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def is_recorded(pid: int, start: int, exe: str) -> bool:
+    """Whether `pid` is still the process recorded: same start time, same executable."""
+    return alive(pid) and proc_start(pid) == start and proc_exe(pid) == exe
+
+
+def points_into(pid: int, folder: Path) -> bool:
+    """Whether the process works in `folder` or names it on its command line."""
+    where = str(folder)
+    cwd = proc_cwd(pid) or ""
+    return cwd == where or cwd.startswith(where + "/") or where + "/" in proc_cmdline(pid) + "/"

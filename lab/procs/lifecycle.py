@@ -38,7 +38,6 @@ import json
 import os
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -48,83 +47,38 @@ from pathlib import Path
 from typing import Any
 
 from lab.procs import alive as alive
+from lab.procs import alive as pid_alive
+from lab.procs import (
+    all_pids,
+    is_recorded,
+    points_into,
+    proc_cmdline,
+    proc_cwd,
+    proc_exe,
+    proc_ppid,
+    proc_start,
+    proc_uid,
+)
 from lab.procs import proc_state as proc_state
-from lab.procs import stat_fields
+from lab.procs.trust import (
+    as_server_user,
+    distrust,
+    read_trusted_json,
+    server_ids,
+    write_private_json,
+)
 
 PREFIX = "locklab-run-"
 MARKER = "lab.json"
 PROCS = "procs.jsonl"
 SERVER_DIR = "srv"
-UNPRIVILEGED = ("nobody", "nogroup")
 STOP_WAIT_S = 3.0  # after the polite signal, before SIGKILL
 
 _reaper: dict[int, int] = {}  # pid of the lab process -> write end of its reaper's pipe
 _started: dict[int, int] = {}  # pid -> start time, of every process this process registered
 
 
-def warn(line: str) -> None:
-    """One line on stderr (the lab's one-line rule, for things it leaves alone)."""
-    sys.stderr.write("locklab: " + " ".join(line.split()) + "\n")
-    sys.stderr.flush()
-
-
 # --- /proc ---------------------------------------------------------------------------
-
-
-def proc_start(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (None: no such process)."""
-    fields = stat_fields(pid)
-    return int(fields[19]) if fields else None
-
-
-def proc_ppid(pid: int) -> int | None:
-    fields = stat_fields(pid)
-    return int(fields[1]) if fields else None
-
-
-def proc_exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe").removesuffix(" (deleted)")
-    except OSError:
-        return None
-
-
-def proc_uid(pid: int) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
-def proc_cwd(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
-        return None
-
-
-def proc_cmdline(pid: int) -> str:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
-
-
-def all_pids() -> list[int]:
-    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def is_recorded(pid: int, start: int, exe: str) -> bool:
-    """Whether `pid` is still the process recorded: same start time, same executable."""
-    return alive(pid) and proc_start(pid) == start and proc_exe(pid) == exe
-
-
-def points_into(pid: int, folder: Path) -> bool:
-    """Whether the process works in `folder` or names it on its command line."""
-    where = str(folder)
-    cwd = proc_cwd(pid) or ""
-    return cwd == where or cwd.startswith(where + "/") or where + "/" in proc_cmdline(pid) + "/"
 
 
 def lab_processes(roots: Sequence[Path] | None = None) -> list[tuple[int, str]]:
@@ -140,98 +94,6 @@ def lab_processes(roots: Sequence[Path] | None = None) -> list[tuple[int, str]]:
         if any(m in text for m in marks) and proc_state(pid) not in (None, "Z"):
             found.append((pid, proc_cmdline(pid)))
     return found
-
-
-# --- users ----------------------------------------------------------------------------
-
-
-def server_ids() -> tuple[int, int]:
-    """(uid, gid) the servers run as: ``nobody`` when the lab is root, else the lab's own."""
-    if os.geteuid() != 0:
-        return os.geteuid(), os.getegid()
-    import grp
-    import pwd
-
-    return pwd.getpwnam(UNPRIVILEGED[0]).pw_uid, grp.getgrnam(UNPRIVILEGED[1]).gr_gid
-
-
-def as_server_user(cmd: list[str]) -> list[str]:
-    """`cmd` run as the unprivileged server user when the lab is root (via setpriv)."""
-    if os.geteuid() != 0:
-        return cmd
-    user, group = UNPRIVILEGED
-    return ["setpriv", f"--reuid={user}", f"--regid={group}", "--clear-groups", *cmd]
-
-
-# --- trusted files --------------------------------------------------------------------
-
-
-def distrust(path: Path, *, directory: bool, private: bool) -> str | None:
-    """Why `path` cannot be trusted as the lab user's own file or folder (None: it can)."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return "does not exist"
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    if stat.S_ISLNK(st.st_mode):
-        return "is a symlink"
-    if directory and not stat.S_ISDIR(st.st_mode):
-        return "is not a directory"
-    if not directory and not stat.S_ISREG(st.st_mode):
-        return "is not a regular file"
-    if st.st_uid != os.geteuid():
-        return f"is owned by uid {st.st_uid}, not {os.geteuid()}"
-    if st.st_mode & (0o077 if private else 0o022):
-        return f"has mode {stat.S_IMODE(st.st_mode):o} (others may write it)"
-    return None
-
-
-def read_trusted_json(path: Path, *, private: bool = False) -> dict[str, Any] | None:
-    """The JSON object in `path` when it passes `distrust` (opened without following a
-    symlink, checked again on the open file); None when absent or untrusted."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd) as f:
-        st = os.fstat(f.fileno())
-        mask = 0o077 if private else 0o022
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & mask:
-            return None
-        try:
-            data = json.loads(f.read())
-        except (ValueError, OSError):
-            return None
-    return data if isinstance(data, dict) else None
-
-
-def write_private_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
-    """Write atomically (temp file and rename in the same folder), never through a link."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):  # left by a process of this PID that died
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
-
-
-def private_dir(create: bool = True) -> Path | None:
-    """The lab user's private folder for state kept between commands (kept servers):
-    ``<tmp>/locklab-state-<uid>``, 0700, owned by the user. Checked on every call; a folder
-    that fails a check is named in one line and left alone (None)."""
-    path = Path(tempfile.gettempdir()) / f"locklab-state-{os.geteuid()}"
-    if create and not os.path.lexists(path):
-        with contextlib.suppress(FileExistsError):  # someone made it meanwhile: check it
-            os.mkdir(path, 0o700)
-    why = distrust(path, directory=True, private=True)
-    if why == "does not exist":
-        return None
-    if why is not None:
-        warn(f"{path} {why}; not using it, left alone")
-        return None
-    return path
 
 
 # --- the reaper ------------------------------------------------------------------------
@@ -514,3 +376,35 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
+    """Stop one process the lab started, by PID: the signal, then SIGKILL after `wait`
+    (at once when it is stopped, SIGSTOP: it would act on nothing else)."""
+    if not pid_alive(pid) or not still_ours(pid):
+        return
+    if proc_state(pid) == "T":
+        sig, wait = signal.SIGKILL, 1.0
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, sig)
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return
+        time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process the lab started and its children (a postmaster and its backends,
+    which a stopped or killed postmaster would not take along)."""
+    if not still_ours(pid):
+        return
+    children = [p for p in all_pids() if proc_ppid(p) == pid]
+    for p in (pid, *children):
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while any(pid_alive(p) for p in (pid, *children)) and time.monotonic() < deadline:
+        time.sleep(0.02)

@@ -20,28 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from lab.errors import LabError
-from lab.procs.lifecycle import (
-    distrust,
-    folder_marker,
-    folder_of,
-    folder_processes,
-    mark_kept,
-    private_dir,
-    read_trusted_json,
-    stop_folder,
-    warn,
-    write_private_json,
-)
+from lab.procs.lifecycle import folder_marker, folder_of, folder_processes, mark_kept, stop_folder
+from lab.procs.trust import distrust, private_dir, read_trusted_json, warn, write_private_json
 from lab.servers import docker
 from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
 from lab.servers.embedded import (
     PG_SETTINGS,
-    EmbeddedPgBouncer,
     EmbeddedPostgres,
     EmbeddedRedis,
     make_base_dir,
     remove_base_dir,
 )
+from lab.servers.pgbouncer import EmbeddedPgBouncer
 
 __all__ = ["PgServer", "RedisServer", "ServerInfo", "Servers", "open_servers"]
 
@@ -232,7 +222,7 @@ def extra_pgbouncer(
 
 # --- servers kept running between commands -------------------------------------------
 #
-# The state file lives in the user's private folder (lifecycle.private_dir: 0700, owned
+# The state file lives in the user's private folder (lab.procs.trust.private_dir: 0700, owned
 # by the user, not a symlink; checked on every read). Even a state file that passes is
 # not believed blindly: a PID in it is signalled only if the lab folder it names is
 # provably the lab's and that folder's own record shows the PID is still its server.

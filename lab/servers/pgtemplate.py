@@ -23,7 +23,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lab.procs.lifecycle import distrust, read_trusted_json, server_ids, write_private_json
+from lab.procs.trust import distrust, read_trusted_json, server_ids, write_private_json
 
 MARKER = "locklab-template.json"  # written last: a folder without it is incomplete
 

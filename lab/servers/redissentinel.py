@@ -31,7 +31,8 @@ from redis.asyncio.sentinel import Sentinel
 from lab.aio import until
 from lab.errors import LabError, ScenarioFailure
 from lab.procs import netdelay
-from lab.servers.embedded import EmbeddedRedis, make_base_dir, remove_base_dir, stop_pid
+from lab.procs.lifecycle import stop_pid
+from lab.servers.embedded import EmbeddedRedis, make_base_dir, remove_base_dir
 
 NAME = "lab"  # the monitored primary's name, as clients ask the Sentinels for it
 SENTINELS = 3

@@ -59,7 +59,7 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
     database (a CREATE DATABASE costs about as much as 3-10 interleavings), and parts run
     side by side when lanes are free, so one big scenario does not hold up the end."""
     from lab.pinned import pinned_of
-    from lab.pinned.sequencer import count_interleavings
+    from lab.pinned.permutations import count_interleavings
 
     steps = pinned_of(scenario).steps
     parts: list[list[str]] = [[]]

@@ -24,7 +24,7 @@ from lab.verify.lanes import put_json, servers_from
 
 async def child_main(child: Child) -> None:
     """Run the jobs the lab sends, one at a time, until it says stop (or SIGTERM)."""
-    from lab.load.runner import drop_spares
+    from lab.load.databases import drop_spares
     from scenarios import by_id
 
     cfg = child.config

@@ -195,7 +195,7 @@ async def run_lanes(
 
     scenario_of = {j.scenario.id: j.scenario for j in jobs}
     from lab.core.results import results_root
-    from lab.load.runner import drop_run_databases
+    from lab.load.databases import drop_run_databases
     from lab.procs import lifecycle
 
     free = (servers.pg.max_connections if servers.pg else 10**6) - CONNECTION_RESERVE

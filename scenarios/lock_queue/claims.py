@@ -19,7 +19,7 @@ from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation
 from lab.core.scenario import Defaults, Scenario
 from lab.errors import LabError
 from lab.pinned import RC, on_canonical
-from lab.pinned.sequencer import scripted
+from lab.pinned.scripted import scripted
 from scenarios.lock_queue import lock_queue as code
 
 SCHEDULE = "queue"

@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from lab.procs import lifecycle
+import lab.procs as procs
 from lab.procs.workers import Worker
 
 ECHO = Path(__file__).with_name("echo_worker.py")
@@ -18,7 +18,7 @@ async def main() -> None:
     w = await Worker.spawn(ECHO, {"who": "A"}, name="A", fork=sys.argv[1:] == ["fork"])
     await w.wait_for("step")
     await w.pause()
-    print(w.pid, w.folder, lifecycle.proc_ppid(w.pid), flush=True)
+    print(w.pid, w.folder, procs.proc_ppid(w.pid), flush=True)
     await asyncio.Event().wait()  # until SIGKILL: the lab never gets to close it
 
 
