@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from lab.load.bench import pgbench_script, run_bench, run_redis_bench, run_scale
+from lab.load.bench import run_bench, run_redis_bench, run_scale
 from lab.load.redisbench import find_redis_benchmark
 from lab.output.bench import print_bench, scale_curve
 from lab.servers import Servers
+from scenarios.checkout_deadlock.checkout_deadlock import pgbench_script
 
 
 def test_pgbench_script_is_the_fixed_checkout() -> None:

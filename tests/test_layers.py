@@ -6,6 +6,7 @@ still an import)."""
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -172,3 +173,23 @@ def test_rich_draws_only_in_the_cli_and_output_packages() -> None:
                 users.append(name)
     outside = sorted({u for u in users if not u.startswith(("lab.cli", "lab.output"))})
     assert not outside, f"rich imported outside lab/cli and lab/output: {outside}"
+
+
+def test_no_scenario_id_is_named_in_the_lab() -> None:
+    """The lab knows scenarios only through their declarations: no module of lab/ names
+    one (by its id or its package), not even as an example."""
+    ids = [d.name for d in (ROOT.parent / "scenarios").iterdir() if (d / "__init__.py").exists()]
+    pattern = re.compile(
+        r"(?<![\w-])("
+        + "|".join(re.escape(i.replace("_", "-")) for i in ids)
+        + r"|"
+        + "|".join(re.escape(i) for i in ids)
+        + r")(?![\w-])"
+    )
+    named = sorted(
+        f"{path.relative_to(ROOT.parent)}:{n}: {m[0]}"
+        for path in ROOT.rglob("*.py")
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if (m := pattern.search(line))
+    )
+    assert not named, named

@@ -95,6 +95,16 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Pgbench:
+    """What `locklab bench` runs through pgbench beside the lab: the SQL that makes the
+    table pgbench works on, and the script of one transaction (pgbench's language), the
+    `fixed` variant's statements."""
+
+    setup: tuple[str, ...]
+    script: str
+
+
+@dataclass(frozen=True)
 class Defaults:
     """Workload knobs a scenario runs with unless the user says otherwise."""
 
@@ -169,6 +179,10 @@ class Scenario:
     procs_per_core: int = 1
     # Watchers the harness starts after setup and stops after the variant (Observer).
     observers: tuple[Observer, ...] = ()
+    # `locklab bench`: the pgbench reference this scenario's fixed variant is timed against,
+    # and the case `bench redis` runs against redis-benchmark ("" = none).
+    pgbench: Pgbench | None = None
+    bench_redis: str = ""
 
     def __post_init__(self) -> None:
         # a variant with published runs prints the line made from them (lab.core.published),

@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 
 from lab.core.knobs import Knobs
+from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.load.databases import admin_connect, database_name
 from lab.load.runner import RunPlan, run_plan
@@ -64,13 +65,14 @@ class BenchResult:
         }
 
 
-def pgbench_script(skus: tuple[str, ...], pause_ms: float) -> str:
-    lines = ["BEGIN;"]
-    for sku in sorted(skus):
-        lines.append(f"UPDATE inventory SET qty = qty - 1 WHERE sku = '{sku}';")
-        lines.append(f"\\sleep {int(pause_ms * 1000)} us")
-    lines.append("COMMIT;")
-    return "\n".join(lines) + "\n"
+def benched(what: str) -> Scenario:
+    """The scenario that declares the reference `what` ("pgbench", "redis")."""
+    from scenarios import SCENARIOS
+
+    for sc in SCENARIOS:
+        if sc.pgbench if what == "pgbench" else sc.bench_redis:
+            return sc
+    raise LabError(f"bench: no scenario declares a {what} reference")
 
 
 def _write_script(text: str) -> str:
@@ -97,23 +99,20 @@ def find_pgbench(servers: Servers) -> tuple[Path, str]:
 async def _pgbench_round(
     servers: Servers, pgbench: Path, n: int, run_id: str, via: str | None = None
 ) -> float:
-    """One pgbench run of the checkout; `via`: a PgBouncer DSN to connect through."""
-    from scenarios.checkout_deadlock import INITIAL_QTY, SKUS
-
-    assert servers.pg is not None
+    """One pgbench run of the declared reference; `via`: a PgBouncer DSN to connect through."""
+    reference = benched("pgbench").pgbench
+    assert servers.pg is not None and reference is not None
     database = database_name(run_id, "bench", "pgbench")
     admin = await admin_connect(servers)
     try:
         await admin.execute(f'CREATE DATABASE "{database}"')
         conn = await asyncpg.connect(servers.pg.dsn, database=database)
         try:
-            await conn.execute("CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)")
-            await conn.executemany(
-                "INSERT INTO inventory VALUES ($1, $2)", [(s, INITIAL_QTY) for s in SKUS]
-            )
+            for statement in reference.setup:
+                await conn.execute(statement)
         finally:
             await conn.close()
-        script = await asyncio.to_thread(_write_script, pgbench_script(SKUS, 5.0))
+        script = await asyncio.to_thread(_write_script, reference.script)
         try:
             cmd = [str(pgbench), "-n", "-c", str(n), "-j", "2", "-t", "1", "-f", script]
             dsn, password = without_password(with_database(via or servers.pg.dsn, database))
@@ -135,16 +134,13 @@ async def _pgbench_round(
 
 
 async def run_bench(servers: Servers, n: int, rounds: int, run_id: str) -> BenchResult:
-    from scenarios.checkout_deadlock import SCENARIO
-
+    sc = benched("pgbench")
     pgbench, version = find_pgbench(servers)
     lab_ms: list[float] = []
     pg_ms: list[float] = []
     for r in range(rounds):
         knobs = Knobs(n, "burst", "per-actor", 1000, r + 1, 120.0, 600.0)
-        plan = RunPlan(
-            SCENARIO, ["fixed"], knobs, dict(SCENARIO.params), f"{run_id}{r}", write=False
-        )
+        plan = RunPlan(sc, ["fixed"], knobs, dict(sc.params), f"{run_id}{r}", write=False)
         (rec,) = await run_plan(plan, servers)
         if rec["outcomes"] != {"ok": n}:
             raise LabError(
@@ -206,8 +202,7 @@ async def run_scale(
 ) -> tuple[list[ScalePoint], str]:
     """The fixed checkout through the lab and through pgbench at every n; above what the
     server accepts both go through the lab's PgBouncer in transaction mode."""
-    from scenarios.checkout_deadlock import SCENARIO
-
+    sc = benched("pgbench")
     pgbench, version = find_pgbench(servers)
     free = await _free_connections(servers)
     points: list[ScalePoint] = []
@@ -223,7 +218,7 @@ async def run_scale(
         for r in range(rounds):
             rid = f"{run_id}s{n}r{r}"
             knobs = Knobs(n, "burst", "per-actor" if direct else via, 1000, r + 1, 120.0, 900.0)
-            plan = RunPlan(SCENARIO, ["fixed"], knobs, dict(SCENARIO.params), rid, write=False)
+            plan = RunPlan(sc, ["fixed"], knobs, dict(sc.params), rid, write=False)
             (rec,) = await run_plan(plan, servers)
             if rec["outcomes"] != {"ok": n}:
                 raise LabError(f"bench: the fixed checkout at n={n} did not commit every cart")
@@ -240,19 +235,19 @@ async def run_scale(
 async def run_redis_bench(
     servers: Servers, run_id: str, *, n: int, procs: int, redis_client: str
 ) -> dict[str, Any]:
-    """The buggy stampede (the scale case: 1 s rebuild) and `redis-benchmark -t get` at one
+    """The buggy stampede (its declared case: the documents' 1 s rebuild) and `redis-benchmark -t get` at one
     connection per waiter, on the same Redis, one after the other; GET/s as Redis counted
     them, CPU of each side, the lab's peak memory."""
     from lab.core.profiles import profile_settings
     from lab.load.redisbench import find_redis_benchmark
-    from scenarios.cache_stampede import SCENARIO
 
+    sc = benched("redis")
     if find_redis_benchmark() is None:
         raise LabError("redis-benchmark not found (Debian: apt-get install redis-tools)")
-    knobs, params = profile_settings(SCENARIO, "published", case="scale")
+    knobs, params = profile_settings(sc, "published", case=sc.bench_redis)
     knobs = replace(knobs, n=n, procs=procs, redis_client=redis_client)
     params["reference"] = True
-    plan = RunPlan(SCENARIO, ["buggy"], knobs, params, run_id, write=False, case="scale")
+    plan = RunPlan(sc, ["buggy"], knobs, params, run_id, write=False, case=sc.bench_redis)
     (rec,) = await run_plan(plan, servers)
     w = rec["evidence"].get("wait_window") or {}
     ref = w.get("redis_benchmark") or {}

@@ -142,7 +142,7 @@ async def pg_deadlocks(conn: asyncpg.Connection, database: str) -> int:
 
 
 async def blocking_tree(conn: asyncpg.Connection, database: str) -> list[dict[str, Any]]:
-    """Sessions that block or are blocked, with pg_blocking_pids(): the lock-queue evidence.
+    """Sessions that block or are blocked, with pg_blocking_pids(): who waits behind whom.
 
     The same rows `locklab locks` shows (lab/load/locks.py), in a record's shape: the query cut
     to 120 characters, plus what each waiter wants and who holds it."""

@@ -54,7 +54,7 @@ def _cell(results: Sequence[PinnedResult], total: int, invalid: int) -> dict[str
         ),
         "sqlstate_sessions": dict(sorted(states.items())),
         # interleavings in which some step raised this SQLSTATE, even if its session then
-        # retried and ended well (money-transfer's deadlock loser)
+        # retried and ended well (a deadlock's loser that retried)
         "step_sqlstates": dict(
             sorted(Counter(e for r in ran for e in set(STEP_ERROR.findall(r.transcript))).items())
         ),

@@ -5,8 +5,8 @@ scenario that declares its DDL apart (``Scenario.schema``) has it run once per d
 and every later run starts from the tables emptied back to their state right after the
 schema ran:
 
-* nothing in ``public``'s catalog changed since (``FINGERPRINT``: a step may run DDL, as
-  lock-queue's ``ALTER TABLE ... ADD COLUMN`` does; then the full path runs);
+* nothing in ``public``'s catalog changed since (``FINGERPRINT``: a step may run DDL, an
+  ``ALTER TABLE ... ADD COLUMN`` say; then the full path runs);
 * every row deleted with triggers and foreign keys off (``session_replication_role =
   replica``), then ``VACUUM``: each table and its TOAST table must be back to 0 pages, so
   rows land in insertion order again, at the same line pointers, and a seq scan (and so

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def scripted(pinned: Pinned, schedule: str) -> dict[str, Callable[[Env], Awaitable[None]]]:
     """Each variant as a ``kind="script"`` variant that runs its canonical `schedule` under
     a Sequencer on the run's database: for a scenario whose subject is one order of many
-    sessions (lock-queue), a `locklab run` is that order, timed, with the invariants.
+    sessions (a lock queue), a `locklab run` is that order, timed, with the invariants.
     Each session's outcome word is counted; the transcript and the steps the server showed
     blocked go into the record's evidence."""
 

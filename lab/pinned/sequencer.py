@@ -106,7 +106,7 @@ class Sequencer:
     """Run `sessions` (name -> (connection, code)) under one schedule; see the module doc.
 
     `db` observes the server (a pool on the same database, not one of the sessions);
-    `label` names the run in errors ("lost-update / buggy").
+    `label` names the run in errors ("SCENARIO / VARIANT").
     """
 
     def __init__(

@@ -6,7 +6,7 @@ it stopped answering) and probes every server's port (refused: it went away or r
 no reply to a protocol probe for HANG_S: it stopped answering). A fault it sees ends the
 variant at once (teardown bounded by TEARDOWN_S); an error the variant raises is checked
 against the servers before it is reported, so "connection is closed" becomes "PostgreSQL
-at 127.0.0.1:PORT went away during money-transfer / buggy". Both are ``ServerFault``: one
+at 127.0.0.1:PORT went away during SCENARIO / VARIANT". Both are ``ServerFault``: one
 line, exit 3, no record. Library loggers that would print a traceback for the same fault
 (asyncpg's pool, asyncio's "Task exception was never retrieved") are kept quiet.
 """
@@ -300,7 +300,7 @@ def _quiet(loop: asyncio.AbstractEventLoop) -> None:
 
 async def guard_variant(run: Awaitable[T], servers: Any, during: str) -> T:
     """`run`'s result; a server fault seen by the watch, or behind an error `run` raised,
-    becomes one ServerFault naming the server and `during` ("money-transfer / buggy")."""
+    becomes one ServerFault naming the server and `during` ("SCENARIO / VARIANT")."""
     global _guarding
     _quiet(asyncio.get_running_loop())
     _guarding += 1

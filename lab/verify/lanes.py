@@ -17,8 +17,8 @@ things are shared, and the scheduler keeps them apart:
   keeps no counters, but its commands would land in another run's);
 - PostgreSQL's connections: the runs at once need no more than the server accepts;
 - the machine and the server as a whole: a case the scenario names in ``Scenario.alone``
-  (its claims are about what this machine can do, e.g. cache-stampede's GET rate, or read a
-  server-wide figure, e.g. row-lock-internals' WAL position) runs with nothing beside it;
+  (its claims are about what this machine can do, e.g. a client's GET rate, or read a
+  server-wide figure, e.g. the WAL position) runs with nothing beside it;
   a case it names in ``Scenario.timed`` (real time: a pause against a TTL) runs beside
   other timed cases only, which mostly wait, never beside the CPU-bound runs.
 

@@ -395,6 +395,7 @@ SCENARIO = Scenario(
     uses=frozenset({"redis"}),
     alone=("scale", "rate"),  # DL-20: the GET rate this machine's client and Redis can make
     sources=("DL",),
+    bench_redis="scale",
     quick={"n": 200},
     cases={  # the failure modes of DL-21, each run by verify with its claim
         "rebuild-fails": {"rebuild_fails": True, "lock_ttl_s": 2},

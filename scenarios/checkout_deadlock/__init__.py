@@ -3,7 +3,6 @@ its transcripts in expected/."""
 
 from __future__ import annotations
 
-from scenarios.checkout_deadlock.checkout_deadlock import INITIAL_QTY, SKUS
 from scenarios.checkout_deadlock.claims import SCENARIO
 
-__all__ = ["INITIAL_QTY", "SCENARIO", "SKUS"]  # lab/load/bench.py seeds pgbench's table with them
+__all__ = ["SCENARIO"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.core.scenario import Check, Env
+from lab.core.scenario import Check, Env, Pgbench
 from lab.core.steps import ISOLATION_LEVELS, Pinned, Session
 from lab.errors import LabError
 
@@ -38,8 +38,11 @@ def validate(n: int, p: Mapping[str, Any]) -> None:
         raise LabError("-p step_pause_ms must be >= 0")
 
 
+SCHEMA = "CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)"
+
+
 async def schema(env: Env) -> None:
-    await env.db.execute("CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)")
+    await env.db.execute(SCHEMA)
 
 
 async def setup(env: Env) -> None:
@@ -132,3 +135,16 @@ PINNED = Pinned(
     },
     isolation=ISOLATION_LEVELS,
 )
+
+
+def pgbench_script(skus: tuple[str, ...], pause_ms: float) -> str:
+    """The fixed checkout in pgbench's script language: the sorted UPDATEs, a pause after each."""
+    lines = ["BEGIN;"]
+    for sku in sorted(skus):
+        lines.append(f"UPDATE inventory SET qty = qty - 1 WHERE sku = '{sku}';")
+        lines.append(f"\\sleep {int(pause_ms * 1000)} us")
+    return "\n".join([*lines, "COMMIT;"]) + "\n"
+
+
+ROWS = ", ".join(f"('{sku}', {INITIAL_QTY})" for sku in SKUS)
+PGBENCH = Pgbench((SCHEMA, f"INSERT INTO inventory VALUES {ROWS}"), pgbench_script(SKUS, 5.0))

@@ -195,6 +195,7 @@ SCENARIO = Scenario(
         "isolation": "transaction isolation: " + ", ".join(ISOLATION_LEVELS),
     },
     sources=("DL", "LC"),
+    pgbench=code.PGBENCH,
     # DL-5 compares two batches' wall times, each alone: beside the CPU-bound runs of 6 lanes
     # the 100 ms batch took 1192 ms against 1265 ms at 400 ms (x1.1), and beside the timed
     # runs' starts 656 against 829 ms (x1.3); alone on the idle machine 222-329 against
