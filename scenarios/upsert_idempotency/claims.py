@@ -32,6 +32,7 @@ from lab.pinned import RC, broke_in_some, kept_in_all, on_canonical
 from scenarios.upsert_idempotency import upsert_idempotency as code
 
 KEY, PRODUCT, NEEDS_17 = code.KEY, code.PRODUCT, code.NEEDS_17
+OTHER_BODY = {"cart": "c-2", "amount": 1250}  # the same key for another body: refused (422)
 CANON = "double-submit"
 VIEWS_COUNTED = "every page view counted"
 REPLAYED = "a retry of the finished request replays its stored response"
@@ -52,7 +53,7 @@ async def invariant(env: Env) -> list[Check]:
     """One charge per key, every page view counted; then the client's retry is replayed
     and the reused key refused (probed with the variant's own claim)."""
     charges = await env.db.fetchval("SELECT count(*) FROM charges WHERE idem_key = $1", KEY)
-    views = await env.db.fetchval(code.FIND_VIEWS, PRODUCT, code.DAY) or 0
+    views = await env.db.fetchval(code.SQL["find_views"], PRODUCT, code.DAY) or 0
     sent = env.counters.get("views_sent", 0)
     async with env.db.acquire() as proxy:  # a pooled connection: the probe is not gated
         conn = cast(asyncpg.Connection, proxy)
@@ -61,7 +62,7 @@ async def invariant(env: Env) -> list[Check]:
             retry = reuse = NEEDS_17
         else:
             retry = await code.checkout(env, probe, claim, code.BODY)
-            reuse = await code.checkout(env, probe, claim, code.OTHER_BODY)
+            reuse = await code.checkout(env, probe, claim, OTHER_BODY)
     ev = env.extra_evidence
     same = ev.get("response") is not None and ev.get("replayed") == ev.get("response")
     await _gotchas(env)
@@ -75,7 +76,7 @@ async def invariant(env: Env) -> list[Check]:
 
 async def _gotchas(env: Env) -> None:
     """LC-19: the id sequence moves on conflicts; one statement may not hit a row twice."""
-    new_id = await env.db.fetchval(code.INSERT_VIEW + " RETURNING id", PRODUCT + 1, code.DAY)
+    new_id = await env.db.fetchval(code.SQL["insert_view"] + " RETURNING id", PRODUCT + 1, code.DAY)
     rows = await env.db.fetchval("SELECT count(*) FROM daily_stats")
     env.add("id_gap", int(new_id) - int(rows))
     try:
