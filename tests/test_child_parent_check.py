@@ -15,7 +15,7 @@ SCENARIOS = Path(__file__).parent.parent / "scenarios"
 @pytest.mark.parametrize(
     "script",
     [
-        "../lab/provider.py",
+        "../lab/kit/provider.py",
         "service_lock_order/worker.py",
         "lease_gc_pause/worker.py",
         "cron_rerun/pod.py",
