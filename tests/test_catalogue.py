@@ -9,7 +9,7 @@ import pytest
 
 from lab.core.claims import PROFILES
 from lab.core.profiles import profile_settings
-from lab.core.scenario import Scenario
+from lab.core.scenario import Scenario, check_params
 from scenarios import SCENARIOS
 
 SECTIONS = ("Symptom", "Root cause", "Fix", "Published")
@@ -64,5 +64,4 @@ def test_profiles_and_cases_override_real_knobs(sc: Scenario) -> None:
         for case in ("", *sc.cases):
             knobs, params = profile_settings(sc, profile, case=case)
             assert knobs.n >= 1 and set(params) == set(sc.params)
-            if sc.validate is not None:
-                sc.validate(knobs.n, params)
+            check_params(sc, knobs.n, params)

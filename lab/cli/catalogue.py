@@ -92,7 +92,9 @@ def show(scenario: ScenarioId) -> None:
             f"--deadlock-timeout {d.deadlock_timeout_ms}"
         )
         for k, v in sc.params.items():
-            console.print(f"  -p {k}={v}  {sc.param_help.get(k, '')}", markup=False)
+            spec = sc.param_specs.get(k)
+            takes = f" ({spec.bounds()})" if spec is not None and spec.bounds() else ""
+            console.print(f"  -p {k}={v}  {sc.param_help.get(k, '')}{takes}", markup=False)
         for name, overrides in sc.cases.items():
             settings = " ".join(f"{k}={v}" for k, v in overrides.items())
             console.print(

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from lab.core.knobs import Knobs, parse_arrival, parse_connect, parse_redis_client
-from lab.core.scenario import Scenario
+from lab.core.scenario import Scenario, check_params
 from lab.errors import LabError
 from lab.load.runner import RunPlan
 from lab.procs.netdelay import SERVERS, parse_rtt
@@ -184,8 +184,7 @@ def plan_for(
         redis_client,
     )
     params = parse_params(scenario, param or [], base_params)
-    if scenario.validate is not None:  # before any server starts
-        scenario.validate(knobs.n, params)
+    check_params(scenario, knobs.n, params)  # before any server starts
     return RunPlan(scenario, variants, knobs, params, new_run_id(), write=write, case=case or "")
 
 

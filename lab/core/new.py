@@ -31,7 +31,7 @@ Written by `locklab new {name}`: replace the checkout with your own code, keep t
 from __future__ import annotations
 
 from lab.pinned import broke_in_some, kept_in_all
-from lab.core.scenario import Check, Defaults, Env, Scenario
+from lab.core.scenario import Check, Defaults, Env, Param, Scenario
 from lab.core.steps import Pinned, Session
 
 SKU = "A-1"
@@ -102,8 +102,7 @@ SCENARIO = Scenario(
     setup=setup,
     invariant=invariant,
     defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
-    params={{"stock": 1}},
-    param_help={{"stock": "units of {sku} before the checkouts"}},
+    params={{"stock": Param(1, "units of {sku} before the checkouts", min=0)}},
 )
 '''
 

@@ -23,6 +23,7 @@ from lab.core.env import Actor as Actor
 from lab.core.env import Env as Env
 from lab.core.published import Measured, published_line
 from lab.core.records import InvariantJson
+from lab.errors import LabError
 
 if TYPE_CHECKING:
     from lab.core.steps import Pinned
@@ -95,6 +96,44 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Param:
+    """A scenario knob, `-p NAME=VALUE`: its default (the published setup), what it changes,
+    and the values it takes. `min` and `above` bound a number (>= min, > above); `choices`
+    lists the values allowed. The harness checks every -p value against it before any
+    server starts (check_params); what a bound cannot say stays in `Scenario.validate`."""
+
+    default: Any
+    help: str = ""
+    min: float | None = None
+    above: float | None = None
+    choices: tuple[Any, ...] = ()
+
+    def bounds(self) -> str:
+        """What it takes, for `locklab show`: "one of a, b", ">= 1", "> 0" ("" = anything)."""
+        if self.choices:
+            return "one of " + ", ".join(map(str, self.choices))
+        parts = [f">= {self.min:g}" if self.min is not None else ""]
+        parts.append(f"> {self.above:g}" if self.above is not None else "")
+        return ", ".join(x for x in parts if x)
+
+    def check(self, name: str, value: Any) -> None:
+        unit = next((f" {u}" for u in ("ms", "s") if name.endswith(f"_{u}")), "")
+        if self.choices:
+            if value not in self.choices:
+                shown = ", ".join(map(str, self.choices))
+                raise LabError(f"-p {name}={value!r}: one of {shown}")
+            return
+        if self.min is None and self.above is None:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise LabError(f"-p {name}={value!r}: a number")
+        if self.min is not None and value < self.min:
+            raise LabError(f"-p {name}={value}: at least {self.min:g}{unit}")
+        if self.above is not None and value <= self.above:
+            raise LabError(f"-p {name}={value}: more than {self.above:g}{unit}")
+
+
+@dataclass(frozen=True)
 class Pgbench:
     """What `locklab bench` runs through pgbench beside the lab: the SQL that makes the
     table pgbench works on, and the script of one transaction (pgbench's language), the
@@ -138,7 +177,9 @@ class Scenario:
     schema: Setup | None = None
     invariant: Invariant | None = None
     defaults: Defaults = Defaults()
-    params: Mapping[str, Any] = field(default_factory=dict)  # scenario knobs and defaults
+    # -p knobs: NAME -> Param (default, help, bounds), or a plain default; after init,
+    # `params` holds the defaults, `param_help` the help and `param_specs` the Params
+    params: Mapping[str, Any] = field(default_factory=dict)
     param_help: Mapping[str, str] = field(default_factory=dict)
     uses: frozenset[str] = frozenset({"pg"})  # "pg", "redis"
     # Cases ("" = the profile's own settings) whose claims are about how much this machine
@@ -183,8 +224,16 @@ class Scenario:
     # and the case `bench redis` runs against redis-benchmark ("" = none).
     pgbench: Pgbench | None = None
     bench_redis: str = ""
+    param_specs: Mapping[str, Param] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        specs = {k: v for k, v in self.params.items() if isinstance(v, Param)}
+        if specs:
+            defaults = {k: v.default if isinstance(v, Param) else v for k, v in self.params.items()}
+            helps = {k: v.help for k, v in specs.items() if v.help}
+            object.__setattr__(self, "params", defaults)
+            object.__setattr__(self, "param_help", {**helps, **self.param_help})
+            object.__setattr__(self, "param_specs", specs)
         # a variant with published runs prints the line made from them (lab.core.published),
         # unless the scenario words it itself
         if self.measured:
@@ -212,3 +261,13 @@ class Scenario:
             elif inside:
                 out.append(line.strip())
         return " ".join(x for x in out if x)
+
+
+def check_params(sc: Scenario, n: int, params: Mapping[str, Any]) -> None:
+    """Every -p value against its Param, then the scenario's own validate: one LabError
+    line for the first that is impossible (before any server or database is touched)."""
+    for name, spec in sc.param_specs.items():
+        if name in params:
+            spec.check(name, params[name])
+    if sc.validate is not None:
+        sc.validate(n, params)

@@ -27,6 +27,7 @@ from lab.core.scenario import (
     Observer,
     Scenario,
     Script,
+    check_params,
     start_observers,
     stop_observers,
 )
@@ -82,8 +83,7 @@ async def run_plan(
     plan: RunPlan, servers: Servers, on_record: Callable[[dict[str, Any]], None] | None = None
 ) -> list[dict[str, Any]]:
     """Run every variant of the plan with the same knobs; judge claims; write records."""
-    if plan.scenario.validate is not None:
-        plan.scenario.validate(plan.knobs.n, plan.params)
+    check_params(plan.scenario, plan.knobs.n, plan.params)
     records: dict[str, dict[str, Any]] = {}
     ahead: dict[str, asyncio.Task[str]] = {}  # the next variant's database, made meanwhile
     spare: asyncio.Task[str] | None = None  # the next plan's, made during the last variant

@@ -33,14 +33,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from typing import Any
 
 from lab.aio import within
 from lab.core.claims import Claim, NotJudged, Record, mutation
 from lab.core.outcome import notation
 from lab.core.published import Measured, published_lines
-from lab.core.scenario import Defaults, Env, Scenario
-from lab.errors import LabError
+from lab.core.scenario import Defaults, Env, Param, Scenario
 from lab.load.redisstats import preconnect
 from scenarios.cache_stampede import cache_stampede as code
 from scenarios.cache_stampede.wait_window import OBSERVER
@@ -48,13 +46,6 @@ from scenarios.cache_stampede.wait_window import OBSERVER
 RATE_SHARE = 0.2  # DL-20 holds when Redis's GET rate is within 20 % of the demand
 FLIGHTS_END_S = 5.0  # beyond the rebuild, for the fix's flights to end after the requests
 LAB_CONNECTIONS = 4  # the lab's own Redis connections in a process that runs requests
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["pods"] < 1 or p["poll_ms"] <= 0 or p["max_polls"] < 0:
-        raise LabError("-p pods must be >= 1, poll_ms > 0, max_polls >= 0")
-    if p["rebuild_ms"] < 0 or p["lock_ttl_s"] <= 0:
-        raise LabError("-p rebuild_ms must be >= 0 and lock_ttl_s > 0")
 
 
 async def worker_setup(env: Env) -> None:
@@ -349,7 +340,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="cache-stampede",
-    validate=validate,
     doc=code.__doc__ or "",
     kind="actors",
     variants={"buggy": code.buggy, "fixed": code.fixed},
@@ -373,24 +363,26 @@ SCENARIO = Scenario(
         n=500, arrival="burst", actor_timeout_s=120, run_timeout_s=300, redis_client="pipelined"
     ),
     params={
-        "rebuild_ms": 400.0,
-        "poll_ms": 50.0,
-        "lock_ttl_s": 10.0,
-        "max_polls": 10,
-        "rebuild_fails": False,
-        "stale": False,
-        "pods": 1,
-        "reference": False,
-    },
-    param_help={
-        "rebuild_ms": "the fake DB query's duration (published 400; scale profile 1000)",
-        "poll_ms": "buggy: poll interval; fixed: the bounded wait's step (x1..2 jitter)",
-        "lock_ttl_s": "the rebuild lock's TTL (the document's EX 10); smaller = fast DL-21 runs",
-        "max_polls": "fixed: the wait is bounded at max_polls x poll_ms x U(1,2)",
-        "rebuild_fails": "the first rebuild throws (DL-21: no finally)",
-        "stale": "fixed keeps a stale copy and answers from it; one is left from before",
-        "pods": "fixed: processes sharing Redis, each with its own singleflight",
-        "reference": "after the buggy run, redis-benchmark -t get on the same Redis (DL-20)",
+        "rebuild_ms": Param(
+            400.0, "the fake DB query's duration (published 400; scale profile 1000)", min=0
+        ),
+        "poll_ms": Param(
+            50.0, "buggy: poll interval; fixed: the bounded wait's step (x1..2 jitter)", above=0
+        ),
+        "lock_ttl_s": Param(
+            10.0,
+            "the rebuild lock's TTL (the document's EX 10); smaller = fast DL-21 runs",
+            above=0,
+        ),
+        "max_polls": Param(10, "fixed: the wait is bounded at max_polls x poll_ms x U(1,2)", min=0),
+        "rebuild_fails": Param(False, "the first rebuild throws (DL-21: no finally)"),
+        "stale": Param(
+            False, "fixed keeps a stale copy and answers from it; one is left from before"
+        ),
+        "pods": Param(1, "fixed: processes sharing Redis, each with its own singleflight", min=1),
+        "reference": Param(
+            False, "after the buggy run, redis-benchmark -t get on the same Redis (DL-20)"
+        ),
     },
     uses=frozenset({"redis"}),
     alone=("scale", "rate"),  # DL-20: the GET rate this machine's client and Redis can make

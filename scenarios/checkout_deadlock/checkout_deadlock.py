@@ -17,25 +17,14 @@ See:        claims DL-1..DL-5 in claims.py; expected/ has the schedules' transcr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from lab.core.scenario import Check, Env, Pgbench
 from lab.core.steps import ISOLATION_LEVELS, Pinned, Session
-from lab.errors import LabError
 
 SKUS = ("A-1", "B-2")
 STEP = {"A-1": "lock-a", "B-2": "lock-b"}  # the step that updates (and so locks) a SKU's row
 INITIAL_QTY = 1_000_000
 TAKE = "UPDATE inventory SET qty = qty - 1 WHERE sku = $1"
 LOCK_ALL = "SELECT sku FROM inventory WHERE sku = ANY($1) ORDER BY sku FOR NO KEY UPDATE"
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["isolation"] not in ISOLATION_LEVELS:
-        raise LabError(f"-p isolation={p['isolation']!r}: one of {', '.join(ISOLATION_LEVELS)}")
-    if p["step_pause_ms"] < 0:
-        raise LabError("-p step_pause_ms must be >= 0")
 
 
 SCHEMA = "CREATE TABLE inventory (sku text PRIMARY KEY, qty int NOT NULL)"

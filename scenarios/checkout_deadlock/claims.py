@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.core.published import Measured
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import canonical, error_in
 from scenarios._node_seconds import CHECKOUT_CASES, checkout_seconds
@@ -177,7 +177,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="checkout-deadlock",
-    validate=code.validate,
     doc=code.__doc__ or "",
     kind="actors",
     variants=code.PINNED.actors(),
@@ -189,10 +188,15 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=300, run_timeout_s=900),
-    params={"step_pause_ms": 5.0, "isolation": "read_committed"},
-    param_help={
-        "step_pause_ms": "pause between the two UPDATEs (the 'other logic' of the checkout)",
-        "isolation": "transaction isolation: " + ", ".join(ISOLATION_LEVELS),
+    params={
+        "step_pause_ms": Param(
+            5.0, "pause between the two UPDATEs (the 'other logic' of the checkout)", min=0
+        ),
+        "isolation": Param(
+            "read_committed",
+            "transaction isolation: " + ", ".join(ISOLATION_LEVELS),
+            choices=ISOLATION_LEVELS,
+        ),
     },
     sources=("DL", "LC"),
     pgbench=code.PGBENCH,

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, NotJudged, Record, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.errors import LabError
 from scenarios.cron_rerun import cron_rerun as code
 from scenarios.cron_rerun.choreography import AFTER_CRASH, BEFORE_CRASH, variant
@@ -58,22 +58,11 @@ LOGIN_CASES: dict[str, dict[str, Any]] = {  # DL-17: pod-2 logs in inside the ra
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["customers"] < 1:
-        raise LabError(f"-p customers={p['customers']}: at least one customer")
-    if not 0 <= p["crash_after"] <= p["customers"]:
+    """What the Params' bounds cannot say: the crash comes within the customers."""
+    if p["crash_after"] > p["customers"]:
         raise LabError(
             f"-p crash_after={p['crash_after']}: must be between 0 and customers ({p['customers']})"
         )
-    if p["trials"] < 1:
-        raise LabError(f"-p trials={p['trials']}: at least one trial")
-    if p["pod2_connect"] not in CONNECT_MODES:
-        raise LabError(f"-p pod2_connect={p['pod2_connect']!r}: one of {', '.join(CONNECT_MODES)}")
-    if p["retry_connect"] not in RETRY_CONNECT:
-        raise LabError(
-            f"-p retry_connect={p['retry_connect']!r}: one of {', '.join(RETRY_CONNECT)}"
-        )
-    if p["scram_iterations"] < 1 or p["bill_pause_ms"] < 0:
-        raise LabError("-p scram_iterations must be >= 1 and bill_pause_ms >= 0")
 
 
 def _trials(rec: Record) -> list[dict[str, Any]]:
@@ -439,27 +428,34 @@ SCENARIO = Scenario(
     # beside CPU-bound loads (a fast login once took 216 ms there)
     timed=("slow-login", "fast-login"),
     params={
-        "customers": 5,
-        "crash_after": 5,
-        "trials": 1,
-        "pod2_connect": "before",
-        "password_auth": False,
-        "scram_iterations": 4096,
-        "bill_pause_ms": 0.0,
-        "retry_connect": "after",
-    },
-    param_help={
-        "customers": "customers billed for period 2026-09",
-        "crash_after": "pod-1 is SIGKILLed after billing this many customers (0..customers)",
-        "trials": "concurrent starts (each followed by the crash and the retry)",
-        "pod2_connect": "before: pod-2's connection is open before the race; inside: "
-        "pod-2 opens it when pod-1 has the lock",
-        "password_auth": "pods log in as a throwaway role with its own SCRAM iterations "
-        "(else as the lab's user)",
-        "scram_iterations": "SCRAM iterations of that role's password (server default 4096)",
-        "bill_pause_ms": "other work per customer (the payment call) while holding the lock",
-        "retry_connect": "after: the Job's retry starts and logs in after the crash (the "
-        "document's); before: it logs in with pod-1 and waits, its login off the clock",
+        "customers": Param(5, "customers billed for period 2026-09", min=1),
+        "crash_after": Param(
+            5, "pod-1 is SIGKILLed after billing this many customers (0..customers)", min=0
+        ),
+        "trials": Param(1, "concurrent starts (each followed by the crash and the retry)", min=1),
+        "pod2_connect": Param(
+            "before",
+            "before: pod-2's connection is open before the race; inside: "
+            "pod-2 opens it when pod-1 has the lock",
+            choices=CONNECT_MODES,
+        ),
+        "password_auth": Param(
+            False,
+            "pods log in as a throwaway role with its own SCRAM iterations "
+            "(else as the lab's user)",
+        ),
+        "scram_iterations": Param(
+            4096, "SCRAM iterations of that role's password (server default 4096)", min=1
+        ),
+        "bill_pause_ms": Param(
+            0.0, "other work per customer (the payment call) while holding the lock", min=0
+        ),
+        "retry_connect": Param(
+            "after",
+            "after: the Job's retry starts and logs in after the crash (the "
+            "document's); before: it logs in with pod-1 and waits, its login off the clock",
+            choices=RETRY_CONNECT,
+        ),
     },
     uses=frozenset({"pg"}),
     sources=("DL", "LC"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from scenarios.deadlock_detector import deadlock_detector as code
 from scenarios.deadlock_detector.deadlock_detector import DEADLOCK_TIMEOUT_MS, SHORT_DT_MS
 
@@ -104,8 +104,9 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, run_timeout_s=120),
-    params={"victim_trials": 10},
-    param_help={"victim_trials": "LC-35 pairs, the later waiter given the shorter timeout"},
+    params={
+        "victim_trials": Param(10, "LC-35 pairs, the later waiter given the shorter timeout"),
+    },
     sources=("DP", "LC"),
     quick={"victim_trials": 4},
     script_connections=lambda n: 2,

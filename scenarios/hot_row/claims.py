@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, invariants_hold
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.pinned import canonical, kept_in_all, nobody_waited
 from scenarios.hot_row import hot_row as code
 
@@ -105,11 +105,14 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=60, run_timeout_s=120),
-    params={"buckets": 10, "stock": code.STOCK, "work_ms": 20.0},
-    param_help={
-        "buckets": "fixed: stock rows the units are split across (buggy: always 1)",
-        "stock": "units for sale, split evenly across the buckets",
-        "work_ms": "other work inside the buyer's transaction while it holds its row",
+    params={
+        "buckets": Param(
+            10, "fixed: stock rows the units are split across (buggy: always 1)", min=1
+        ),
+        "stock": Param(code.STOCK, "units for sale, split evenly across the buckets"),
+        "work_ms": Param(
+            20.0, "other work inside the buyer's transaction while it holds its row", min=0
+        ),
     },
     sources=("LC",),
 )

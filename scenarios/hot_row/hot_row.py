@@ -43,8 +43,8 @@ def buckets_of(env: Env) -> int:
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["buckets"] < 1 or p["stock"] < p["buckets"] or p["work_ms"] < 0:
-        raise LabError("-p buckets must be >= 1, stock >= buckets, work_ms >= 0")
+    if p["stock"] < p["buckets"]:  # the Params bound buckets and work_ms
+        raise LabError(f"-p stock={p['stock']}: at least buckets ({p['buckets']})")
 
 
 async def schema(env: Env) -> None:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Record, invariants_hold, mutation
-from lab.core.scenario import Check, Defaults, Env, Scenario
+from lab.core.scenario import Check, Defaults, Env, Param, Scenario
 from lab.errors import LabError
 from lab.pinned import RC, broke_in_some, canonical, kept_in_all, on_canonical, waited_in
 from scenarios.job_queue import job_queue as code
@@ -45,10 +45,6 @@ TWICE = "no job processed twice"
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["jobs"] < 1 or p["batch"] < 1:
-        raise LabError("-p jobs and batch must each be at least 1")
-    if p["lease_ms"] < 1 or p["poll_ms"] < 1:
-        raise LabError("-p lease_ms and poll_ms must be at least 1")
     names = [f"worker-{i}" for i in range(1, n + 1)]
     if p["crash"] and p["crash"] not in names:
         raise LabError(f"-p crash={p['crash']!r}: one of {', '.join(names)}, or empty for none")
@@ -283,13 +279,22 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=3, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
-    params={"jobs": 20, "batch": 10, "lease_ms": 1000, "poll_ms": 20, "crash": "worker-2"},
-    param_help={
-        "jobs": "jobs enqueued, ids from 1001 (published: 20, so worker-3 finds none)",
-        "batch": "LIMIT of the claim",
-        "lease_ms": "locked_until = now() + lease (the document: 5 minutes; pinned runs use it)",
-        "poll_ms": "a worker's sleep when its claim returns nothing (the document: 1 s)",
-        "crash": "the worker that dies right after its first claim committed; empty: none",
+    params={
+        "jobs": Param(
+            20, "jobs enqueued, ids from 1001 (published: 20, so worker-3 finds none)", min=1
+        ),
+        "batch": Param(10, "LIMIT of the claim", min=1),
+        "lease_ms": Param(
+            1000,
+            "locked_until = now() + lease (the document: 5 minutes; pinned runs use it)",
+            min=1,
+        ),
+        "poll_ms": Param(
+            20, "a worker's sleep when its claim returns nothing (the document: 1 s)", min=1
+        ),
+        "crash": Param(
+            "worker-2", "the worker that dies right after its first claim committed; empty: none"
+        ),
     },
     sources=("LC",),
     # 10 jobs for each worker's first claim, so the dying worker-2 holds a batch however the

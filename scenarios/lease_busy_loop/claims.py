@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.lease_busy_loop import lease_busy_loop as code
@@ -69,7 +69,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lease-busy-loop",
-    validate=code.validate,
     doc=code.__doc__ or "",
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
@@ -79,10 +78,13 @@ SCENARIO = Scenario(
     setup=lease_gc_pause.setup,
     invariant=lease_gc_pause.invariant,
     defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
-    params={"ttl_ms": code.TTL_MS, "busy_rows": code.BUSY_ROWS},
-    param_help={
-        "ttl_ms": "the lease: SET ... NX PX ttl_ms",
-        "busy_rows": "objects in the JSON A parses in its own event loop (its busy spell)",
+    params={
+        "ttl_ms": Param(code.TTL_MS, "the lease: SET ... NX PX ttl_ms", min=1),
+        "busy_rows": Param(
+            code.BUSY_ROWS,
+            "objects in the JSON A parses in its own event loop (its busy spell)",
+            min=1,
+        ),
     },
     uses=frozenset({"pg", "redis"}),
     sources=("DL",),

@@ -25,11 +25,7 @@ See:        claims DL-25 in claims.py; scenarios/_paused_holder.py (the steps, s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from lab.core.scenario import Env
-from lab.errors import LabError
 from scenarios._paused_holder import Holder, overlap
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease
 
@@ -74,8 +70,3 @@ async def _run(env: Env, *, fenced: bool) -> None:
 
     env.extra_evidence["ttl_ms"] = p["ttl_ms"]
     await overlap(env, cfg, [env.redis], b_lease, frozen=False)
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["ttl_ms"] < 1 or p["busy_rows"] < 1:
-        raise LabError(f"-p ttl_ms={p['ttl_ms']} busy_rows={p['busy_rows']}: both must be >= 1")

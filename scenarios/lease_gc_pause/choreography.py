@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 
 from lab.core.scenario import Env, Observer
-from lab.errors import LabError, ScenarioFailure
+from lab.errors import ScenarioFailure
 from lab.pinned.timed import (
     Actor,
     KeyWatch,
@@ -192,14 +192,6 @@ async def choreography(env: Env, code: Code) -> None:
     row = await env.db.fetchrow("SELECT id, body, fence FROM invoices WHERE id = $1", INVOICE_ID)
     env.extra_evidence["final_row"] = dict(row) if row else None
     env.extra_evidence["schedule"] = schedule
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["pause_mode"] not in PAUSE_MODES:
-        raise LabError(f"pause_mode={p['pause_mode']!r}: choose from {', '.join(PAUSE_MODES)}")
-    for k in ("ttl_ms", "pause_ms", "b_at_ms", "c_at_ms", "b_work_ms", "c_work_ms"):
-        if p[k] < 0 or (k == "ttl_ms" and p[k] < 1):
-            raise LabError(f"{k}={p[k]}: must be {'at least 1' if k == 'ttl_ms' else '>= 0'}")
 
 
 def timeline(trace: list[dict[str, Any]], redis_spans: list[dict[str, Any]]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from lab.core.claims import Check as ClaimCheck
 from lab.core.claims import Claim, NotJudged, Record, invariant_broken, invariants_hold, mutation
-from lab.core.scenario import Check, Defaults, Env, Scenario
+from lab.core.scenario import Check, Defaults, Env, Param, Scenario
 from lab.pinned import broke_in_some, kept_in_all, on_canonical
 from scenarios.lease_gc_pause import choreography, schedules
 from scenarios.lease_gc_pause import lease_gc_pause as code
@@ -452,7 +452,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lease-gc-pause",
-    validate=choreography.validate,
     doc=code.__doc__ or "",
     kind="script",
     variants={name: choreography.variant(c) for name, c in code.VARIANTS.items()},
@@ -467,23 +466,22 @@ SCENARIO = Scenario(
     invariant=invariant,
     defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
     params={
-        "pause_mode": "sigstop",
-        "ttl_ms": TTL_MS,
-        "pause_ms": PAUSE_MS,
-        "b_at_ms": B_AT_MS,
-        "c_at_ms": C_AT_MS,
-        "b_work_ms": B_WORK_MS,
-        "c_work_ms": C_WORK_MS,
-    },
-    param_help={
-        "pause_mode": "sigstop: A in its own process, frozen by SIGSTOP until SIGCONT; "
-        "sleep: A awaits in the lab's event loop",
-        "ttl_ms": "the lease: SET ... NX PX ttl_ms",
-        "pause_ms": "A's stall, from taking the lease to waking up",
-        "b_at_ms": "when B tries (not before A's lease is gone in Redis, when b_at_ms >= ttl_ms)",
-        "c_at_ms": "when C tries (after A's release)",
-        "b_work_ms": "B's work between its write and its release",
-        "c_work_ms": "C's work between its write and its release",
+        "pause_mode": Param(
+            "sigstop",
+            "sigstop: A in its own process, frozen by SIGSTOP until SIGCONT; "
+            "sleep: A awaits in the lab's event loop",
+            choices=choreography.PAUSE_MODES,
+        ),
+        "ttl_ms": Param(TTL_MS, "the lease: SET ... NX PX ttl_ms", min=1),
+        "pause_ms": Param(PAUSE_MS, "A's stall, from taking the lease to waking up", min=0),
+        "b_at_ms": Param(
+            B_AT_MS,
+            "when B tries (not before A's lease is gone in Redis, when b_at_ms >= ttl_ms)",
+            min=0,
+        ),
+        "c_at_ms": Param(C_AT_MS, "when C tries (after A's release)", min=0),
+        "b_work_ms": Param(B_WORK_MS, "B's work between its write and its release", min=0),
+        "c_work_ms": Param(C_WORK_MS, "C's work between its write and its release", min=0),
     },
     uses=frozenset({"pg", "redis"}),
     # its claims are a pause against a TTL in real time, 100 ms apart: beside CPU-bound runs

@@ -23,22 +23,34 @@ from typing import Any
 
 from lab.core.claims import Claim, Record, invariants_hold
 from lab.core.outcome import notation
-from lab.core.scenario import Check, Defaults, Env, Scenario
-from lab.errors import LabError
+from lab.core.scenario import Check, Defaults, Env, Param, Scenario
 from lab.pinned import broke_in_some, canonical, kept_in_all
 from scenarios.lock_order_prevention import lock_order_prevention as code
 from scenarios.lock_order_prevention.detector import DETECTOR, name, state
 
 N_WORKERS = 10  # 5 pairs of accounts
 ACTOR_TIMEOUT_S = 2.0  # the harness's hard limit: what ends the freeze of a load
-PARAMS: dict[str, Any] = {
-    "critical_ms": 50.0,  # the transfer's work while it holds its locks
-    "poll_ms": 5.0,  # waiting for a lock: one SET NX every poll_ms
-    "lock_ttl_ms": 30_000,  # a lease far longer than any run here: the freeze does not end
-    "lock_timeout_ms": 300.0,  # timeout-only (the document: acquireWithTimeout(..., 5000))
-    "watch_ms": 60_000.0,  # a wait without timeout; a load's hard limit (2 s) comes first
-    "max_tries": 10,  # acquireMultipleLocks(resources, maxRetries = 10)
-    "observe_ms": 10.0,  # the detector's snapshot interval
+PARAMS = {
+    "critical_ms": Param(50.0, "the transfer's work while holding its locks", min=0),
+    "poll_ms": Param(5.0, "waiting for a lock: one SET NX every poll_ms", min=0),
+    # a lease far longer than any run here: the freeze does not end
+    "lock_ttl_ms": Param(
+        30_000, "the locks' lease (PX); longer than the hard limit keeps the freeze", min=1
+    ),
+    # timeout-only (the document: acquireWithTimeout(..., 5000))
+    "lock_timeout_ms": Param(
+        300.0, "timeout-only: how long each lock is polled before lock_timeout", min=0
+    ),
+    # a wait without timeout; a load's hard limit (2 s) comes first
+    "watch_ms": Param(
+        60_000.0,
+        "a wait without timeout is stopped after it (pinned runs: 200 ms; a load's"
+        " --actor-timeout comes first)",
+        above=0,
+    ),
+    # acquireMultipleLocks(resources, maxRetries = 10)
+    "max_tries": Param(10, "fixed-trylock: attempts before gave_up", min=1),
+    "observe_ms": Param(10.0, "the detector's snapshot interval", above=0),
 }
 
 
@@ -60,13 +72,6 @@ async def invariant(env: Env) -> list[Check]:
         Check("one transfer per account at a time", overlaps == 0, f"{overlaps} overlaps"),
         Check("no transfer frozen", stopped == 0, f"{stopped} stopped by the lab's hard limit"),
     ]
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["lock_ttl_ms"] < 1 or p["max_tries"] < 1 or p["observe_ms"] <= 0 or p["watch_ms"] <= 0:
-        raise LabError("-p lock_ttl_ms and max_tries must be >= 1, observe_ms and watch_ms > 0")
-    if min(p["poll_ms"], p["critical_ms"], p["lock_timeout_ms"]) < 0:
-        raise LabError("-p poll_ms, critical_ms and lock_timeout_ms must be >= 0")
 
 
 def _pairs(rec: Record) -> int:
@@ -345,7 +350,6 @@ EXPLORED = (
 
 SCENARIO = Scenario(
     id="lock-order-prevention",
-    validate=validate,
     doc=code.__doc__ or "",
     kind="actors",
     variants=code.PINNED.actors(),
@@ -360,16 +364,6 @@ SCENARIO = Scenario(
         n=N_WORKERS, arrival="burst", actor_timeout_s=ACTOR_TIMEOUT_S, run_timeout_s=60
     ),
     params=PARAMS,
-    param_help={
-        "critical_ms": "the transfer's work while holding its locks",
-        "poll_ms": "waiting for a lock: one SET NX every poll_ms",
-        "lock_ttl_ms": "the locks' lease (PX); longer than the hard limit keeps the freeze",
-        "lock_timeout_ms": "timeout-only: how long each lock is polled before lock_timeout",
-        "watch_ms": "a wait without timeout is stopped after it (pinned runs: 200 ms; a "
-        "load's --actor-timeout comes first)",
-        "max_tries": "fixed-trylock: attempts before gave_up",
-        "observe_ms": "the detector's snapshot interval",
-    },
     # pinned runs need PostgreSQL (the sequencer's sessions); the transfers use Redis only
     uses=frozenset({"pg", "redis"}),
     sources=("DP",),

@@ -16,8 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation
-from lab.core.scenario import Defaults, Scenario
-from lab.errors import LabError
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.pinned import RC, on_canonical
 from lab.pinned.scripted import scripted
 from scenarios.lock_queue import lock_queue as code
@@ -220,14 +219,8 @@ PUBLISHED: Mapping[str, str] = {
 }
 
 
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["ddl_lock_timeout_ms"] < 1:  # 0 is PostgreSQL's "wait forever": no fix at all
-        raise LabError(f"-p ddl_lock_timeout_ms={p['ddl_lock_timeout_ms']}: at least 1 ms")
-
-
 SCENARIO = Scenario(
     id="lock-queue",
-    validate=validate,
     doc=code.__doc__ or "",
     kind="script",  # the run is the canonical schedule: the subject is one order
     variants=scripted(code.PINNED, SCHEDULE),
@@ -239,7 +232,8 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=1, run_timeout_s=60),
-    params={"ddl_lock_timeout_ms": 100},
-    param_help={"ddl_lock_timeout_ms": "fixed: SET LOCAL lock_timeout before the ALTER"},
+    params={  # at least 1: 0 is PostgreSQL's "wait forever", no fix at all
+        "ddl_lock_timeout_ms": Param(100, "fixed: SET LOCAL lock_timeout before the ALTER", min=1),
+    },
     sources=("LC",),
 )

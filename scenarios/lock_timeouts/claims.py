@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from lab.core.claims import NOT_REPRODUCED, Claim, Record, invariants_hold, repeated
 from lab.core.outcome import notation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from scenarios.checkout_deadlock import checkout_deadlock as checkout
 from scenarios.lock_timeouts import lock_timeouts as code
 from scenarios.lock_timeouts.lock_timeouts import (
@@ -102,7 +102,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lock-timeouts",
-    validate=code.validate,
     doc=code.__doc__ or "",
     kind="actors",
     variants=code.PINNED.actors(),
@@ -117,8 +116,11 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=checkout.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=60, run_timeout_s=300),
-    params={"step_pause_ms": 5.0},
-    param_help={"step_pause_ms": "pause after each UPDATE while the row is held ('other logic')"},
+    params={
+        "step_pause_ms": Param(
+            5.0, "pause after each UPDATE while the row is held ('other logic')", min=0
+        ),
+    },
     sources=("LC",),
     quick={"n": 40},
     cases={SLOW: {"n": 12, "step_pause_ms": SLOW_PAUSE_MS}},

@@ -43,11 +43,9 @@ See:        claim LC-27 in claims.py; expected/ has the pinned schedule's transc
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 
 from lab.core.scenario import Env
 from lab.core.steps import Pinned, Session, show_sql
-from lab.errors import LabError
 
 # checkout-deadlock's table, SKUs and stock; its invariant holds here too: each committed
 # checkout took one unit of each SKU, a timed-out one took none
@@ -59,12 +57,6 @@ SLOW = "slow-holder"  # the case where one holder keeps the row past GLOBAL_TIME
 SLOW_PAUSE_MS = 60.0  # x2 updates: each holder keeps the row past GLOBAL_TIMEOUT
 LOAD_TRIALS = 5  # at the document's load, whether a holder stalls past 100 ms is chance
 HOLD_MS = 300.0  # pinned: each hold, 3x GLOBAL_TIMEOUT (the waiter's 55P03 comes within it)
-
-
-def validate(n: int, p: Mapping[str, object]) -> None:
-    pause = p["step_pause_ms"]
-    if not isinstance(pause, int | float) or pause < 0:
-        raise LabError("-p step_pause_ms must be >= 0")
 
 
 schema = checkout.schema  # the same inventory table

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Record, invariants_hold
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.pinned import error_in, kept_in_all
 from scenarios.lock_wait_modes import lock_wait_modes as code
 
@@ -160,10 +160,11 @@ SCENARIO = Scenario(
     # each holder (even actors) starts 20 ms before its waiter: in a burst the waiter often
     # got in first, no 55P03 was timed and the load claims went unexercised (see below)
     defaults=Defaults(n=2, arrival="stagger:20ms", run_timeout_s=60),
-    params={"lock_timeout_ms": 200, "hold_ms": 400},
-    param_help={
-        "lock_timeout_ms": "SET LOCAL lock_timeout of fixed-lock-timeout (published: 2000)",
-        "hold_ms": "how long the holder works inside its transaction before it commits",
+    params={
+        "lock_timeout_ms": Param(
+            200, "SET LOCAL lock_timeout of fixed-lock-timeout (published: 2000)", min=1
+        ),
+        "hold_ms": Param(400, "how long the holder works inside its transaction before it commits"),
     },
     sources=("LC",),
     # Two holders and two waiters on the one row. In a burst, one of each let the waiter in

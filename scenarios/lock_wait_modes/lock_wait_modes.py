@@ -52,8 +52,6 @@ TIMER_SLACK_MS = 200.0  # the holder keeps its locks this long past lock_timeout
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["lock_timeout_ms"] < 1:
-        raise LabError(f"-p lock_timeout_ms={p['lock_timeout_ms']}: at least 1 ms")
     if p["hold_ms"] < p["lock_timeout_ms"] + TIMER_SLACK_MS:
         raise LabError(
             f"-p hold_ms={p['hold_ms']}: must be at least lock_timeout_ms + "

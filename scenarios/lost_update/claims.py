@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lab.core.claims import Mutation, Record, at_isolation, invariants_hold, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, kept_in_all
 from scenarios.lost_update import lost_update as code
@@ -126,7 +126,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="lost-update",
-    validate=code.validate,
     doc=code.__doc__ or "",
     kind="actors",
     variants=code.PINNED.actors(),
@@ -138,12 +137,13 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
-    params={"stock": 1, "qty": 1, "isolation": RC},
-    cases={"repeatable-read": {"isolation": RR}},
-    param_help={
-        "stock": "units of product 101 before the sale",
-        "qty": "units each buyer takes",
-        "isolation": "transaction isolation: " + ", ".join(ISOLATION_LEVELS),
+    params={
+        "stock": Param(1, "units of product 101 before the sale", min=0),
+        "qty": Param(1, "units each buyer takes", min=1),
+        "isolation": Param(
+            RC, "transaction isolation: " + ", ".join(ISOLATION_LEVELS), choices=ISOLATION_LEVELS
+        ),
     },
+    cases={"repeatable-read": {"isolation": RR}},
     sources=("LC",),
 )

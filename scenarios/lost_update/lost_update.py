@@ -28,14 +28,12 @@ See:        claims LC-4..LC-8 in claims.py; expected/ has the schedules' transcr
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
 from lab.core.scenario import Check, Env, executes
-from lab.core.steps import ISOLATION_LEVELS, Pinned, Session, schedule
-from lab.errors import LabError
+from lab.core.steps import Pinned, Session, schedule
 
 PRODUCT = 101
 INITIAL_VERSION = 7  # the document's form opened at version 7
@@ -49,13 +47,6 @@ WRITE_GUARDED = (
 WRITE_VERSIONED = (
     "UPDATE inventory SET stock = $1, version = version + 1 WHERE product_id = $2 AND version = $3"
 )
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["isolation"] not in ISOLATION_LEVELS:
-        raise LabError(f"-p isolation={p['isolation']!r}: one of {', '.join(ISOLATION_LEVELS)}")
-    if p["stock"] < 0 or p["qty"] < 1:
-        raise LabError("-p stock must be >= 0 and qty >= 1")
 
 
 schema = executes(

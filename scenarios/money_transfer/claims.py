@@ -26,13 +26,11 @@ seconds (docs/published-seconds.md).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeated
 from lab.core.outcome import notation
 from lab.core.published import Measured
-from lab.core.scenario import Check, Defaults, Env, Scenario
-from lab.errors import LabError
+from lab.core.scenario import Check, Defaults, Env, Param, Scenario
 from lab.pinned import RC, canonical, kept_in_all
 from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
 from scenarios.money_transfer import money_transfer as code
@@ -44,11 +42,6 @@ STILL_FAILING_SHARE = 1 / 3
 LOW_CONTENTION_N = 10  # transfers; jitter alone helped at 10, not at 20 or 40 (measured)
 QUICK_FRAUD_MS = 20.0  # the quick profile's fraud call (the published one is 50 ms)
 MOVED_ONCE = "balances moved once per committed transfer"
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["amount"] < 1 or p["fraud_ms"] < 0 or p["idem_keys"] < 0:
-        raise LabError("-p amount must be >= 1, fraud_ms >= 0, idem_keys >= 0")
 
 
 async def invariant(env: Env) -> list[Check]:
@@ -334,7 +327,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="money-transfer",
-    validate=validate,
     doc=code.__doc__ or "",
     kind="actors",
     variants=code.PINNED.actors(),
@@ -346,11 +338,16 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=600, run_timeout_s=900),
-    params={"fraud_ms": 50.0, "amount": 100, "idem_keys": 0},
-    param_help={
-        "fraud_ms": "latency of the fake fraud service (buggy: called while holding the lock)",
-        "amount": f"amount of every transfer (each account starts at {code.INITIAL_BALANCE})",
-        "idem_keys": "distinct requests; 0 = one per actor, fewer = actors replay requests",
+    params={
+        "fraud_ms": Param(
+            50.0, "latency of the fake fraud service (buggy: called while holding the lock)", min=0
+        ),
+        "amount": Param(
+            100, f"amount of every transfer (each account starts at {code.INITIAL_BALANCE})", min=1
+        ),
+        "idem_keys": Param(
+            0, "distinct requests; 0 = one per actor, fewer = actors replay requests", min=0
+        ),
     },
     sources=("DL", "DP", "LC"),
     headline={"attempts": "attempts"},  # the documents' `attempts=215`

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.redlock import redlock as code
@@ -87,7 +87,6 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="redlock",
-    validate=code.validate,
     doc=code.__doc__ or "",
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
@@ -97,10 +96,15 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=lease_gc_pause.invariant,
     defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
-    params={"nodes": code.NODES, "ttl_ms": code.TTL_MS},
-    param_help={
-        "nodes": "independent Redis masters the run starts (quorum: a majority)",
-        "ttl_ms": "the lock's PX on every node; A stays frozen until it expired on all",
+    params={
+        "nodes": Param(
+            code.NODES, "independent Redis masters the run starts (quorum: a majority)", min=1
+        ),
+        "ttl_ms": Param(
+            code.TTL_MS,
+            "the lock's PX on every node; A stays frozen until it expired on all",
+            min=50,
+        ),
     },
     uses=frozenset({"pg"}),
     # DL-24 is a freeze against the lock's validity in real time: on lanes beside CPU-bound

@@ -25,15 +25,11 @@ See:        claims DL-24 in claims.py; lab/kit/redislock.py (`Redlock`: SET NX P
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from lab.core.scenario import Env
-from lab.errors import LabError
 from lab.kit.redislock import Redlock
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import FENCE_SEQUENCE, Holder, overlap
@@ -86,8 +82,3 @@ async def _run(env: Env, *, fenced: bool) -> None:
     finally:
         for c in clients:
             await c.aclose()
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["nodes"] < 1 or p["ttl_ms"] < 50:
-        raise LabError(f"-p nodes={p['nodes']} ttl_ms={p['ttl_ms']}: need nodes >= 1, ttl >= 50")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from scenarios.service_lock_order import service_lock_order as code
 
 
@@ -60,15 +60,17 @@ CLAIMS = (
 
 SCENARIO = Scenario(
     id="service-lock-order",
-    validate=code.validate,
     doc=code.__doc__ or "",
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("done", "frozen"),
     claims=CLAIMS,
     defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
-    params={"freeze_window_ms": code.FREEZE_WINDOW_MS},
-    param_help={"freeze_window_ms": "a wait-for cycle unchanged this long counts as a freeze"},
+    params={
+        "freeze_window_ms": Param(
+            code.FREEZE_WINDOW_MS, "a wait-for cycle unchanged this long counts as a freeze", min=50
+        ),
+    },
     uses=frozenset({"redis"}),
     sources=("DP",),
     quick={"freeze_window_ms": 300},

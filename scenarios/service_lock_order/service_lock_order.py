@@ -27,12 +27,12 @@ See:        claim DP-10 in claims.py; `service` below runs in a process of its o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from lab.aio import until
-from lab.errors import LabError, ScenarioFailure
+from lab.errors import ScenarioFailure
 from lab.kit.redislock import COMPARE_AND_DELETE
 from lab.procs.workers import Child, Event, Worker
 
@@ -140,8 +140,3 @@ def _tracer(env: Env, name: str) -> Callable[[Event], None]:
             env.trace(name, ev.name, at_ms=ev.at_ms(env.t0), **ev.fields)
 
     return on_event
-
-
-def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["freeze_window_ms"] < 50:
-        raise LabError(f"-p freeze_window_ms={p['freeze_window_ms']}: at least 50")

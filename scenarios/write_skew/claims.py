@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Mutation, Record, at_isolation, invariants_hold, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, Param, Scenario
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, error_in, kept_in_all, on_canonical
 from scenarios.write_skew import write_skew as code
@@ -210,8 +210,11 @@ SCENARIO = Scenario(
     setup=code.setup,
     invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
-    params={"isolation": RC},
+    params={
+        "isolation": Param(
+            RC, "transaction isolation: " + ", ".join(ISOLATION_LEVELS), choices=ISOLATION_LEVELS
+        ),
+    },
     cases={"repeatable-read": {"isolation": RR}, "serializable": {"isolation": SER}},
-    param_help={"isolation": "transaction isolation: " + ", ".join(ISOLATION_LEVELS)},
     sources=("LC",),
 )

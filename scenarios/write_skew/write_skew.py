@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.scenario import Check, Env
-from lab.core.steps import ISOLATION_LEVELS, Pinned, Session
+from lab.core.steps import Pinned, Session
 from lab.errors import LabError
 
 SHIFT = 1
@@ -40,8 +40,6 @@ def doctor(i: int) -> str:
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
-    if p["isolation"] not in ISOLATION_LEVELS:
-        raise LabError(f"-p isolation={p['isolation']!r}: one of {', '.join(ISOLATION_LEVELS)}")
     if n < 2:
         raise LabError("write-skew needs -n 2 or more: one doctor has no colleague to rely on")
 
