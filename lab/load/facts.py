@@ -18,7 +18,10 @@ def machine_window(start: tuple[float, ...] | None = None) -> Any:
     were (/proc/stat). Claims about time read it (lab.core.claims.machine_cause)."""
     from lab.procs.procstat import machine_cpu, run_delay_s
 
-    now = (time.perf_counter(), run_delay_s(), *machine_cpu())
+    # the wall clock against the monotonic one: Redis's expiries and PostgreSQL's now()
+    # run on the wall clock, the lab's times on the monotonic one
+    wall = time.clock_gettime(time.CLOCK_REALTIME) - time.clock_gettime(time.CLOCK_MONOTONIC)
+    now = (time.perf_counter(), run_delay_s(), *machine_cpu(), wall)
     if start is None:
         return now
     window_s = max(now[0] - start[0], 1e-6)
@@ -29,6 +32,7 @@ def machine_window(start: tuple[float, ...] | None = None) -> Any:
         "lab_cpu_wait_ms": round(waited_s * 1000, 1),
         "lab_cpu_wait_share": round(waited_s / window_s, 3),
         "cores_busy": round(busy / total, 3) if total > 0 else None,
+        "wall_clock_step_ms": round((now[4] - start[4]) * 1000, 3),
     }
 
 

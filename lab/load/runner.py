@@ -37,6 +37,7 @@ from lab.load.databases import (
     SPARES,
     admin_connect,
     create_database,
+    create_statement,
     database_name,
     drop_made,
     probe_pg,
@@ -275,7 +276,7 @@ async def _run_variant(
                     f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"
                 )
             else:
-                await admin.execute(f'CREATE DATABASE "{database}"')
+                await admin.execute(create_statement(servers, database))
                 created = True
                 await admin.execute(
                     f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(knobs.deadlock_timeout_ms)}ms'"

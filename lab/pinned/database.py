@@ -13,7 +13,7 @@ import asyncpg
 
 from lab.core.scenario import Env, Observer, Scenario, start_observers, stop_observers
 from lab.errors import ScenarioFailure
-from lab.load.databases import GONE, admin_connect, database_name, probe_pg
+from lab.load.databases import GONE, admin_connect, create_statement, database_name, probe_pg
 from lab.load.redisclients import redis_client
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
 from lab.pinned.schedules import PinnedResult, pinned_of
@@ -270,7 +270,7 @@ async def pinned_lab(
     created = False
     try:
         await probe_pg(admin, servers)
-        await admin.execute(f'CREATE DATABASE "{lab.database}"')
+        await admin.execute(create_statement(servers, lab.database))
         created = True
         await admin.execute(
             f"ALTER DATABASE \"{lab.database}\" SET deadlock_timeout = '{int(deadlock_ms)}ms'"
