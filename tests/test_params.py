@@ -72,3 +72,13 @@ def test_show_says_what_a_param_takes() -> None:
     assert Param(1.0, above=0).bounds() == "> 0"
     assert Param("a", choices=("a", "b")).bounds() == "one of a, b"
     assert Param(1).bounds() == ""
+
+
+def test_a_copied_scenario_keeps_its_bounds() -> None:
+    """dataclasses.replace (a profile's or a test's copy) keeps what each knob takes."""
+    import dataclasses
+
+    sc = dataclasses.replace(toy(stock=Param(1, "units", min=0)), quick={"stock": 2})
+    assert sc.params == {"stock": 1} and sc.param_specs["stock"].min == 0
+    with pytest.raises(LabError, match="at least 0"):
+        check_params(sc, 1, {"stock": -1})

@@ -89,3 +89,15 @@ def test_shared_scenario_modules_keep_the_shape(path: Path) -> None:
     """Code several scenarios share (scenarios/_*.py) is scenario code too: no processes,
     run state or wait loops of its own."""
     assert violations(path.read_text(), path.name) == []
+
+
+def test_no_scenario_file_hides_its_format_or_runs_past_100_columns() -> None:
+    """Every .py file under scenarios/ is as ruff formats it (no `# fmt: skip`) and has no
+    line over 100 characters (a long statement goes in a .sql beside it: lab/core/sqlfile)."""
+    found = [
+        f"{path.relative_to(ROOT.parent)}:{n}"
+        for path in sorted(ROOT.rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if len(line) > 100 or "fmt: skip" in line
+    ]
+    assert not found, found

@@ -224,11 +224,13 @@ class Scenario:
     # and the case `bench redis` runs against redis-benchmark ("" = none).
     pgbench: Pgbench | None = None
     bench_redis: str = ""
-    param_specs: Mapping[str, Param] = field(init=False, default_factory=dict)
+    # filled from `params` (kept when a Scenario is copied with dataclasses.replace)
+    param_specs: Mapping[str, Param] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         specs = {k: v for k, v in self.params.items() if isinstance(v, Param)}
-        if specs:
+        if specs or self.param_specs:
+            specs = {**self.param_specs, **specs}
             defaults = {k: v.default if isinstance(v, Param) else v for k, v in self.params.items()}
             helps = {k: v.help for k, v in specs.items() if v.help}
             object.__setattr__(self, "params", defaults)

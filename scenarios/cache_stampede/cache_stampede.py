@@ -10,7 +10,7 @@ Fix:        singleflight, token + compare-and-delete in finally, a wait bounded 
 Published:  500 misses, 400 ms rebuild: poll GETs=2739, DB calls=1, 597 ms; singleflight
             GETs=500, DB calls=1, 531 ms; 5,000 waiters, 1 s rebuild: ~100k GET/s (Redis
             7.4.11, Node 24) — deadlock-distributed-lock-cron.vi.txt, "Cache rebuild lock".
-See:        claims.py, wait_window.py, docs/load.md; waiters yield what they await (lab/kit/waiters.py).
+See:        claims.py, wait_window.py, docs/load.md; waiters: lab/kit/waiters.py.
 """
 
 from __future__ import annotations

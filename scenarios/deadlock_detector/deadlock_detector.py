@@ -1,4 +1,4 @@
-"""Deadlock detector: deadlock_timeout, not lock_timeout, breaks a row-lock cycle, and picks the victim.
+"""Deadlock detector: deadlock_timeout, not lock_timeout, breaks a row-lock cycle, picks a victim.
 
 Symptom:    a team sets `lock_timeout = '5s'` "to prevent permanent deadlock" and still sees
             40P01 after about a second, never 55P03; which of two deadlocked requests fails

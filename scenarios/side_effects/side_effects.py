@@ -1,4 +1,4 @@
-"""Side effects: a provider that times out after charging, and a message inside a retried transaction.
+"""Side effects: a provider that times out after charging, a message in a retried transaction.
 
 Symptom:    a customer was charged twice for one invoice, and customers get the same
             "invoice paid" message two or three times, although the billing row is
