@@ -11,7 +11,7 @@ PROFILE ?= quick
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
 	@echo "make compare SCENARIO=<id> | make verify [PROFILE=quick|published] | make test | make lint | make bench"
-	@echo "make servers-up | make servers-down"
+	@echo "make servers-up | make servers-down | make docs (the site from docs/, built --strict)"
 
 $(BIN)/locklab: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
