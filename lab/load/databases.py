@@ -25,11 +25,14 @@ def create_statement(servers: Servers, database: str) -> str:
     """CREATE DATABASE of a run's database. From PostgreSQL 15 on, the default strategy
     (WAL_LOG) copies the template through shared buffers and writes it all to the WAL
     (~7.5 MB a database), which the checkpointer then writes out again; FILE_COPY copies
-    the template's files. (FILE_COPY checkpoints before and after; the lab's own servers
-    run with fsync off, where that is cheap.)"""
-    version = servers.pg.info.version if servers.pg is not None else ""
+    the template's files but checkpoints before and after. So FILE_COPY only on a server
+    the lab started itself with fsync off, where a checkpoint is cheap; a user's own
+    server keeps its default."""
+    pg = servers.pg
+    version = pg.info.version if pg is not None else ""
     major = int(version.split(".")[0]) if version[:1].isdigit() else 0
-    strategy = " STRATEGY = FILE_COPY" if major >= 15 else ""
+    no_fsync = pg is not None and pg.info.settings.get("fsync") == "off"
+    strategy = " STRATEGY = FILE_COPY" if major >= 15 and no_fsync else ""
     return f'CREATE DATABASE "{database}"{strategy}'
 
 
