@@ -1,11 +1,17 @@
-"""How a timed story ends (lab.pinned.timed.end_all, raised), without a server."""
+"""How a timed story ends (lab.pinned.timed.end_all, raised), and how a KeyWatch tells an
+expired lease from a deleted one."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any, cast
 
-from lab.pinned.timed import ProcessActor, end_all, raised
+import redis.asyncio as aioredis
+
+from lab.aio import within
+from lab.core.env import Env
+from lab.pinned.timed import KeyWatch, ProcessActor, end_all, raised
+from lab.servers import Servers
 
 
 class _Closed:
@@ -38,3 +44,55 @@ async def test_a_story_ends_its_tasks_processes_and_connections() -> None:
     ok = asyncio.create_task(asyncio.sleep(0))
     await ok
     assert raised([ok]) is None
+
+
+def _env(redis: Any = None) -> Env:
+    return Env(
+        scenario="watch-test",
+        variant="v",
+        dsn="",
+        database="",
+        db=None,
+        redis=redis,
+        prefix="watch-test:",
+        params={},
+        seed=1,
+        n=1,
+    )
+
+
+def test_an_expiry_seen_through_a_slow_poll_is_an_expiry() -> None:
+    """Redis's TIME decides expired vs deleted: a lease seen through a 20 ms round trip,
+    gone at a poll whose TIME is past its deadline, expired (the lab's clock alone, with
+    the deadline in the middle of [send + PTTL, reply + PTTL], called it deleted)."""
+    watch, r = KeyWatch(_env(), "k", {"t": "A"}, ttl_ms=1000), 1e12  # Redis's clock: lab + r
+    watch._see("A", 990, sent=0.0, reply=20.0, now=r + 2)  # SET ran at 2 ms, PX 1000
+    watch._see(None, -2, sent=992.0, reply=998.0, now=r + 994)  # Redis expired it at 992
+    (span,) = watch.spans
+    assert span["how"] == "expired" and span["end_ms"] <= 998.0
+    watch._see("A", 500, sent=1000.0, reply=1001.0, now=r + 1000.5)
+    watch._see(None, -2, sent=1003.0, reply=1004.0, now=r + 1003.5)  # 497 ms early: a DEL
+    assert watch.spans[1]["how"] == "deleted" and watch.spans[1]["end_ms"] == 1003.5
+
+
+async def test_a_watch_tells_an_expired_key_from_a_deleted_one(servers: Servers) -> None:
+    """On a real Redis: a token set with PX 50 and left alone expired; one deleted early
+    was deleted."""
+    assert servers.redis is not None
+    client = aioredis.from_url(servers.redis.url)
+    env = _env(client)
+    key = env.key("lease")
+    watch = KeyWatch(env, key, {"a": "A", "b": "B"}, ttl_ms=50)
+    try:
+        watch.start()
+        await client.set(key, "a", px=50)
+        await within(watch.gone("A").wait(), 5.0)
+        await client.set(key, "b", px=60_000)
+        await asyncio.sleep(0.02)  # let the watch see B's token, then delete it early
+        await client.delete(key)
+        await within(watch.gone("B").wait(), 5.0)
+    finally:
+        await watch.stop()
+        await client.delete(key)
+        await client.aclose()
+    assert [(s["who"], s["how"]) for s in watch.spans] == [("A", "expired"), ("B", "deleted")]

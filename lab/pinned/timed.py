@@ -14,7 +14,7 @@ to an order is lab/pinned/stage.py's.
 * ``ProcessActor``: an actor in a worker process (lab/procs/workers.py) whose pause point is
   the step ``wake``: when it gets there the lab stops it (SIGSTOP, and waits for the
   kernel's 'T'); ``wake`` grants it on and sends SIGCONT; ``kill`` sends SIGKILL.
-* ``KeyWatch``: polls GET + PTTL of a key in one MULTI and keeps the spans during which
+* ``KeyWatch``: polls GET + PTTL + TIME of a key in one MULTI and keeps the spans during which
   each owner's token was its value, and how each ended (expired or deleted); a scenario
   starts and stops it from its ``Scenario.observers``.
 """
@@ -34,7 +34,7 @@ from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
 from lab.procs import workers
 
-OBSERVE_MS = 2.0  # how often a KeyWatch polls GET + PTTL
+OBSERVE_MS = 2.0  # how often a KeyWatch polls GET + PTTL + TIME
 TURNS = ("write", "lock busy")  # the trace events that end an actor's turn by default
 TEARDOWN_S = 5.0  # end_all's wait for the story's cancelled tasks
 
@@ -243,13 +243,20 @@ async def end_all(
 
 @dataclass
 class KeyWatch:
-    """Whose token Redis holds as the value of `key`, polled with GET + PTTL in one MULTI.
+    """Whose token Redis holds as the value of `key`, polled with GET + PTTL + TIME in one
+    MULTI.
 
-    A poll ran in Redis somewhere between its send and its reply, so each sighting of a
-    token bounds its PX deadline to [send + PTTL, reply + PTTL]; the span's deadline is the
-    middle of the intersection over all its sightings (fast polls make it tight). A span
-    starts at deadline - TTL (when the SET ran) and ends at the deadline when the token
-    expired, or at the first poll that no longer saw it when it was deleted.
+    Whether a token expired or was deleted is read on Redis's own clock: each sighting puts
+    its PX deadline at TIME + PTTL (PTTL is whole ms, so the deadline is that or up to 1 ms
+    later), and a token that is gone at a poll whose TIME is at or past that deadline
+    expired; gone before it, something deleted it. (On the lab's clock a poll ran somewhere
+    between its send and its reply; under load that window grew to ~10 ms and put the
+    deadline of an expired lease after the poll that saw it gone: "deleted".)
+    The span's times are the lab's: its deadline is Redis's moved onto the lab's clock by
+    the sighting with the shortest round trip (Redis's TIME against the middle of its send
+    and reply), kept between the last poll that saw the token and the first that did not.
+    A span starts at deadline - TTL (when the SET ran) and ends at the deadline when the
+    token expired, or in the middle of the first poll that no longer saw it when deleted.
     """
 
     env: Env
@@ -295,12 +302,13 @@ class KeyWatch:
             async with self.env.redis.pipeline(transaction=True) as pipe:
                 pipe.get(self.key)
                 pipe.pttl(self.key)
-                value, pttl = await pipe.execute()
+                pipe.time()
+                value, pttl, (sec, usec) = await pipe.execute()
             reply = self.env.now_ms()
             if self.env.t0 != t0:  # the clock was reset during the poll: not on one clock
                 continue
             who = self.owners.get(value.decode(), "?") if value is not None else None
-            self._see(who, int(pttl), sent, reply)
+            self._see(who, int(pttl), sent, reply, sec * 1000 + usec / 1000)
             self.first_poll.set()
             if who is None:
                 self.free.set()
@@ -308,7 +316,9 @@ class KeyWatch:
                 self.free.clear()
             await asyncio.sleep(OBSERVE_MS / 1000)  # the poll's period
 
-    def _see(self, who: str | None, pttl: int, sent: float, reply: float) -> None:
+    def _see(self, who: str | None, pttl: int, sent: float, reply: float, now: float) -> None:
+        """One poll: `who` holds the key (None: nobody) with `pttl` left, Redis's TIME `now`
+        (ms), sent and answered at `sent` and `reply` on the lab's clock."""
         if self._polls:
             self._max_gap = max(self._max_gap, sent - self._prev_sent)
         self._polls += 1
@@ -316,49 +326,60 @@ class KeyWatch:
         if cur is not None and cur["who"] == who:
             cur["last_sent"] = sent
             if pttl >= 0:
-                cur["lo"], cur["hi"] = max(cur["lo"], sent + pttl), min(cur["hi"], reply + pttl)
+                _sight(cur, now + pttl, reply - sent, now - (sent + reply) / 2)
         else:
             if cur is not None:
-                deadline = _middle(cur["lo"], cur["hi"])
-                expired = deadline <= reply  # gone by its PX, not by a DEL
-                end = deadline if expired else (sent + reply) / 2
-                how = "expired" if expired else "deleted"
-                known = math.isfinite(deadline)  # the key had a TTL
-                start = max(cur["after"], deadline - self.ttl_ms) if known else cur["start_ms"]
-                span = {
-                    "who": cur["who"],
-                    "start_ms": start,
-                    "end_ms": end,
-                    "last_sent": cur["last_sent"],
-                    "gone_reply": reply,
-                    "how": how,
-                }
-                self.spans.append(span)
-                self.env.trace("redis", f"lease of {cur['who']} {span['how']}", at_ms=end)
-                self.gone(cur["who"]).set()
+                self._ended(cur, sent, reply, now)
             self._cur = None
             if who is not None:
-                lo, hi = (sent + pttl, reply + pttl) if pttl >= 0 else (math.inf, -math.inf)
-                start = max(self._prev_sent, _middle(lo, hi) - self.ttl_ms) if pttl >= 0 else sent
-                self._cur = {
-                    "who": who,
-                    "start_ms": start,
-                    "after": self._prev_sent,
-                    "last_sent": sent,
-                    "lo": lo,
-                    "hi": hi,
-                }
+                cur = {"who": who, "after": self._prev_sent, "last_sent": sent, "start_ms": sent}
+                cur.update(deadline=-math.inf, rtt=math.inf, offset=0.0)
+                if pttl >= 0:
+                    _sight(cur, now + pttl, reply - sent, now - (sent + reply) / 2)
+                    start = max(self._prev_sent, _on_lab_clock(cur) - self.ttl_ms)
+                    cur["start_ms"] = start
+                self._cur = cur
+                start = cur["start_ms"]
                 self.env.trace("redis", f"lock value is {who}'s token", at_ms=start, pttl=pttl)
         self._prev_sent = sent
 
+    def _ended(self, cur: dict[str, Any], sent: float, reply: float, now: float) -> None:
+        """`cur`'s token is gone at the poll sent at `sent`, with Redis's TIME `now`."""
+        known = math.isfinite(cur["deadline"])  # the key had a TTL
+        expired = known and now >= cur["deadline"]  # on Redis's clock: gone by its PX
+        deadline = _on_lab_clock(cur) if known else math.nan
+        end = min(max(deadline, cur["last_sent"]), reply) if expired else (sent + reply) / 2
+        start = max(cur["after"], deadline - self.ttl_ms) if known else cur["start_ms"]
+        how = "expired" if expired else "deleted"
+        span = {
+            "who": cur["who"],
+            "start_ms": start,
+            "end_ms": end,
+            "last_sent": cur["last_sent"],
+            "gone_reply": reply,
+            "how": how,
+        }
+        self.spans.append(span)
+        self.env.trace("redis", f"lease of {cur['who']} {how}", at_ms=end)
+        self.gone(cur["who"]).set()
+
     def stats(self) -> dict[str, Any]:
         return {
-            "what": "GET + PTTL in one MULTI",
+            "what": "GET + PTTL + TIME in one MULTI",
             "every_ms": OBSERVE_MS,
             "polls": self._polls,
             "max_gap_ms": round(self._max_gap, 1),
         }
 
 
-def _middle(lo: float, hi: float) -> float:
-    return lo if hi < lo else (lo + hi) / 2
+def _sight(cur: dict[str, Any], deadline: float, rtt: float, offset: float) -> None:
+    """A sighting with a TTL: the latest deadline on Redis's clock (a later PTTL is no less
+    exact), and the clocks' offset from the sighting with the shortest round trip."""
+    cur["deadline"] = max(cur["deadline"], deadline)
+    if rtt < cur["rtt"]:
+        cur["rtt"], cur["offset"] = rtt, offset
+
+
+def _on_lab_clock(cur: dict[str, Any]) -> float:
+    """The span's deadline on the lab's clock: Redis's, half a PTTL unit on, less the offset."""
+    return float(cur["deadline"] + 0.5 - cur["offset"])

@@ -11,8 +11,8 @@ SIGCONT; ``sleep``: a coroutine awaiting in the lab's loop). B releases ``b_work
 after its write, after C is done. ``holder-killed`` kills A at its pause point (the step
 "A is killed") instead of waking it. The run ends when Redis holds no lease. The timeline
 shows when each worker *believed* it held the lock and when Redis held its token (the
-observer ``WATCH``: lab.pinned.timed.KeyWatch, polled GET + PTTL). Pinned to an order instead of
-times, the same steps are schedules.py's.
+observer ``WATCH``: lab.pinned.timed.KeyWatch, polled GET + PTTL + TIME). Pinned to an
+order instead of times, the same steps are schedules.py's.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ async def _unwatch(env: Env) -> None:
     env.extra_evidence["timeline"] = timeline(env.events, watch.spans)
 
 
-WATCH = Observer("lock key (GET + PTTL)", _watch, _unwatch)
+WATCH = Observer("lock key (GET + PTTL + TIME)", _watch, _unwatch)
 
 
 def variant(code: Code) -> Callable[[Env], Awaitable[None]]:
