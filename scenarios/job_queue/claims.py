@@ -125,21 +125,23 @@ def _reclaimed(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     if not p["crash"] or not orphaned:
         return None  # nobody died holding jobs
     got = c.get("reclaimed", 0)
-    began = samples.get("orphaned_claim_began_ms", {}).get("max", 0.0)
-    at = samples.get("reclaimed_at_ms", {}).get("min")
-    first = None if at is None else at - began
-    held = got == orphaned and first is not None and first >= p["lease_ms"]
-    when = "none" if first is None else f"the first {first:.0f} ms after its claim began"
+    # on PostgreSQL's clock: the dead worker's lease end, the first reclaim's now() (its
+    # new lease's end less lease_ms)
+    until = samples.get("orphaned_until_ms", {}).get("max", 0.0)
+    new = samples.get("reclaimed_until_ms", {}).get("min")
+    after = None if new is None else new - p["lease_ms"] - until
+    held = got == orphaned and after is not None and after >= 0  # samples keep 0.1 ms
+    when = "none" if after is None else f"the first {after:.1f} ms after its lease ended"
     return held, (
         f"fixed: {p['crash']} died holding {orphaned} jobs; {got} reclaimed, {when} "
-        f"(lease {p['lease_ms']} ms)"
+        f"(lease {p['lease_ms']} ms; PostgreSQL's clock)"
     )
 
 
 def _never_reclaimed(rec: Record) -> None:
     """As a claim that never looks at locked_until would report: nothing reclaimed."""
     rec["counters"]["reclaimed"] = 0
-    rec["samples"].pop("reclaimed_at_ms", None)
+    rec["samples"].pop("reclaimed_until_ms", None)
 
 
 def _claims_wait(rec: Record) -> None:

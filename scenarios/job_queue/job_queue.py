@@ -15,10 +15,10 @@ Published:  worker-1 claimed [1001, 1002, 1003 ... 1010]; worker-2 claimed [1011
             ngủ 1s". No timings (PostgreSQL 17.11, Node 24 + node-postgres) — locking-concurrency-
             control.vi.txt, "Job queue với FOR UPDATE SKIP LOCKED"; "SKIP LOCKED che lỗi".
 See:        claims LC-16, LC-17 in claims.py; expected/. s1..s3 are worker-1..3. Pinned, each
-            takes one turn, its claim in a transaction the schedule commits (a claim in flight
-            is LC-17's stuck transaction), under the document's 5-minute lease. As a load each
-            worker loops (claim, run, or sleep poll_ms); the `crash` one dies after its first
-            claim and the others take its jobs once lease_ms has passed.
+            takes one turn, its claim in a transaction the schedule commits (in flight: LC-17's
+            stuck transaction). As a load each worker loops (claim, run, or sleep poll_ms);
+            the `crash` one dies after its first claim, the others take its jobs once its
+            lease has passed (judged on PostgreSQL's clock).
 """
 
 from __future__ import annotations
@@ -61,6 +61,8 @@ LOCKING = {"buggy": "FOR UPDATE", "buggy-no-lock": "", "fixed": "FOR UPDATE SKIP
 RUN = "INSERT INTO runs (job_id, worker) VALUES ($1, $2)"  # the handler's side effect
 DONE = "UPDATE jobs SET status = 'done', locked_until = NULL WHERE id = ANY($1::bigint[])"
 NOT_DONE = "SELECT id FROM jobs WHERE status <> 'done' ORDER BY id"
+# the leases' end, ms on PostgreSQL's clock, which runs them (the lab's read up to 1 ms short)
+LEASE_END = "SELECT min(extract(epoch FROM locked_until)) * 1000 FROM jobs WHERE id = ANY($1)"
 CLAIMED, EMPTY, DIED = "claimed", "empty", "died"
 
 
@@ -91,13 +93,13 @@ async def turn(env: Env, s: Session, locking: str) -> str:
 
 
 async def worker(env: Env, s: Session, locking: str) -> str:
-    """The document's worker loop: claim and run a batch, or sleep poll_ms, until no job is
-    left; the `crash` worker dies once its first claim has committed."""
+    """The document's loop: claim and run a batch, or sleep poll_ms, until no job is left."""
     p, me = env.params, f"worker-{s.index + 1}"
-    began, rows = env.now_ms(), await claim(env, s, locking)
-    if me == p["crash"]:  # its process dies: the jobs stay 'running' until the lease passes
+    rows = await claim(env, s, locking)
+    if me == p["crash"]:  # it dies once its first claim committed: its jobs stay 'running'
         env.add("orphaned", len(rows))
-        env.sample("orphaned_claim_began_ms", began)
+        if (end := await s.conn.fetchval(LEASE_END, [r["id"] for r in rows])) is not None:
+            env.sample("orphaned_until_ms", float(end))
         env.trace(me, "dies; its jobs stay 'running'", jobs=show_ids(rows))
         return DIED
     word, batch, nap = CLAIMED if rows else EMPTY, rows, p["poll_ms"] / 1000
@@ -113,7 +115,8 @@ async def worker(env: Env, s: Session, locking: str) -> str:
         back = [r for r in batch if r["attempts"] > 1]
         if back:  # an expired lease: a dead worker's jobs
             env.add("reclaimed", len(back))
-            env.sample("reclaimed_at_ms", env.now_ms())
+            if (end := await s.conn.fetchval(LEASE_END, [r["id"] for r in back])) is not None:
+                env.sample("reclaimed_until_ms", float(end))  # less lease_ms: its now()
             env.trace(me, "reclaims expired lease", jobs=show_ids(back))
     left = [r["id"] for r in await s.conn.fetch(NOT_DONE)]
     raise ScenarioFailure(f"{env.scenario} / {env.variant}: jobs {left} never came back")
@@ -141,8 +144,7 @@ PINNED = Pinned(
     sessions=("s1", "s2", "s3"),
     # with two claims waiting, which one wins once s1 commits is up to the server: no race
     schedules={v: {"queue": QUEUE} for v in LOCKING} | {"fixed": {"race": RACE, "queue": QUEUE}},
-    # the document's lease: no schedule outlasts it
-    params={"lease_ms": 5 * 60 * 1000, "crash": ""},
+    params={"lease_ms": 5 * 60 * 1000, "crash": ""},  # the document's: no schedule outlasts it
 )
 # as a load: each variant's worker loop, the same claim with the same clause
 VARIANTS = {v: as_actor(partial(worker, locking=lk)) for v, lk in LOCKING.items()}
