@@ -26,6 +26,7 @@ from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.output import console as report
 from lab.servers import Servers
+from lab.verify.lanes import QUICK_LANES
 
 
 @app.command()
@@ -63,7 +64,8 @@ def verify(
     lanes: Annotated[
         str,
         typer.Option(
-            help="Runs side by side in lane processes: auto (quick: 5, published: 1) or K."
+            help=f"Runs side by side in lane processes: auto (quick: {QUICK_LANES}, published: 1) "
+            "or K."
         ),
     ] = "auto",
     counterfactual: Annotated[

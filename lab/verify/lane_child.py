@@ -14,11 +14,6 @@ from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.procs.workers import Child, run_child
 from lab.servers import Servers
-
-# Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
-# this 2-core machine, idle, `locklab verify --lanes K` alternated (docs/load.md): 4 lanes
-# 57.9-63.5 s, 5 lanes 50.3-55.9 s, faster in each pair run next to each other; 6 lanes
-# 50.3-57.2 s, and the timing claim DL-5 not held once.
 from lab.verify.lanes import put_json, servers_from
 
 

@@ -52,10 +52,11 @@ from lab.servers.base import PgServer, RedisServer, ServerInfo
 from lab.verify.jobs import Job, order, past_seconds, pick
 
 # Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
-# this 2-core machine, idle, `locklab verify --lanes K` alternated (docs/load.md): 4 lanes
-# 57.9-63.5 s, 5 lanes 50.3-55.9 s, faster in each pair run next to each other; 6 lanes
-# 50.3-57.2 s, and the timing claim DL-5 not held once.
-QUICK_LANES = 5
+# this 2-core machine, idle, no servers kept (docs/load.md): 5 lanes 37.5 / 40.1 / 40.0 s,
+# 6 lanes 35.7 / 36.9 / 36.4 s, all claims held in each. (Before the run databases were
+# copied with FILE_COPY the catalogue was CPU-bound: 6 lanes were no faster than 5, and
+# the timing claim DL-5 was not held once.)
+QUICK_LANES = 6
 CONNECTION_RESERVE = 10  # left free for the lab's own probes and anything else on the server
 JOB_S = 3600.0  # one job's bound: its own run timeouts end it long before
 STOP_WAIT_S = 30.0  # for a lane to drop its spare database and exit once told to stop
