@@ -41,9 +41,10 @@ import asyncpg
 
 from lab.core.steps import Session
 from lab.pinned import PinnedDatabase, watch_pool
+from lab.pinned.cast import InvalidPermutation
 from lab.pinned.permutations import count_interleavings, interleavings
 from lab.pinned.permutations import prefixed as _prefixed
-from lab.pinned.sequencer import InvalidPermutation, Sequencer
+from lab.pinned.sequencer import Sequencer
 
 SessionCode = Callable[[Session], Awaitable[str]]
 Setup = Callable[[asyncpg.Pool], Awaitable[None]]

@@ -1,5 +1,6 @@
-"""lab.pinned.stage on real worker processes: steps granted in a schedule's order, faults as steps,
-`<waiting ...>` for a step granted to a frozen actor, the isolation tester's rules."""
+"""A cast on the Sequencer with real worker processes (lab/pinned/stage.py): steps granted in
+a schedule's order, faults as steps, `<waiting ...>` for a step granted to a frozen actor,
+the isolation tester's rules."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 from lab.core.scenario import Env
 from lab.core.steps import Session
 from lab.errors import ScenarioFailure
-from lab.pinned.sequencer import InvalidPermutation, ScheduleError
-from lab.pinned.stage import Fault, InProcess, Stage
+from lab.pinned.cast import InvalidPermutation, ScheduleError
+from lab.pinned.sequencer import Sequencer
+from lab.pinned.stage import Fault, InProcess
 from lab.pinned.timed import Step, run_steps
 
 SCRIPT = Path(__file__).parent / "data" / "workers" / "stage_worker.py"
@@ -37,11 +39,18 @@ async def _value(x: int) -> int:
     return x
 
 
-def stage(faults: dict[str, Fault] = FAULTS, finish: bool = False) -> Stage:
+def stage(faults: dict[str, Fault] = FAULTS, finish: bool = False) -> Sequencer:
+    """P in a worker process, L in the lab's loop; no server to look at (db None)."""
     none: Any = None  # the actors here take no PostgreSQL connection
-    return Stage(env(), {"P": (none, local), "L": (none, local)},
-                 {"P": InProcess(SCRIPT, {"who": "P"}, faults)},
-                 label="stage-test", header="schedule t", finish=finish)  # fmt: skip
+    return Sequencer(
+        None,
+        {"P": (none, local), "L": (none, local)},
+        processes={"P": InProcess(SCRIPT, {"who": "P"}, faults)},
+        env=env(),
+        finish=finish,
+        label="stage-test",
+        header="schedule t",
+    )
 
 
 async def test_a_step_granted_to_a_frozen_actor_waits_until_it_wakes() -> None:
@@ -95,7 +104,7 @@ async def test_a_pause_waits_for_the_condition_it_declares() -> None:
 async def test_schedules_that_do_not_fit_are_refused() -> None:
     """An unknown actor, or steps left over after the schedule, is a ScheduleError; with
     `finish` the steps left over run in the cast's order."""
-    with pytest.raises(ScheduleError, match="actors are P, L"):
+    with pytest.raises(ScheduleError, match="sessions are P, L"):
         await stage().run(["Q one"])
     with pytest.raises(ScheduleError, match="after its last step"):
         await stage().run(["P one", "L one"])

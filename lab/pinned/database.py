@@ -15,13 +15,11 @@ from lab.core.scenario import Env, Observer, Scenario, start_observers, stop_obs
 from lab.errors import ScenarioFailure
 from lab.load.databases import GONE, admin_connect, create_statement, database_name, probe_pg
 from lab.load.redisclients import redis_client
+from lab.pinned.cast import InvalidPermutation
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
 from lab.pinned.schedules import PinnedResult, pinned_of
-from lab.pinned.sequencer import (
-    RESOLVE_S,
-    InvalidPermutation,
-    Sequencer,
-)
+from lab.pinned.sequencer import RESOLVE_S, Sequencer
+from lab.pinned.stage import STEP_S, Staged
 from lab.servers import Servers
 from lab.servers.base import with_database
 
@@ -205,14 +203,12 @@ class PinnedLab(PinnedDatabase):
                 header=self.header(variant, name or "interleaving", isolation),
                 resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
             )
-            # a cast with worker processes and faults (lab/pinned/stage.py) has a runner of its own
-            stage = getattr(pinned, "stage", None)
             own = pinned.ends_by_itself.get(variant, frozenset())
-            seq: Any = (
-                Sequencer(self.watch or self.pool, sessions, ends_by_itself=own, **kw)
-                if stage is None
-                else stage(env, variant, sessions, explored=not name, **kw)
-            )
+            if isinstance(pinned, Staged) and pinned.processes is not None:
+                # a cast: some sessions in worker processes, with faults (lab/pinned/stage.py)
+                procs = pinned.processes(env, variant)
+                kw.update(processes=procs, env=env, finish=not name, timeout=STEP_S)
+            seq = Sequencer(self.watch or self.pool, sessions, ends_by_itself=own, **kw)
             try:
                 res.outcomes = await seq.run(schedule)
             except InvalidPermutation as exc:

@@ -1,16 +1,14 @@
-"""Forcing an interleaving between sessions without sleeping and hoping.
+"""The server's look at a session: is it waiting on a lock, and on whom.
 
-A scenario that must show "B runs its statement while A's transaction is still open"
-cannot use a plain barrier: B may block *inside* that statement (on A's row lock) and
-never reach the barrier, so A would wait for B while B waits for A. The helpers here treat
-a session the server reports as waiting on a lock (``pg_blocking_pids()`` naming who holds
-it, or is queued ahead of it) as having gone as far as it can:
+A session that must run "while A's transaction is still open" may block *inside* its
+statement (on A's row lock); the helpers here treat a session the server reports as
+waiting on a lock (``pg_blocking_pids()`` naming who holds it, or is queued ahead of it)
+as having gone as far as it can. The Sequencer (lab/pinned/sequencer.py), the one
+ordering engine, looks with ``lock_waiters``; a load's probe waits with the other two:
 
 * ``lock_waiters(db, pids)``: which of these backends wait on a lock, and on whom;
 * ``done_or_blocked(db, pid, done)``: wait until an event is set or the backend blocks;
-  ``task_or_blocked(db, pid, task)`` the same for a statement's task;
-* ``Rendezvous``: a barrier for N sessions at named points, where a party that blocked
-  on a lock before reaching the point counts as arrived.
+  ``task_or_blocked(db, pid, task)`` the same for a statement's task.
 
 Every wait is bounded: past its timeout it raises ``InterleaveTimeout``, a failure of the
 scenario (the interleaving it asked for did not happen), never a silent outcome.
@@ -20,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from lab.aio import within
@@ -98,85 +96,3 @@ async def task_or_blocked(
     done = asyncio.Event()
     task.add_done_callback(lambda _: done.set())
     return await done_or_blocked(db, pid, done, timeout=timeout, what=what)
-
-
-class Rendezvous:
-    """A barrier for `parties` sessions at named `points`, safe when a party blocks on a lock.
-
-    A party arriving at a point goes on once every other party has arrived there too, has
-    left (finished, whatever its end), or is reported by the server as waiting on a lock
-    before it could get there. ``waited[party]`` records the first point a party had not
-    reached when it was seen blocked: "buyer 1 was blocked on its way to `write`".
-    """
-
-    def __init__(
-        self,
-        db: Fetcher,
-        parties: int,
-        points: Sequence[str],
-        *,
-        timeout: float = TIMEOUT_S,
-    ) -> None:
-        self.db = db
-        self.parties = parties
-        self.points = tuple(points)
-        self.timeout = timeout
-        self.pids: dict[int, int] = {}
-        self.reached: dict[int, set[str]] = {p: set() for p in range(parties)}
-        self.left: set[int] = set()
-        self.waited: dict[int, set[str]] = {p: set() for p in range(parties)}
-        self._changed = asyncio.Event()
-
-    @contextlib.contextmanager
-    def party(self, party: int, pid: int) -> Iterator[None]:
-        """Take part as `party` with backend `pid`; leaving the block, however, is leaving."""
-        if not 0 <= party < self.parties:
-            raise ValueError(f"party {party} of a {self.parties}-party rendezvous")
-        self.pids[party] = pid
-        self._notify()
-        try:
-            yield
-        finally:
-            self.left.add(party)
-            self._notify()
-
-    async def arrive(self, party: int, point: str) -> dict[int, list[int]]:
-        """Mark `party` at `point` and wait for the others; returns the parties that were
-        blocked on a lock (with their blockers) when this one went on."""
-        if point not in self.points:
-            raise ValueError(f"unknown point {point!r} (points: {', '.join(self.points)})")
-        self.reached[party].add(point)
-        self._notify()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
-        while True:
-            pending = [
-                p
-                for p in range(self.parties)
-                if p != party and p not in self.left and point not in self.reached[p]
-            ]
-            if not pending:
-                return {}
-            if all(p in self.pids for p in pending):
-                waits = await lock_waiters(self.db, [self.pids[p] for p in pending])
-                blocked = {p: waits[self.pids[p]] for p in pending if self.pids[p] in waits}
-                if len(blocked) == len(pending):
-                    for p in blocked:
-                        self.waited[p].add(self._next_point(p))
-                    return blocked
-            if loop.time() > deadline:
-                absent = [p for p in pending if p not in self.pids]
-                why = f"; {absent} never joined (no free connection?)" if absent else ""
-                raise InterleaveTimeout(
-                    f"party {party} at {point!r}: parties {pending} neither arrived, "
-                    f"left nor blocked in {self.timeout} s{why}"
-                )
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await within(self._changed.wait(), POLL_S)
-
-    def _next_point(self, party: int) -> str:
-        return next((pt for pt in self.points if pt not in self.reached[party]), self.points[-1])
-
-    def _notify(self) -> None:
-        self._changed.set()

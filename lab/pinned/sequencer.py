@@ -1,10 +1,15 @@
-"""Grant session steps in the order of a schedule, moving on when the server says so.
+"""Grant session steps in the order of a schedule, moving on when the server says so: the
+one ordering engine of every pinned run (`locklab trace`, `explore`, verify's canonical
+schedules, lab.testing's pytest plugin).
 
-The sequencer runs K sessions' code concurrently. Each step point (``lab.core.steps``) asks
-for a grant; the sequencer grants the schedule's next step, then waits until every
+The sequencer runs K sessions' code concurrently: in the lab's event loop, or in worker
+processes with faults on them as steps of their own (a cast, lab/pinned/stage.py and
+lab/pinned/cast.py). Each step point (``lab.core.steps``) asks for a grant; the
+sequencer grants the schedule's next step, then waits until every
 session has settled: it asks for its next grant, it has ended, or the server reports it
 waiting on a lock (a non-empty ``pg_blocking_pids()``, the isolation
-tester's ``pg_isolation_test_session_is_blocked``; a Redis step declares its own test).
+tester's ``pg_isolation_test_session_is_blocked``; a Redis step declares its own test), or
+it is a worker process the kernel holds stopped in its granted step (SIGSTOP).
 No sleep decides an order: a bounded poll of ``pg_blocking_pids()`` does.
 
 As in PostgreSQL's isolation tester:
@@ -39,9 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import asyncpg
@@ -50,68 +53,31 @@ from lab.aio import within
 from lab.core.outcome import classify
 from lab.core.steps import Session, on_its_own, parse_step
 from lab.errors import ScenarioFailure
+from lab.pinned.cast import Cast, Code, InvalidPermutation, ScheduleError, _Aborted, _State
 from lab.pinned.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
+from lab.pinned.stage import InProcess
 from lab.pinned.transcript import Line, StepClock, Transcript
 
 if TYPE_CHECKING:
-    pass
+    from lab.core.env import Env
 
 POLL_S = 0.002  # between two looks at the server while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
 
 
-class ScheduleError(ScenarioFailure):
-    """Session code asked for a step its schedule does not have where it asked for it."""
-
-
-class _Aborted(BaseException):
-    """Raised at a step point when the sequencer ends a run early: the session's code
-    unwinds through its transaction (ROLLBACK) and the connection stays usable."""
-
-
-class InvalidPermutation(Exception):
-    """The schedule asked a blocked session for its next step (the isolation tester's
-    "invalid permutation"): skipped and counted, not a failure."""
-
-    def __init__(self, at: int, why: str) -> None:
-        super().__init__(why)
-        self.at = at  # index of the offending schedule item
-        self.why = why
-
-
-@dataclass
-class _State:
-    session: Session
-    pid: int
-    pending: str | None = None  # the step it asked for, not yet granted
-    shown: str = ""
-    grant: asyncio.Event = field(default_factory=asyncio.Event)
-    running: str | None = None  # the granted step in progress
-    result: str | None = None  # the granted step's result, until its line is printed
-    more: list[str] = field(default_factory=list)  # and its DETAIL lines
-    said_waiting: bool = False  # its running step's line said <waiting ...>
-    blocked: bool = False  # as last seen by the server
-    waits: Callable[[], Awaitable[bool]] | None = None
-    ended: bool = False
-    outcome: str = ""
-    error: BaseException | None = None
-    taken: list[str] = field(default_factory=list)
-    epoch: int = 0  # bumped on every change the session makes (asks, ends a step, ends)
-
-
-Code = Callable[[Session], Awaitable[str]]
-
-
-class Sequencer:
+class Sequencer(Cast):
     """Run `sessions` (name -> (connection, code)) under one schedule; see the module doc.
 
-    `db` observes the server (a pool on the same database, not one of the sessions);
-    `label` names the run in errors ("SCENARIO / VARIANT").
+    `db` observes the server (a pool on the same database, not one of the sessions; None:
+    nothing to look at); `label` names the run in errors ("SCENARIO / VARIANT").
+    `processes` are the sessions that run in worker processes (their lab connection stays
+    idle), with `env` for their faults' conditions; `finish` grants the steps the schedule
+    leaves out, in cast order (an explored interleaving of some of the steps).
     """
 
     def __init__(
         self,
-        db: Fetcher,
+        db: Fetcher | None,
         sessions: Mapping[str, tuple[asyncpg.Connection, Code]],
         *,
         label: str,
@@ -119,18 +85,23 @@ class Sequencer:
         timeout: float = TIMEOUT_S,
         resolve_timeout: float = RESOLVE_S,
         ends_by_itself: Collection[str] = (),
+        processes: Mapping[str, InProcess] | None = None,
+        env: Env | None = None,
+        finish: bool = False,
     ) -> None:
         self.db = db
         self.ends_by_itself = frozenset(ends_by_itself)  # "s2 ask-row": see the module doc
         self.label = label
         self.timeout = timeout
         self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
+        self.env, self.finish, procs = env, finish, dict(processes or {})
         self.code = {name: code for name, (_, code) in sessions.items()}
         self.states: dict[str, _State] = {}
         for i, (name, (conn, _)) in enumerate(sessions.items()):
             s = Session(name, conn, i, gate=self)
-            self.states[name] = _State(s, conn.get_server_pid())
-        self.names = {st.pid: name for name, st in self.states.items()}
+            pid = conn.get_server_pid() if conn is not None and name not in procs else 0
+            self.states[name] = _State(s, pid, proc=procs.get(name))
+        self.names = {st.pid: name for name, st in self.states.items() if st.pid}
         self.transcript = Transcript(header)
         self._changed = asyncio.Event()
         self._granted: tuple[_State, str, str] | None = None  # session, step, its SQL
@@ -138,6 +109,7 @@ class Sequencer:
         self._item = ""
         self._aborting = False
         self._own = False  # the granted step is marked (*): it ends by itself
+        self._tasks: dict[str, asyncio.Task[None]] = {}  # the sessions in the lab's loop
         self.waited: list[str] = []  # "s2 write": steps the server showed blocked
         self.clock = StepClock()  # the measured times (see the module doc)
 
@@ -186,29 +158,6 @@ class Sequencer:
             st.epoch += 1
         self._changed.set()
 
-    # --- normalised errors ---------------------------------------------------------------
-
-    def normalise(self, text: str) -> str:
-        """Pids become session names; xids, OIDs, ports and timestamps become letters."""
-
-        def pid(m: re.Match[str]) -> str:
-            return self.names.get(int(m[2]), "another process")
-
-        text = re.sub(r"\b([Pp]rocess) (\d+)", pid, text)
-        text = re.sub(r"\btransaction \d+", "transaction X", text)
-        text = re.sub(r"\brelation \d+", "relation R", text)
-        text = re.sub(r"\bdatabase \d+", "database D", text)
-        text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(\.\d+)?", "T", text)
-        return re.sub(r"\bport \d+", "port P", text)
-
-    def error_text(self, exc: BaseException) -> tuple[str, list[str]]:
-        if isinstance(exc, asyncpg.PostgresError):
-            message = getattr(exc, "message", None) or str(exc).splitlines()[0]
-            head = f"ERROR {exc.sqlstate} {self.normalise(message)}"
-            detail = getattr(exc, "detail", None) or ""
-            return head, [f"DETAIL {self.normalise(d)}" for d in detail.splitlines() if d]
-        return f"ERROR {type(exc).__name__}: {self.normalise(str(exc))}", []
-
     # --- running -------------------------------------------------------------------------
 
     async def _main(self, st: _State) -> None:
@@ -232,7 +181,7 @@ class Sequencer:
 
         Raises InvalidPermutation (counted by explore), ScheduleError for a schedule that
         does not fit the code, InterleaveTimeout when a step neither finished nor blocked,
-        ScenarioFailure when session code raised something undeclared.
+        ScenarioFailure when session code raised something undeclared or a worker failed.
         """
         items = [parse_step(x) for x in schedule]
         for who, step in items:
@@ -241,50 +190,23 @@ class Sequencer:
                     f"{self.label}: schedule step {who} {step!r}: sessions are "
                     f"{', '.join(self.states)}"
                 )
-        self.clock.start()
-        tasks = [asyncio.create_task(self._main(st)) for st in self.states.values()]
+        tasks: list[asyncio.Task[None]] = []
         try:
+            for st in self.states.values():
+                if st.proc is not None:
+                    await self._spawn(st, st.proc)
+            self.clock.start()  # the processes are up: the schedule starts here
+            for name, st in self.states.items():
+                if st.proc is None:
+                    tasks.append(task := asyncio.create_task(self._main(st)))
+                    self._tasks[name] = task
             for k, (who, step) in enumerate(items):
                 self._item = f"{who} {step}"
                 await self._settle()
-                st = self.states[who]
-                if not st.ended and st.blocked and self._all_blocked():
-                    await self._resolve()
-                if st.ended:
-                    why = f"{who} ended: {st.outcome}"
-                    self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
-                    continue
-                if st.blocked:
-                    raise InvalidPermutation(
-                        k, f"{who} {step}: {who} is still blocked in {st.running or 'its step'}"
-                    )
-                if st.pending != step:
-                    later = [s for w, s in items[k + 1 :] if w == who]
-                    if st.pending in later:
-                        why = f"{who} went on to {st.pending}"
-                        self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
-                        continue
-                    raise ScheduleError(
-                        f"{self.label}: {who} asked for step {st.pending!r} where the schedule "
-                        f"has {step!r}"
-                    )
-                self._grant(st, own=on_its_own(schedule[k]))
-                if self._own:
-                    await self._until_ended(st, step)
-                elif f"{who} {step}" in self.ends_by_itself:
-                    await self._ended_if_blocked(st, step)
+                later = [s for w, s in items[k + 1 :] if w == who]
+                await self._take(k, self.states[who], step, later, on_its_own(schedule[k]))
             self._item = "the end of the schedule"
-            while True:
-                await self._settle()
-                for name, st in self.states.items():
-                    if not st.ended and st.pending is not None:
-                        raise ScheduleError(
-                            f"{self.label}: {name} asked for step {st.pending!r} after its "
-                            "last step in the schedule"
-                        )
-                if all(st.ended for st in self.states.values()):
-                    break
-                await self._resolve()  # every live session is blocked
+            await self._to_the_end()
             await asyncio.gather(*tasks)
         finally:
             self.clock.end_ms = self.clock.now()
@@ -293,13 +215,75 @@ class Sequencer:
             for t in tasks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for st in self.states.values():
+                if st.worker is not None:  # killed by PID and reaped
+                    await st.worker.close()
         for name, st in self.states.items():
             if st.error is not None:
                 raise ScenarioFailure(
                     f"{self.label}: {name} raised {type(st.error).__name__}: {st.error}"
                 ) from st.error
+            if st.failure:
+                raise ScenarioFailure(f"{self.label}: {st.failure}")
+        for name, st in self.states.items():
             self.transcript.add(name, "", f"ends {st.outcome}")
         return {name: st.outcome for name, st in self.states.items()}
+
+    async def _take(self, k: int, st: _State, step: str, later: list[str], own: bool) -> None:
+        """Schedule item `k`: `st`'s `step` (`later`: its steps after this one)."""
+        who = st.session.name
+        fault = st.proc.faults.get(step) if st.proc is not None else None
+        if not st.ended and st.blocked and self._all_blocked():
+            await self._resolve()
+        if st.ended:
+            why = f"{who} ended: {st.outcome}"
+            self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
+        elif fault is not None:
+            await self._fault(st, step, fault)
+            await self._settle()
+        elif st.frozen and st.running is not None:
+            raise InvalidPermutation(k, f"{who} {step}: {who} is frozen in {st.running}")
+        elif st.blocked:
+            raise InvalidPermutation(
+                k, f"{who} {step}: {who} is still blocked in {st.running or 'its step'}"
+            )
+        elif st.pending != step and st.pending in later:
+            self.transcript.add(f"{who} {step}", "", f"(skipped: {who} went on to {st.pending})")
+        elif st.pending != step:
+            raise ScheduleError(
+                f"{self.label}: {who} asked for step {st.pending!r} where the schedule has {step!r}"
+            )
+        else:
+            self._grant(st, own=own)
+            if self._own:
+                await self._until_ended(st, step)
+            elif f"{who} {step}" in self.ends_by_itself:
+                await self._ended_if_blocked(st, step)
+
+    async def _to_the_end(self) -> None:
+        """After the schedule: with `finish`, each session's remaining steps in cast order;
+        then every session must end (none left paused or asking)."""
+        await self._settle()
+        for name, st in self.states.items():
+            if st.frozen and not st.ended:
+                raise ScheduleError(f"{self.label}: {name} is still paused after the schedule")
+            for _ in range(1000 if self.finish else 0):  # bounded: code has far fewer steps
+                if st.ended or st.pending is None:
+                    break
+                self._item = f"{name} {st.pending} (after the schedule)"
+                self._grant(st)
+                await self._settle()
+        while True:
+            await self._settle()
+            for name, st in self.states.items():
+                if not st.ended and st.pending is not None:
+                    raise ScheduleError(
+                        f"{self.label}: {name} asked for step {st.pending!r} after its "
+                        "last step in the schedule"
+                    )
+            if all(st.ended for st in self.states.values()):
+                return
+            await self._resolve()  # every live session is blocked
 
     async def _abort(self, tasks: Sequence[asyncio.Task[None]]) -> None:
         """End an unfinished run: sessions waiting for a grant unwind (ROLLBACK), those
@@ -308,14 +292,13 @@ class Sequencer:
         self._aborting = True
         in_step = [st for st in self.states.values() if not st.ended and st.pending is None]
         try:
-            if in_step:  # first the blocked statements, while nobody releases their locks
-                pids = [st.pid for st in in_step]
+            pids = [st.pid for st in in_step if st.pid and st.proc is None]
+            if pids and self.db is not None:  # first the blocked statements, while nobody
+                # releases their locks
                 await self.db.fetch(
                     "SELECT pg_cancel_backend(pid) FROM unnest($1::int[]) AS pid", pids
                 )
-                mine = [
-                    t for t, st in zip(tasks, self.states.values(), strict=True) if st in in_step
-                ]
+                mine = [self._tasks[st.session.name] for st in in_step if st.proc is None]
                 await asyncio.wait(mine, timeout=1.0)
             for st in self.states.values():
                 st.grant.set()
@@ -324,7 +307,8 @@ class Sequencer:
             pending = {t for t in tasks if not t.done()}
         if pending:  # nothing a run left half done is reused
             for st in self.states.values():
-                st.session.conn.terminate()
+                if st.session.conn is not None:
+                    st.session.conn.terminate()
 
     def _grant(self, st: _State, own: bool = False) -> None:
         self._own = own
@@ -332,7 +316,10 @@ class Sequencer:
         st.result, st.more, st.said_waiting = None, [], False
         self._granted = (st, st.running or "", st.shown)
         self.clock.granted(st.session.name, st.running or "", st.shown)
-        st.grant.set()
+        if st.worker is not None:
+            st.worker.grant(st.running or "")
+        else:
+            st.grant.set()
 
     def _epochs(self) -> int:
         return sum(st.epoch for st in self.states.values())
@@ -341,13 +328,20 @@ class Sequencer:
         live = [st for st in self.states.values() if not st.ended]
         return bool(live) and all(st.blocked for st in live)
 
+    def _busy(self, st: _State) -> bool:
+        """Neither asking nor ended nor held stopped in its step (it runs, or it is blocked)."""
+        if st.failure:
+            raise ScenarioFailure(f"{self.label}, at {self._item}: {st.failure}")
+        return not st.ended and st.pending is None and not (st.frozen and st.running)
+
     async def _settle(self) -> None:
-        """Until every live session asks for a grant, has ended, or is blocked."""
+        """Until every live session asks for a grant, has ended, is blocked or is frozen in
+        its step."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         grace: dict[str, tuple[int, float]] = {}  # session -> (its epoch, grace ends at)
         while True:
-            busy = [st for st in self.states.values() if not st.ended and st.pending is None]
+            busy = [st for st in self.states.values() if self._busy(st)]
             now = loop.time()
             graces = []
             for st in busy:
@@ -373,7 +367,8 @@ class Sequencer:
             if busy:
                 epochs = [st.epoch for st in busy]
                 before = self._epochs()
-                waits = await lock_waiters(self.db, [st.pid for st in busy])
+                pids = [st.pid for st in busy if st.pid]
+                waits = await lock_waiters(self.db, pids) if pids and self.db else {}
                 for st, epoch in zip(busy, epochs, strict=True):
                     blocked = st.pid in waits or (st.waits is not None and await st.waits())
                     # an answer about a session that moved on meanwhile is stale
@@ -384,7 +379,7 @@ class Sequencer:
                     for st in busy:
                         st.blocked = False
                     continue
-                busy = [st for st in busy if not st.ended and st.pending is None]
+                busy = [st for st in busy if self._busy(st)]
             if all(st.blocked for st in busy):
                 self._flush()
                 return
@@ -465,6 +460,3 @@ class Sequencer:
         for _, line in sorted(self._done, key=lambda x: x[0]):
             self.transcript.lines.append(line)
         self._done.clear()
-
-
-# --- a canonical schedule as a run --------------------------------------------------------

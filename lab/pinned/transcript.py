@@ -6,10 +6,17 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    pass
+import asyncpg
+
+
+def error_fields(exc: BaseException) -> dict[str, str]:
+    """What a step's error says (sent as is by a worker process): its SQLSTATE, message and
+    DETAIL for a server error, else its type and text. The sequencer prints it."""
+    if isinstance(exc, asyncpg.PostgresError):
+        message = getattr(exc, "message", None) or str(exc).splitlines()[0]
+        return {"sqlstate": exc.sqlstate, "message": message, "detail": exc.detail or ""}
+    return {"type": type(exc).__name__, "message": str(exc)}
 
 
 @dataclass
