@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from lab.aio import until
 from lab.core.steps import Session
 from lab.errors import ScenarioFailure
+from lab.pinned.interleave import Fetcher
 from lab.pinned.stage import Fault, InProcess
 from lab.pinned.transcript import StepClock, Transcript, error_fields
 from lab.procs.workers import Event, Worker
@@ -72,6 +73,7 @@ class Cast:
     """The Sequencer's side of its sessions: their names in errors, and its actors in
     worker processes (what their events mean, their faults). The Sequencer holds the state."""
 
+    db: Fetcher | None
     label: str
     env: Env | None
     states: dict[str, _State]
@@ -171,6 +173,8 @@ class Cast:
             self.clock.span(name, "frozen", start=True)  # the kernel reports it stopped
         else:
             await w.kill()
+            if st.pid and self.db is not None:  # and the server has ended its session
+                await until(lambda: self._gone(st.pid), fault.seconds, f"{self.label}: {who}")
             self.clock.span(name, "frozen", start=False)
             st.frozen, st.running, st.pending = False, None, None
             st.ended, st.outcome = True, "killed"
@@ -182,6 +186,12 @@ class Cast:
         signal = "SIGSTOP" if fault.kind == "pause" else "SIGKILL"
         shown = signal + (f", then until {fault.shown}" if fault.shown else "")
         self._fault_line(st, step, shown, "stopped" if fault.kind == "pause" else "killed")
+
+    async def _gone(self, pid: int) -> bool:
+        """The server has ended backend `pid`: its locks and its transaction are gone."""
+        assert self.db is not None
+        rows = await self.db.fetch("SELECT 1 FROM pg_stat_activity WHERE pid = $1", pid)
+        return not rows
 
     def _fault_line(self, st: _State, step: str, shown: str, result: str) -> None:
         self.transcript.add(f"{st.session.name} {step}", shown, f"-> {result}")

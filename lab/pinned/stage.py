@@ -14,7 +14,8 @@ is killed. The same Sequencer runs such a cast; this module declares it:
   waits until the kernel reports the process stopped, then until the condition the
   scenario declares for it holds (a lease gone in Redis: there time is the subject, a
   TTL); ``wake`` sends SIGCONT; ``kill`` sends SIGKILL, ends the actor as ``killed`` and
-  waits for its condition too (the server dropped the dead session's lock).
+  waits until the server has ended the actor's session (its locks, its transaction gone),
+  then for its condition if it declares one.
 * ``Staged``: the Pinned of a scenario with such a cast.
 
 A step granted to a frozen actor prints ``<waiting ...>`` and ``<... completed>`` when it
@@ -43,8 +44,8 @@ STEP_S = 20.0  # a granted step settles (its actor asks again, ends or is frozen
 @dataclass(frozen=True)
 class Fault:
     """A fault step on a process actor. `until` is what the sequencer waits for once the
-    kernel reports the process stopped (pause) or reaped (kill); `shown` says it in the
-    transcript."""
+    kernel reports the process stopped (pause) or it is reaped and the server has ended its
+    session (kill); `shown` says it in the transcript."""
 
     kind: Literal["pause", "wake", "kill"]
     until: Callable[[Env], Awaitable[bool]] | None = None

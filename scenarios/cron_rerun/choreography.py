@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import statistics
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -33,14 +32,14 @@ from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
 from lab.procs import workers
 from lab.servers import pgauth
-from scenarios.cron_rerun.cron_rerun import COUNTS, PERIOD, Billed, Fix, Job
+from scenarios.cron_rerun.cron_rerun import PERIOD, Billed, Fix, Job
+from scenarios.cron_rerun.trials import COUNTS, p50, summarize
 
 POD = Path(__file__).with_name("pod.py")
 EVENT_TIMEOUT_S = 30.0  # a pod silent this long has failed
 RELEASE_TIMEOUT_S = 10.0  # the server must notice the killed session within this
 RELEASE_POLL_S = 0.001
 TRACE_CUSTOMERS = 10  # trace every customer only for small jobs
-MAX_TRIALS_KEPT = 200  # per-trial evidence kept in the record
 BEFORE_CRASH, AFTER_CRASH = "before the crash", "after the crash"
 SKIP = ("step", "returned")  # the protocol's own events: the choreography reads the job's
 
@@ -62,6 +61,11 @@ def variant(fix: Fix) -> Callable[[Env], Awaitable[None]]:
         await cron(env, fix)
 
     return run
+
+
+def steps(job: Job) -> int:
+    """The grants a whole job takes: the lock, each customer, the end."""
+    return job.customers + 2
 
 
 def _fail(env: Env, what: str) -> ScenarioFailure:
@@ -180,7 +184,7 @@ async def cron(env: Env, fix: Fix) -> None:
                     raise _fail(env, f"trial {trial}: {code} {exc}") from exc
     finally:
         await observer.close()
-    _summarize(env, fix, results, auth)
+    summarize(env, fix, results, auth)
 
 
 async def _trial(
@@ -262,11 +266,11 @@ async def _race(
             raise pod.unexpected(ev)
         if pod is pod1 and ev["ev"] == "locked":  # pod-2 starts now
             race.pod2_asking = pod2.backend_pid != 0
-            pod2.grant(pod2.job.steps if race.pod2_asking else 1)
+            pod2.grant(steps(pod2.job) if race.pod2_asking else 1)
         elif pod is pod2 and ev["ev"] == "connected":
             pod2.connected(ev)
             race.pod2_asking, race.pod2_after_crash = True, race.killed_at is not None
-            pod2.grant(pod2.job.steps)
+            pod2.grant(steps(pod2.job))
         crash_point = race.locked_at is not None and race.pod1_billed == k
         if crash_point and race.killed_at is None and not race.pod2_asking:
             await _crash(env, observer, pod1, race)
@@ -326,7 +330,7 @@ async def _released(env: Env, observer: asyncpg.Connection, backend_pid: int) ->
 async def _retry(env: Env, pod: Pod) -> tuple[Billed, dict[str, Any]]:
     """The Job's retry after the crash: a new pod, alone, run to the end (connected now,
     or with pod-1 before the race)."""
-    pod.grant(pod.lazy + pod.job.steps)  # (connect, then) the whole job
+    pod.grant(pod.lazy + steps(pod.job))  # (connect, then) the whole job
     if pod.lazy:
         pod.connected(await pod.expect("connected"))
     _trace_event(env, pod.job, await pod.expect("locked"))
@@ -342,55 +346,6 @@ async def _retry(env: Env, pod: Pod) -> tuple[Billed, dict[str, Any]]:
     await pod.expect("exit")
     return Billed(done["inserted"], done["conflicts"]), {
         "connect_ms": round(pod.connect_ms, 2),
-        "insert_p50_ms": _p50(insert_ms),
-        "conflict_p50_ms": _p50(conflict_ms),
+        "insert_p50_ms": p50(insert_ms),
+        "conflict_p50_ms": p50(conflict_ms),
     }
-
-
-def _p50(values: list[float]) -> float | None:
-    return round(statistics.median(values), 3) if values else None
-
-
-def _summarize(env: Env, fix: Fix, trials: list[dict[str, Any]], auth: str) -> None:
-    for t in trials:
-        env.outcome("crashed")
-        env.outcome(t["pod2"]["result"])
-        env.outcome("billed")  # the retry
-        env.add("trials")
-        env.add("both_billed", t["pod2"]["result"] == "billed")
-        env.add("pod1_billed", t["pod1"]["billed"])
-        env.add("pod2_billed", t["pod2"]["inserted"])
-        env.add("retry_billed", t["retry"]["inserted"])
-        env.add("retry_conflicts", t["retry"]["conflicts"])
-        env.add("invoices", t["invoices"])
-        env.add("duplicates", t["invoices"] - t["customers_invoiced"])
-        env.sample("pod1_connect_ms", t["pod1"]["connect_ms"])
-        env.sample("pod2_connect_ms", t["pod2"]["connect_ms"])
-        env.sample("pod2_arrived_ms", t["pod2"]["arrived_ms"])
-        env.sample("pod1_killed_ms", t["pod1_killed_ms"])
-        if t["release_ms"] is not None:
-            env.sample("release_ms", t["release_ms"])
-    first, p2 = trials[0], trials[0]["pod2"]
-    pod1 = f"pod-1: billed {first['pod1']['billed']} (then SIGKILL"
-    pod1 += "; rolled back)" if fix.xact_lock else ")"
-    pod2 = "pod-2: " + ("skipped (lock held)" if p2["result"] == "skipped" else "billed")
-    if p2["result"] == "billed":
-        pod2 += f" {p2['inserted']}" + (f" ({p2['conflicts']} conflicts)" if fix.unique else "")
-    label = "with UNIQUE(customer_id, period)" if fix.unique else "without unique"
-    env.extra_evidence.update(
-        lines=[
-            f"[ '{pod1}', '{pod2}' ]",
-            f"job retry after crash (sequential): billed {first['retry']['inserted']}",
-            f"invoices {label}: {first['invoices']}",
-        ],
-        both_billed=f"{sum(t['pod2']['result'] == 'billed' for t in trials)}/{len(trials)}",
-        connect={
-            "pod2_connect": env.params["pod2_connect"],
-            "auth": auth,
-            "scram_iterations": env.params["scram_iterations"] if auth != "trust" else None,
-            "pod2_connect_ms_p50": _p50([t["pod2"]["connect_ms"] for t in trials]),
-            "pod2_arrived_ms_p50": _p50([t["pod2"]["arrived_ms"] for t in trials]),
-            "pod1_killed_ms_p50": _p50([t["pod1_killed_ms"] for t in trials]),
-        },
-        trials=trials[:MAX_TRIALS_KEPT],
-    )

@@ -16,20 +16,23 @@ Published:  [ 'pod-1: billed 5', 'pod-2: skipped (lock held)' ]; job retry after
             (SCRAM): both pods billed 5 (PostgreSQL 17.11, Node 24 + node-postgres) —
             deadlock-distributed-lock-cron.vi.txt
 See:        claims DL-15..DL-18, LC-3 in claims.py; pod.py (`run_job` in a process of its
-            own, one granted step at a time); choreography.py (the race, crash, retry).
+            own, one granted step at a time); choreography.py (a trial: the race, crash,
+            retry) and trials.py (their summary, the invariant); schedules.py (pinned).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+from asyncpg.transaction import Transaction
 
-from lab.core.scenario import Check, Env
+from lab.core.scenario import Env
+from lab.core.steps import Session, show_sql
 
 PERIOD, AMOUNT, LOCK = "2026-09", 100, "billing"
 TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext($1))"
@@ -38,8 +41,7 @@ UNLOCK = "SELECT pg_advisory_unlock(hashtext($1))"
 INSERT = "INSERT INTO invoices (customer_id, period, amount, billed_by) VALUES ($1, $2, $3, $4)"
 ON_CONFLICT = " ON CONFLICT (customer_id, period) DO NOTHING"
 
-Report = Callable[[dict[str, Any]], None]  # one event to the lab
-Gate = Callable[[], Awaitable[None]]  # a step point: the pod waits here for the lab's grant
+Report = Callable[[dict[str, Any]], None]  # one event to the lab (trials); pinned: none
 
 
 @dataclass(frozen=True)
@@ -68,10 +70,6 @@ class Job:
     xact_lock: bool
     pause_ms: float = 0.0  # other work per customer (the payment call), lock held
 
-    @property
-    def steps(self) -> int:  # the grants the whole job takes: the lock, each customer, the end
-        return self.customers + 2
-
 
 @dataclass
 class Billed:
@@ -79,71 +77,70 @@ class Billed:
     conflicts: int = 0  # customers it found billed already (ON CONFLICT: no-op)
 
 
-async def run_job(conn: asyncpg.Connection, job: Job, report: Report, gate: Gate) -> Billed | None:
-    """The cron job, the document's: try the lock, bill everyone, unlock. None: skipped."""
-    await gate()
-    if job.xact_lock:  # the fix's variant: the lock and the whole job in one transaction
-        async with conn.transaction():
-            if not await _try(conn, TRY_XACT_LOCK, report):
-                return None
-            billed = await _bill(conn, job, report, gate)
-            await gate()  # a crash here loses the whole transaction
-    else:
-        if not await _try(conn, TRY_LOCK, report):
+async def run_job(s: Session, job: Job, report: Report) -> Billed | None:
+    """The cron job, the document's: try the lock, bill everyone, unlock. None: skipped.
+    Each step (lock, bill-1..N, finish) waits for the lab's grant: a crash lands between."""
+    tx = s.conn.transaction() if job.xact_lock else None  # the fix's variant: one transaction
+    sql = TRY_XACT_LOCK if tx else TRY_LOCK
+    shown = ("BEGIN; " if tx else "") + show_sql(sql, [LOCK])
+    try:
+        if not await s.step("lock", _try, s.conn, tx, sql, report, shown=shown, result=_said):
             return None
-        billed = await _bill(conn, job, report, gate)
-        await gate()
-        await conn.fetchval(UNLOCK, LOCK)
+        billed = await _bill(s, job, report)
+        if tx:  # a crash before this step loses the whole transaction
+            await s.step("finish", tx.commit, shown="COMMIT", result=lambda _: "COMMIT")
+        else:
+            shown = show_sql(UNLOCK, [LOCK])
+            await s.step("finish", s.conn.fetchval, UNLOCK, LOCK, shown=shown, result=_said)
+    finally:  # not locked, or failed: the transaction ends with nothing done
+        if tx and s.conn.is_in_transaction():
+            await tx.rollback()
     report({"ev": "done", "inserted": billed.inserted, "conflicts": billed.conflicts})
     return billed
 
 
-async def _try(conn: asyncpg.Connection, sql: str, report: Report) -> bool:
+async def pod(env: Env, s: Session) -> str:
+    """One pod under a schedule (lab/pinned/stage.py: in a process of its own)."""
+    unique, xact = FIXES[env.variant].unique, FIXES[env.variant].xact_lock
+    billed = await run_job(s, Job(s.name, env.params["customers"], unique, xact), _no_report)
+    return "skipped" if billed is None else "billed"
+
+
+def _no_report(event: dict[str, Any]) -> None:
+    return None
+
+
+def _said(got: bool) -> str:  # the lock's answer (the unlock's: true)
+    return "true" if got else "false (lock held)"
+
+
+async def _try(conn: asyncpg.Connection, tx: Transaction | None, sql: str, report: Report) -> bool:
+    if tx is not None:
+        await tx.start()
     sent_at = time.perf_counter()  # CLOCK_MONOTONIC: comparable with the lab's clock
     got = bool(await conn.fetchval(sql, LOCK))
     report({"ev": "locked" if got else "skipped", "sent_at": sent_at})
     return got
 
 
-async def _bill(conn: asyncpg.Connection, job: Job, report: Report, gate: Gate) -> Billed:
+async def _bill(s: Session, job: Job, report: Report) -> Billed:
     sql = INSERT + (ON_CONFLICT if job.unique else "")  # the fix: the business key decides
     billed = Billed()
-    for customer in range(1, job.customers + 1):
-        await gate()  # the crash point: the lab SIGKILLs pod-1 here after customer k
-        t0 = time.perf_counter()
-        inserted = await conn.execute(sql, customer, PERIOD, AMOUNT, job.pod) == "INSERT 0 1"
+    for c in range(1, job.customers + 1):  # a step each: the lab SIGKILLs pod-1 between two
+        args = (c, PERIOD, AMOUNT, job.pod)
+        shown, said = show_sql(sql, args), lambda r: f"INSERT 0 {int(r[0])}"
+        inserted, ms = await s.step(
+            f"bill-{c}", _insert, s.conn, sql, args, shown=shown, result=said
+        )
         billed.inserted += inserted
         billed.conflicts += not inserted
-        ms = (time.perf_counter() - t0) * 1000
-        report({"ev": "billed", "customer": customer, "inserted": inserted, "ms": ms})
+        report({"ev": "billed", "customer": c, "inserted": inserted, "ms": ms})
         if job.pause_ms:
             await asyncio.sleep(job.pause_ms / 1000)  # time is the subject: the payment call
     return billed
 
 
-COUNTS = """SELECT coalesce(sum(n), 0)::int AS invoices, count(*)::int AS customers_invoiced,
-  coalesce(max(n), 0) AS max_per_key FROM (SELECT customer_id, count(*) AS n FROM invoices
-  WHERE period = $1 GROUP BY customer_id) per_key"""
-
-
-async def invariant(env: Env) -> list[Check]:
-    """Checked on the table after the last trial, and on every earlier trial's counts."""
-    n = env.params["customers"]
-    last = await env.db.fetchrow(COUNTS, PERIOD)
-    assert last is not None
-    trials = list(env.extra_evidence.get("trials", []))
-    if trials:  # the table holds the last trial: judge that one from the database itself
-        trials[-1] = {**trials[-1], **dict(last)}
-    dup = [t for t in trials if t["max_per_key"] > 1]
-    missing = [t for t in trials if t["customers_invoiced"] != n]
-    shown = (dup or trials or [{"trial": 0, "invoices": 0, "max_per_key": 0}])[0]
-    twice = (
-        f"{len(dup)}/{len(trials)} trials with duplicates; trial {shown['trial']}: "
-        f"{shown['invoices']} invoices for {n} customers, up to {shown['max_per_key']} per "
-        "(customer, period)"
-    )
-    all_n = f"{len(trials) - len(missing)}/{len(trials)} trials invoiced all {n} customers"
-    return [
-        Check("one invoice per (customer, period)", bool(trials) and not dup, twice),
-        Check("every customer invoiced after the retry", bool(trials) and not missing, all_n),
-    ]
+async def _insert(conn: asyncpg.Connection, sql: str, args: tuple[Any, ...]) -> tuple[bool, float]:
+    t0 = time.perf_counter()
+    inserted = await conn.execute(sql, *args) == "INSERT 0 1"
+    return inserted, (time.perf_counter() - t0) * 1000  # and what it took, ms

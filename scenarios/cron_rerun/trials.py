@@ -1,0 +1,90 @@
+"""cron-rerun's trials as a record: each trial's counts summed into counters, samples and
+evidence (choreography.py runs them), and the invariant over every trial."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from lab.core.scenario import Check, Env
+from scenarios.cron_rerun.cron_rerun import PERIOD, Fix
+
+MAX_TRIALS_KEPT = 200  # per-trial evidence kept in the record
+
+
+COUNTS = """SELECT coalesce(sum(n), 0)::int AS invoices, count(*)::int AS customers_invoiced,
+  coalesce(max(n), 0) AS max_per_key FROM (SELECT customer_id, count(*) AS n FROM invoices
+  WHERE period = $1 GROUP BY customer_id) per_key"""
+
+
+async def invariant(env: Env) -> list[Check]:
+    """Checked on the table after the last trial, and on every earlier trial's counts; a
+    pinned run is one trial, on the table."""
+    n = env.params["customers"]
+    last = await env.db.fetchrow(COUNTS, PERIOD)
+    assert last is not None
+    # the table holds the last trial (pinned: the only one): judge it from the table itself
+    trials = list(env.extra_evidence.get("trials", [])) or [{"trial": 1}]
+    trials[-1] = {**trials[-1], **dict(last)}
+    dup = [t for t in trials if t["max_per_key"] > 1]
+    missing = [t for t in trials if t["customers_invoiced"] != n]
+    shown = (dup or trials)[0]
+    twice = (
+        f"{len(dup)}/{len(trials)} trials with duplicates; trial {shown['trial']}: "
+        f"{shown['invoices']} invoices for {n} customers, up to {shown['max_per_key']} per "
+        "(customer, period)"
+    )
+    all_n = f"{len(trials) - len(missing)}/{len(trials)} trials invoiced all {n} customers"
+    return [
+        Check("one invoice per (customer, period)", not dup, twice),
+        Check("every customer invoiced after the retry", not missing, all_n),
+    ]
+
+
+def p50(values: list[float]) -> float | None:
+    return round(statistics.median(values), 3) if values else None
+
+
+def summarize(env: Env, fix: Fix, trials: list[dict[str, Any]], auth: str) -> None:
+    for t in trials:
+        env.outcome("crashed")
+        env.outcome(t["pod2"]["result"])
+        env.outcome("billed")  # the retry
+        env.add("trials")
+        env.add("both_billed", t["pod2"]["result"] == "billed")
+        env.add("pod1_billed", t["pod1"]["billed"])
+        env.add("pod2_billed", t["pod2"]["inserted"])
+        env.add("retry_billed", t["retry"]["inserted"])
+        env.add("retry_conflicts", t["retry"]["conflicts"])
+        env.add("invoices", t["invoices"])
+        env.add("duplicates", t["invoices"] - t["customers_invoiced"])
+        env.sample("pod1_connect_ms", t["pod1"]["connect_ms"])
+        env.sample("pod2_connect_ms", t["pod2"]["connect_ms"])
+        env.sample("pod2_arrived_ms", t["pod2"]["arrived_ms"])
+        env.sample("pod1_killed_ms", t["pod1_killed_ms"])
+        if t["release_ms"] is not None:
+            env.sample("release_ms", t["release_ms"])
+    first, p2 = trials[0], trials[0]["pod2"]
+    pod1 = f"pod-1: billed {first['pod1']['billed']} (then SIGKILL"
+    pod1 += "; rolled back)" if fix.xact_lock else ")"
+    pod2 = "pod-2: " + ("skipped (lock held)" if p2["result"] == "skipped" else "billed")
+    if p2["result"] == "billed":
+        pod2 += f" {p2['inserted']}" + (f" ({p2['conflicts']} conflicts)" if fix.unique else "")
+    label = "with UNIQUE(customer_id, period)" if fix.unique else "without unique"
+    env.extra_evidence.update(
+        lines=[
+            f"[ '{pod1}', '{pod2}' ]",
+            f"job retry after crash (sequential): billed {first['retry']['inserted']}",
+            f"invoices {label}: {first['invoices']}",
+        ],
+        both_billed=f"{sum(t['pod2']['result'] == 'billed' for t in trials)}/{len(trials)}",
+        connect={
+            "pod2_connect": env.params["pod2_connect"],
+            "auth": auth,
+            "scram_iterations": env.params["scram_iterations"] if auth != "trust" else None,
+            "pod2_connect_ms_p50": p50([t["pod2"]["connect_ms"] for t in trials]),
+            "pod2_arrived_ms_p50": p50([t["pod2"]["arrived_ms"] for t in trials]),
+            "pod1_killed_ms_p50": p50([t["pod1_killed_ms"] for t in trials]),
+        },
+        trials=trials[:MAX_TRIALS_KEPT],
+    )
