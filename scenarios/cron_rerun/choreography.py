@@ -1,4 +1,4 @@
-"""cron-rerun's machinery: the pods as worker processes, the race, the crash, the retry.
+"""cron-rerun's machinery for a trial: the race, the crash, the retry.
 
 One trial, on an empty invoices table; pod-1, pod-2 and the retry are pod.py processes.
   pod-1 connects; pod-2 connects too (pod2_connect=before) or only starts (inside).
@@ -12,36 +12,38 @@ One trial, on an empty invoices table; pod-1, pod-2 and the retry are pod.py pro
                   (retry_connect=before: connected with pod-1, it waits until now).
 Every step waits for the event it depends on, never for wall-clock time; whether pod-2
 tries the lock before or after the crash is the order in which those steps were granted.
-The pods log in as the run's user, or (password_auth) as a throwaway role whose password
-has the run's SCRAM iteration count (lab.servers.pgauth), so a login costs what DL-17 measures.
+The pods, their events and their login: pods.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
 from lab.aio import until
 from lab.core.scenario import Env
-from lab.errors import ScenarioFailure
 from lab.procs import workers
-from lab.servers import pgauth
 from scenarios.cron_rerun.cron_rerun import PERIOD, Billed, Fix, Job
-from scenarios.cron_rerun.trials import COUNTS, p50, summarize
+from scenarios.cron_rerun.pods import (
+    EVENT_TIMEOUT_S,
+    SKIP,
+    Pod,
+    event,
+    fail,
+    pod_login,
+    run_retry,
+    steps,
+    trace_event,
+)
+from scenarios.cron_rerun.trials import COUNTS, summarize
 
-POD = Path(__file__).with_name("pod.py")
-EVENT_TIMEOUT_S = 30.0  # a pod silent this long has failed
 RELEASE_TIMEOUT_S = 10.0  # the server must notice the killed session within this
 RELEASE_POLL_S = 0.001
-TRACE_CUSTOMERS = 10  # trace every customer only for small jobs
 BEFORE_CRASH, AFTER_CRASH = "before the crash", "after the crash"
-SKIP = ("step", "returned")  # the protocol's own events: the choreography reads the job's
 
 AT_CRASH = """
 SELECT a.state, a.backend_xid::text AS xid, a.backend_xmin::text AS xmin,
@@ -61,90 +63,6 @@ def variant(fix: Fix) -> Callable[[Env], Awaitable[None]]:
         await cron(env, fix)
 
     return run
-
-
-def steps(job: Job) -> int:
-    """The grants a whole job takes: the lock, each customer, the end."""
-    return job.customers + 2
-
-
-def _fail(env: Env, what: str) -> ScenarioFailure:
-    return ScenarioFailure(f"{env.scenario} / {env.variant}: {what}")
-
-
-class Pod:
-    """One pod: a pod.py process (lab.procs.workers), granted step by step."""
-
-    def __init__(self, env: Env, job: Job, worker: workers.Worker, lazy: bool) -> None:
-        self.env, self.job, self.name, self.worker, self.lazy = env, job, job.pod, worker, lazy
-        self.backend_pid = 0  # 0 until connected
-        self.connect_ms = 0.0
-
-    @classmethod
-    async def spawn(cls, env: Env, job: Job, login: Mapping[str, str], *, lazy: bool) -> Pod:
-        """Start the process; a `lazy` pod connects only when granted its first step."""
-        # The job goes over stdin, so a password never shows in argv or the environment.
-        config = {"dsn": env.dsn, "login": dict(login), "job": asdict(job), "lazy": lazy}
-        # forked by the fork server (lab/procs/forkserver.py): a process of its own all the same
-        worker = await workers.Worker.spawn(POD, config, name=job.pod, ready_s=None, fork=True)
-        return cls(env, job, worker, lazy)
-
-    async def started(self) -> None:
-        """Wait until the process is up (lazy) or connected."""
-        await self.expect("ready")
-        if not self.lazy:
-            self.connected(await self.expect("connected"))
-
-    def connected(self, ev: Mapping[str, Any]) -> None:
-        self.backend_pid, self.connect_ms = ev["backend_pid"], ev["connect_ms"]
-        self.env.trace(self.name, "connected", ms=round(self.connect_ms, 2))
-
-    def grant(self, steps: int) -> None:
-        """Let the pod take `steps` more steps (connect, lock, one customer each, finish)."""
-        for _ in range(steps):
-            self.worker.grant("go")
-
-    async def expect(self, *events: str) -> dict[str, Any]:
-        ev = _event(await self.worker.next(EVENT_TIMEOUT_S, skip=SKIP))
-        if ev["ev"] not in events:
-            raise self.unexpected(ev)
-        return ev
-
-    def unexpected(self, ev: Mapping[str, Any]) -> ScenarioFailure:
-        if ev["ev"] == "exit":
-            return _fail(self.env, f"{self.name} exited: {self.worker.status()}")
-        return _fail(self.env, f"{self.name}: {ev.get('error') or f'unexpected {ev}'}")
-
-
-def _event(ev: workers.Event) -> dict[str, Any]:
-    return {"ev": ev.name, **ev.fields}
-
-
-def _trace_event(env: Env, job: Job, ev: Mapping[str, Any]) -> None:
-    kind = ev["ev"]
-    if kind == "billed" and job.customers <= TRACE_CUSTOMERS:
-        what = "billed" if ev["inserted"] else "already billed (conflict, no-op)"
-        env.trace(job.pod, what, customer=ev["customer"])
-    elif kind == "skipped":
-        env.trace(job.pod, "skipped (lock held)")
-    elif kind == "done":
-        env.trace(job.pod, "done", inserted=ev["inserted"], conflicts=ev["conflicts"])
-    elif kind == "locked":
-        env.trace(job.pod, "locked")
-
-
-@contextlib.asynccontextmanager
-async def _login(env: Env) -> AsyncIterator[tuple[dict[str, str], str]]:
-    """(connect kwargs, auth method) of the pods: the run's user, or a throwaway role with
-    its own password and SCRAM iteration count (the method is read from the server)."""
-    if not env.params["password_auth"]:
-        yield {}, await pgauth.auth_method(env.dsn, env.database)
-        return
-    grants = ["GRANT SELECT, INSERT ON invoices TO {role}"]
-    async with pgauth.throwaway_role(env.db, env.params["scram_iterations"], grants) as login:
-        role, password = login
-        method = await pgauth.auth_method(env.dsn, env.database, role)
-        yield {"user": role, "password": password}, method
 
 
 @dataclass
@@ -174,14 +92,14 @@ async def cron(env: Env, fix: Fix) -> None:
     try:
         for query in (AT_CRASH, HOLDS_LOCK):  # prepared now: one round trip at the crash point
             await observer.fetch(query, 0)
-        async with _login(env) as (login, auth):
+        async with pod_login(env) as (login, auth):
             results = []
             for trial in range(1, env.params["trials"] + 1):
                 try:
                     results.append(await _trial(env, fix, trial, login, observer))
                 except (asyncpg.PostgresError, OSError) as exc:
                     code = getattr(exc, "sqlstate", None) or type(exc).__name__
-                    raise _fail(env, f"trial {trial}: {code} {exc}") from exc
+                    raise fail(env, f"trial {trial}: {code} {exc}") from exc
     finally:
         await observer.close()
     summarize(env, fix, results, auth)
@@ -215,7 +133,7 @@ async def _trial(
             await _released(env, observer, pod1.backend_pid)
         env.trace("server", "pod-1's lock is released", ms_after_kill=release_ms)
         committed = int(await observer.fetchval("SELECT count(*) FROM invoices"))
-        billed, retry_ms = await _retry(env, retry)
+        billed, retry_ms = await run_retry(env, retry)
     finally:
         if race.release is not None:
             race.release.cancel()
@@ -260,8 +178,8 @@ async def _race(
         if race.over:
             return
         worker, got = await workers.next_of([pod1.worker, pod2.worker], EVENT_TIMEOUT_S, skip=SKIP)
-        pod, ev = (pod1 if worker is pod1.worker else pod2), _event(got)
-        _trace_event(env, pod.job, ev)
+        pod, ev = (pod1 if worker is pod1.worker else pod2), event(got)
+        trace_event(env, pod.job, ev)
         if not _on_event(env, race, pod is pod1, ev):
             raise pod.unexpected(ev)
         if pod is pod1 and ev["ev"] == "locked":  # pod-2 starts now
@@ -275,7 +193,7 @@ async def _race(
         if crash_point and race.killed_at is None and not race.pod2_asking:
             await _crash(env, observer, pod1, race)
     if not race.over:
-        raise _fail(env, "the race sent more events than a pod-1 and a pod-2 can")
+        raise fail(env, "the race sent more events than a pod-1 and a pod-2 can")
 
 
 def _on_event(env: Env, race: Race, from_pod1: bool, ev: Mapping[str, Any]) -> bool:
@@ -325,27 +243,3 @@ async def _released(env: Env, observer: asyncpg.Connection, backend_pid: int) ->
     what = f"{env.scenario} / {env.variant}: pod-1's lock released after SIGKILL"
     await until(gone, RELEASE_TIMEOUT_S, what, every=RELEASE_POLL_S)
     return env.now_ms()
-
-
-async def _retry(env: Env, pod: Pod) -> tuple[Billed, dict[str, Any]]:
-    """The Job's retry after the crash: a new pod, alone, run to the end (connected now,
-    or with pod-1 before the race)."""
-    pod.grant(pod.lazy + steps(pod.job))  # (connect, then) the whole job
-    if pod.lazy:
-        pod.connected(await pod.expect("connected"))
-    _trace_event(env, pod.job, await pod.expect("locked"))
-    insert_ms: list[float] = []
-    conflict_ms: list[float] = []
-    for _ in range(pod.job.customers):
-        ev = await pod.expect("billed")
-        _trace_event(env, pod.job, ev)
-        (insert_ms if ev["inserted"] else conflict_ms).append(ev["ms"])
-        env.sample("retry_insert_ms" if ev["inserted"] else "retry_conflict_ms", ev["ms"])
-    done = await pod.expect("done")
-    _trace_event(env, pod.job, done)
-    await pod.expect("exit")
-    return Billed(done["inserted"], done["conflicts"]), {
-        "connect_ms": round(pod.connect_ms, 2),
-        "insert_p50_ms": p50(insert_ms),
-        "conflict_p50_ms": p50(conflict_ms),
-    }

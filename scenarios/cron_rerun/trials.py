@@ -4,8 +4,10 @@ evidence (choreography.py runs them), and the invariant over every trial."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from typing import Any
 
+from lab.core.claims import Record
 from lab.core.scenario import Check, Env
 from scenarios.cron_rerun.cron_rerun import PERIOD, Fix
 
@@ -87,4 +89,39 @@ def summarize(env: Env, fix: Fix, trials: list[dict[str, Any]], auth: str) -> No
             "pod1_killed_ms_p50": p50([t["pod1_killed_ms"] for t in trials]),
         },
         trials=trials[:MAX_TRIALS_KEPT],
+    )
+
+
+# --- reading trials, for the claims ----------------------------------------------------
+
+
+def trials_of(rec: Record) -> list[dict[str, Any]]:
+    return list(rec.get("evidence", {}).get("trials", []))
+
+
+def of(count: int, trials: list[dict[str, Any]]) -> str:
+    return f"{count}/{len(trials)} trials"
+
+
+def first_trial(rec: Record, match: Any) -> dict[str, Any] | None:
+    return next((t for t in rec.get("evidence", {}).get("trials", []) if match(t)), None)
+
+
+def billed_again(t: Mapping[str, Any]) -> bool:
+    """pod-2 took the lock and billed every customer, on top of what pod-1 had committed
+    (the table's count before the retry agrees)."""
+    p2 = t["pod2"]
+    return bool(
+        p2["result"] == "billed"
+        and p2["inserted"] == t["customers"]
+        and t["committed_before_retry"] == t["pod1"]["billed"] + t["customers"]
+    )
+
+
+def one_per_key(t: Mapping[str, Any]) -> bool:
+    """One invoice per customer before the retry and after it."""
+    return bool(
+        t["committed_before_retry"] <= t["customers"]
+        and t["invoices"] == t["customers"]
+        and t["max_per_key"] == 1
     )
