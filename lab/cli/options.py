@@ -4,9 +4,13 @@ scenarios, variants, knobs, a run plan, servers."""
 from __future__ import annotations
 
 import difflib
+import functools
+import inspect
 import math
-from collections.abc import Sequence
-from typing import Annotated, Any
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 
@@ -144,48 +148,32 @@ def parse_procs(spec: str) -> int:
     return int(spec)
 
 
-def plan_for(
-    scenario: Scenario,
-    variants: Sequence[str],
-    profile: str,
-    case: str | None,
-    param: list[str] | None,
-    write: bool,
-    *,
-    n: int | None,
-    arrival: str | None,
-    connect: str | None,
-    deadlock_timeout: int | None,
-    seed: int,
-    actor_timeout: float | None,
-    run_timeout: float | None,
-    rtt: str | None = None,
-    procs: str | None = None,
-    redis_client: str | None = None,
-) -> RunPlan:
+def plan_for(scenario: Scenario, variants: Sequence[str], profile: str, o: LoadOptions) -> RunPlan:
     """The plan of `run` and `compare`: a profile's settings (and a case's), then the
     options the user gave (None where not given)."""
     from lab.core.profiles import profile_settings
     from lab.core.results import new_run_id
 
-    base, base_params = profile_settings(scenario, profile, seed, case or "")
+    base, base_params = profile_settings(scenario, profile, o.seed, o.case or "")
     knobs = make_knobs(
         scenario,
-        n,
-        arrival,
-        connect,
-        deadlock_timeout,
-        seed,
-        actor_timeout,
-        run_timeout,
+        o.n,
+        o.arrival,
+        o.connect,
+        o.deadlock_timeout,
+        o.seed,
+        o.actor_timeout,
+        o.run_timeout,
         base,
-        rtt,
-        procs,
-        redis_client,
+        o.rtt,
+        o.procs,
+        o.redis_client,
     )
-    params = parse_params(scenario, param or [], base_params)
+    params = parse_params(scenario, o.param or [], base_params)
     check_params(scenario, knobs.n, params)  # before any server starts
-    return RunPlan(scenario, variants, knobs, params, new_run_id(), write=write, case=case or "")
+    return RunPlan(
+        scenario, variants, knobs, params, new_run_id(), write=not o.no_record, case=o.case or ""
+    )
 
 
 def servers_for(
@@ -343,3 +331,80 @@ SvgFile = Annotated[
         "measured time, waits, errors, the invariants.",
     ),
 ]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What `run` and `compare` both take: the knobs, the params, the servers, the output.
+    Declared once (`_load_options` below); `load_options` gives a command all of them."""
+
+    n: int | None = None
+    arrival: str | None = None
+    connect: str | None = None
+    deadlock_timeout: int | None = None
+    seed: int = 1
+    case: str | None = None
+    rtt: str | None = None
+    actor_timeout: float | None = None
+    run_timeout: float | None = None
+    param: list[str] | None = None
+    pg_dsn: str | None = None
+    redis_url: str | None = None
+    as_json: bool = False
+    no_record: bool = False
+    pg_version: str | None = None
+    redis_version: str | None = None
+    procs: str | None = None
+    redis_client: str | None = None
+
+
+def _load_options(
+    n: Actors = None,
+    arrival: Arrival = None,
+    connect: Connect = None,
+    deadlock_timeout: DeadlockTimeout = None,
+    seed: Seed = 1,
+    case: Case = None,
+    rtt: Rtt = None,
+    actor_timeout: ActorTimeout = None,
+    run_timeout: RunTimeout = None,
+    param: Params = None,
+    pg_dsn: PgDsn = None,
+    redis_url: RedisUrl = None,
+    as_json: AsJson = False,
+    no_record: NoRecord = False,
+    pg_version: PgVersion = None,
+    redis_version: RedisVersion = None,
+    procs: Procs = None,
+    redis_client: RedisClient = None,
+) -> None:
+    """The options of LoadOptions as Typer reads them (a signature, never called)."""
+
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def load_options(command: F) -> F:
+    """Give `command` (whose last parameter is `o: LoadOptions`) LoadOptions' options on
+    the command line, after its own; it is called with them as one LoadOptions."""
+    hints = typing.get_type_hints(command, include_extras=True)
+    hints |= typing.get_type_hints(_load_options, include_extras=True)
+    own = [
+        p.replace(annotation=hints[p.name])
+        for p in inspect.signature(command).parameters.values()
+        if p.name != "o"
+    ]
+    shared = [
+        p.replace(annotation=hints[p.name])
+        for p in inspect.signature(_load_options).parameters.values()
+    ]
+    names = {f.name for f in fields(LoadOptions)}
+
+    @functools.wraps(command)
+    def wrapper(**kw: Any) -> None:
+        o = LoadOptions(**{k: kw.pop(k) for k in names})
+        command(**kw, o=o)
+
+    wrapper.__signature__ = inspect.Signature([*own, *shared])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in [*own, *shared]}
+    return cast(F, wrapper)
