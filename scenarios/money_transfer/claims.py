@@ -6,6 +6,8 @@ records; the node case (`--connect tx-pool:10 --rtt 36`) judges the published se
 (scenarios/_node_seconds.py). Two opposite transfers are judged on every interleaving
 (`locklab explore money-transfer`): buggy deadlocks in some and its retry keeps the
 money right, fixed deadlocks in none and keeps the invariants in all.
+The load checks are in retries.py, the explore one in explored.py, the invariant in
+invariant.py.
 
 Measured here: jitter alone cuts failures at 10 transfers but not at 20 or 40, where every
 retry still meets a queue of opposite transfers; the published seconds are not reproduced
@@ -25,170 +27,18 @@ seconds (docs/published-seconds.md).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, repeated
-from lab.core.outcome import notation
+from lab.core.claims import Claim, all_ok, deadlocks, invariants_hold, repeated
 from lab.core.published import Measured
-from lab.core.scenario import Check, Defaults, Env, Param, Scenario
-from lab.pinned import RC, canonical, kept_in_all
+from lab.core.scenario import Defaults, Param, Scenario
+from lab.pinned import canonical, kept_in_all
 from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
+from scenarios.money_transfer import explored, retries
 from scenarios.money_transfer import money_transfer as code
-from scenarios.money_transfer.money_transfer import RETRYABLE, TOTAL
+from scenarios.money_transfer.invariant import invariant
+from scenarios.money_transfer.money_transfer import TOTAL
+from scenarios.money_transfer.retries import LOW_CONTENTION_N, MIN_ATTEMPTS_PER_TRANSFER
 
-MIN_ATTEMPTS_PER_TRANSFER = 3  # buggy, of at most 6: measured 3.6-6 at 10 transfers, 5.2-5.9 at 40
-# buggy at 40 transfers: 18-37 of 40 failed here (a majority in 7 of 9 runs; published 29)
-STILL_FAILING_SHARE = 1 / 3
-LOW_CONTENTION_N = 10  # transfers; jitter alone helped at 10, not at 20 or 40 (measured)
 QUICK_FRAUD_MS = 20.0  # the quick profile's fraud call (the published one is 50 ms)
-MOVED_ONCE = "balances moved once per committed transfer"
-
-
-async def invariant(env: Env) -> list[Check]:
-    """Money is conserved, never negative, moved once per commit, never twice per request."""
-    bal = {r["id"]: r["balance"] for r in await env.db.fetch("SELECT id, balance FROM accounts")}
-    ledger = await env.db.fetchval("SELECT count(*) FROM transfers")
-    env.extra_evidence.update(
-        balances={str(a): b for a, b in sorted(bal.items())}, ledger_rows=ledger
-    )
-    c12, c21 = env.counters["committed_1_to_2"], env.counters["committed_2_to_1"]
-    expected = code.INITIAL_BALANCE - env.params["amount"] * (c12 - c21)
-    requests = len({code.transfer_of(env, a)[0] for a in range(env.n)})
-    return [
-        Check(
-            f"total balance stays {TOTAL}", sum(bal.values()) == TOTAL, f"total {sum(bal.values())}"
-        ),
-        Check("no negative balance", min(bal.values()) >= 0, f"lowest {min(bal.values())}"),
-        Check(
-            MOVED_ONCE,
-            bal[1] == expected,
-            f"account 1: {bal[1]}, expected {expected} ({c12} commits 1→2, {c21} commits 2→1)",
-        ),
-        Check(
-            "no request moved money twice",
-            c12 + c21 <= requests,
-            f"{c12 + c21} commits for {requests} distinct requests",
-        ),
-        *(
-            [
-                Check(
-                    "one ledger row (idempotency key) per commit",
-                    ledger == c12 + c21,
-                    f"{ledger} rows in transfers, {c12 + c21} commits",
-                )
-            ]
-            if env.variant == "fixed"
-            else []
-        ),
-    ]
-
-
-def _deadlocks_in(variant: str, text: str, *, expect: bool) -> Claim:
-    """Some interleaving (expect=True) or none has a step that raised 40P01, counted on the
-    steps, not on how the sessions ended: a retried loser ends ok."""
-
-    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-        cell = records[variant]["by_isolation"].get(RC)
-        if cell is None or "step_sqlstates" not in cell:
-            return None  # not explored at read committed, or an older record
-        k = cell["step_sqlstates"].get("40P01", 0)
-        return cell["ran"] > 0 and (k > 0) == expect, (
-            f"{variant}: a step raised 40P01 in {k} of {cell['ran']} interleavings; "
-            f"sessions ended {cell['outcomes']}"
-        )
-
-    return Claim("DL-7", text, (variant,), check, explore=True, levels=(RC,))
-
-
-def _attempts(rec: Record) -> int:
-    return int(rec.get("counters", {}).get("attempts", 0))
-
-
-def _fixed_no_retry(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["fixed"]
-    n = rec["knobs"]["n"]
-    return _attempts(rec) == n, f"fixed: attempts={_attempts(rec)} for {n} transfers"
-
-
-def _buggy_attempts(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["buggy"]
-    n = rec["knobs"]["n"]
-    a = _attempts(rec)
-    return (
-        a >= MIN_ATTEMPTS_PER_TRANSFER * n,
-        f"buggy: attempts={a} for {n} transfers ({a / n:.1f}×)",
-    )
-
-
-def _buggy_still_failing(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["buggy"]
-    n, failed = rec["knobs"]["n"], rec["outcomes"].get("40P01", 0)
-    return failed >= STILL_FAILING_SHARE * n, (
-        f"buggy: {notation(rec['outcomes'])} attempts={_attempts(rec)} in {rec['wall_ms']:.0f} ms"
-    )
-
-
-def _failed(rec: Record) -> int:
-    return sum(c for k, c in rec["outcomes"].items() if k != "ok")
-
-
-def _retried(rec: Record) -> dict[str, int]:
-    counters = rec.get("counters", {})
-    return {k.removeprefix("retried_"): v for k, v in counters.items() if k.startswith("retried_")}
-
-
-def _jitter_cuts_failures(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    buggy, jitter = records["buggy"], records["buggy-jitter"]
-    n = buggy["knobs"]["n"]
-    if n > LOW_CONTENTION_N or not (_failed(buggy) or _failed(jitter)):
-        # at 20 and 40 transfers jitter alone did not cut failures (docstring); with none
-        # failing on either side there was nothing to cut
-        return None
-    return _failed(jitter) < _failed(buggy), (
-        f"failed transfers of {n}: buggy {_failed(buggy)} (attempts={_attempts(buggy)}), "
-        f"buggy-jitter {_failed(jitter)} (attempts={_attempts(jitter)})"
-    )
-
-
-def _business_errors(rec: Record) -> int:
-    """Transfers that met insufficient funds: the fix's own check says so, the buggy code
-    hits the balance >= 0 CHECK (23514)."""
-    return rec["outcomes"].get("insufficient_funds", 0) + rec["outcomes"].get("23514", 0)
-
-
-def _fixed_never_retries_business(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    """Counted from attempts, not from what the retry loop says it retried: every attempt
-    beyond one per transfer must be the retry of a concurrency error."""
-    rec = records["fixed"]
-    business = _business_errors(rec)
-    if not business:
-        return None  # no business error in this run (try -p amount=150000)
-    retried = _retried(rec)
-    concurrency = sum(v for k, v in retried.items() if k in RETRYABLE)
-    extra = _attempts(rec) - rec["knobs"]["n"]
-    return extra == concurrency and set(retried) <= set(RETRYABLE), (
-        f"fixed: business errors={business}, attempts={_attempts(rec)} for "
-        f"{rec['knobs']['n']} transfers, retried {retried or 'nothing'}"
-    )
-
-
-def _buggy_retries_business(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    rec = records["buggy"]
-    business = {k: v for k, v in _retried(rec).items() if k not in RETRYABLE}
-    if not business and not _business_errors(rec):
-        return None  # no business error in this run (try -p amount=150000)
-    return bool(business), f"buggy: retried {business} (23514: balance >= 0 CHECK violated)"
-
-
-def _whole_transaction_retried(records: Mapping[str, Record]) -> tuple[bool, str]:
-    rec = records["buggy"]
-    again = rec.get("counters", {}).get("ok_after_retry", 0)
-    invs = {i["name"]: i["held"] for i in rec.get("invariants", [])}
-    moved = invs.get(MOVED_ONCE, False)
-    return again > 0 and moved, (
-        f"buggy: {again} transfers committed on a retry after 40P01; "
-        f"balances {'match' if moved else 'do not match'} the commits"
-    )
 
 
 VARIANTS = ("buggy", "buggy-jitter", "fixed")
@@ -205,7 +55,7 @@ CLAIMS = (
         "buggy: retries do not save the batch, a third or more of the transfers still fail "
         "with 40P01 after 5 retries",
         ("buggy",),
-        _buggy_still_failing,
+        retries._buggy_still_failing,
         published=MEASURED["buggy"][0].text(),
         profiles=("published",),  # at 40 transfers; at 10 (quick) as few as 2 fail
     ),
@@ -220,7 +70,7 @@ CLAIMS = (
         "DL-7",
         "fixed: no transfer needs a retry (attempts = transfers)",
         ("fixed",),
-        _fixed_no_retry,
+        retries._fixed_no_retry,
         published="attempts=40",
     ),
     deadlocks("DL-7", "fixed", "fixed: zero deadlocks", expect=False),
@@ -238,7 +88,7 @@ CLAIMS = (
         f"Retried at once, the deadlock repeats: ≥{MIN_ATTEMPTS_PER_TRANSFER} attempts per "
         "transfer",
         ("buggy",),
-        _buggy_attempts,
+        retries._buggy_attempts,
         published="attempts=215 for 40 transfers (5.4×)",
     ),
     repeated(
@@ -247,7 +97,7 @@ CLAIMS = (
             f"With ≤{LOW_CONTENTION_N} transfers, jittered backoff alone (no other fix) "
             "already cuts failed transfers",
             ("buggy", "buggy-jitter"),
-            _jitter_cuts_failures,
+            retries._jitter_cuts_failures,
             published="retry without backoff: the losers meet again at the same moment",
             counterfactual={"buggy": "buggy-jitter", "buggy-jitter": "buggy"},  # sides swapped
             profiles=("quick",),  # runs of more than LOW_CONTENTION_N do not exercise it
@@ -259,7 +109,7 @@ CLAIMS = (
         "DL-9",
         "fixed never retries a business error (insufficient funds)",
         ("fixed",),
-        _fixed_never_retries_business,
+        retries._fixed_never_retries_business,
         published="lỗi nghiệp vụ: KHÔNG retry",
         cases=("overdraft",),
     ),
@@ -267,11 +117,11 @@ CLAIMS = (
         "DL-9",
         "buggy retries every error, a business error included",
         ("buggy",),
-        _buggy_retries_business,
+        retries._buggy_retries_business,
         published="retryOn: () => true",
         cases=("overdraft",),
     ),
-    _deadlocks_in(
+    explored._deadlocks_in(
         "buggy",
         "Two opposite transfers, fraud check inside the lock: some interleavings deadlock "
         "(the loser's 40P01, before its retry)",
@@ -283,7 +133,7 @@ CLAIMS = (
         f"buggy: the retried loser keeps the total {TOTAL} and no balance negative in every "
         "interleaving (the retry is what saves it)",
     ),
-    _deadlocks_in(
+    explored._deadlocks_in(
         "fixed",
         "Fixed: both rows locked in id order, no step of any interleaving deadlocks",
         expect=False,
@@ -320,7 +170,7 @@ CLAIMS = (
         "LC-2",
         "A deadlock loser retried from its first read commits; no partial effect stays",
         ("buggy",),
-        _whole_transaction_retried,
+        retries._whole_transaction_retried,
         published="the whole transaction must be retried from its first read",
     ),
 )
