@@ -7,6 +7,7 @@ on worker-1 which one wins once it commits is up to the server) and queue (worke
 claims after worker-1 committed, while worker-2 is in flight). The load (`locklab run`)
 judges what only time shows: a dead worker's jobs come back once its lease passes, and
 no job runs twice meanwhile.
+The checks on the canonical schedules are in explored.py, the reclaim's in reclaim.py.
 
 Not judged any more (listed as unjudged): the old script's LC-17 check that the hidden
 job is claimed once the stuck holder rolls back (the pinned sessions are three workers,
@@ -19,11 +20,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import Claim, Record, invariants_hold, mutation
+from lab.core.claims import Claim, invariants_hold, mutation
 from lab.core.scenario import Check, Defaults, Env, Param, Scenario
 from lab.errors import LabError
-from lab.pinned import RC, broke_in_some, canonical, kept_in_all, on_canonical, waited_in
+from lab.pinned import broke_in_some, canonical, kept_in_all, on_canonical, waited_in
+from scenarios.job_queue import explored, reclaim
 from scenarios.job_queue import job_queue as code
+
+# re-exported: tests/test_job_queue.py reads the batches from here
+from scenarios.job_queue.explored import MEASURED_LINES as MEASURED_LINES
+from scenarios.job_queue.explored import claimed as claimed
 
 PUBLISHED_LINES = (
     "worker-1 claimed [1001, 1002, 1003 ... 1010]",
@@ -31,17 +37,11 @@ PUBLISHED_LINES = (
     "worker-3 claimed []                          <- hết job sẵn sàng, ngủ 1s",
 )
 PUBLISHED = " / ".join(" ".join(line.split()) for line in PUBLISHED_LINES)
-MEASURED_LINES = [  # the same batches in the lab's notation
-    "worker-1 claimed [1001, 1002, 1003 ... 1010]",
-    "worker-2 claimed [1011, 1012, 1013 ... 1020]",
-    "worker-3 claimed []",
-]
 NO_WAIT, NO_DUP = "không chờ worker-1", "không lấy trùng"
 INVISIBLE = (
     'một job bị khoá mãi (transaction treo) đơn giản là "vô hình" với worker khác, không có lỗi nào'
 )
 RECLAIM = "khi locked_until hết hạn, câu claim sẽ nhặt lại nó"
-TWICE = "no job processed twice"
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
@@ -73,83 +73,6 @@ async def invariant(env: Env) -> list[Check]:
     ]
 
 
-def claimed(run: Mapping[str, Any], session: str) -> str:
-    """The batch `session`'s claim returned, as the transcript shows it."""
-    text: str = run["transcript"]
-    lines = [x for x in text.splitlines() if x.startswith(f"{session} claim ")]
-    if not lines:
-        return "?"
-    last = lines[-1]
-    return last[max(last.rfind("-> ") + 3, last.rfind("<... completed> ") + 16) :].strip()
-
-
-def _lines(run: Mapping[str, Any]) -> list[str]:
-    return [f"worker-{i} claimed {claimed(run, f's{i}')}" for i in (1, 2, 3)]
-
-
-def _published(run: dict[str, Any]) -> tuple[bool, str]:
-    lines = _lines(run)
-    held = lines == MEASURED_LINES and not run["waited"] and run["kept"]
-    return held, f"race: {'; '.join(lines)}; waited: {', '.join(run['waited']) or 'none'}"
-
-
-def _same_jobs(run: dict[str, Any]) -> tuple[bool, str]:
-    lines = _lines(run)
-    twice = claimed(run, "s1") == claimed(run, "s2") != "[]"
-    seen = f"queue: {'; '.join(lines)}; waited: {', '.join(run['waited'])}"
-    return twice and "s2 claim" in run["waited"], seen
-
-
-def _ran_twice(run: dict[str, Any]) -> tuple[bool, str]:
-    inv = next((i for i in run["invariants"] if i["name"] == TWICE), None)
-    if inv is None:
-        return False, f"queue: no invariant named {TWICE}"
-    return not inv["held"], f"queue: {TWICE}: {inv['detail']}"
-
-
-def _invisible(run: dict[str, Any]) -> tuple[bool, str]:
-    """s3 claims while s1 and s2 sit idle in transaction on 1001..1020: nothing, no wait,
-    no error; once they commit every job was claimed exactly once."""
-    got, errors = claimed(run, "s3"), "ERROR" in run["transcript"]
-    held = got == "[]" and not run["waited"] and not errors and run["kept"]
-    return held, (
-        f"race: s3's claim -> {got} while s1, s2 held 20 pending jobs uncommitted; "
-        f"waited: {', '.join(run['waited']) or 'none'}; errors: {errors}"
-    )
-
-
-def _reclaimed(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    rec = records["fixed"]
-    p, c, samples = rec["params"], rec["counters"], rec["samples"]
-    orphaned = c.get("orphaned", 0)
-    if not p["crash"] or not orphaned:
-        return None  # nobody died holding jobs
-    got = c.get("reclaimed", 0)
-    # on PostgreSQL's clock: the dead worker's lease end, the first reclaim's now() (its
-    # new lease's end less lease_ms)
-    until = samples.get("orphaned_until_ms", {}).get("max", 0.0)
-    new = samples.get("reclaimed_until_ms", {}).get("min")
-    after = None if new is None else new - p["lease_ms"] - until
-    held = got == orphaned and after is not None and after >= 0  # samples keep 0.1 ms
-    when = "none" if after is None else f"the first {after:.1f} ms after its lease ended"
-    return held, (
-        f"fixed: {p['crash']} died holding {orphaned} jobs; {got} reclaimed, {when} "
-        f"(lease {p['lease_ms']} ms; PostgreSQL's clock)"
-    )
-
-
-def _never_reclaimed(rec: Record) -> None:
-    """As a claim that never looks at locked_until would report: nothing reclaimed."""
-    rec["counters"]["reclaimed"] = 0
-    rec["samples"].pop("reclaimed_until_ms", None)
-
-
-def _claims_wait(rec: Record) -> None:
-    """The race as FOR UPDATE plays it: the later claims wait on the one in flight (buggy
-    shows that wait in its queue schedule; it has no race, whose winner is the server's)."""
-    rec["by_isolation"][RC]["canonical"]["race"]["waited"] = ["s2 claim", "s3 claim"]
-
-
 QUEUE = {"s1": code.CLAIMED, "s2": code.CLAIMED, "s3": code.EMPTY}
 CLAIMS = (
     replace(
@@ -159,11 +82,11 @@ CLAIMS = (
             "race",
             "SKIP LOCKED: worker-1 takes 1001..1010, worker-2 1011..1020 without waiting, "
             "worker-3 none",
-            _published,
+            explored._published,
             published=PUBLISHED,
         ),
         # buggy has no race schedule to swap in: the counterfactual is FOR UPDATE's waits
-        counterfactual=mutation("fixed", _claims_wait),
+        counterfactual=mutation("fixed", explored._claims_wait),
     ),
     invariants_hold(
         "LC-16",
@@ -210,7 +133,7 @@ CLAIMS = (
         "buggy-no-lock",
         "queue",
         "With no row lock the overlapping claims take the same jobs",
-        _same_jobs,
+        explored._same_jobs,
         published=NO_DUP,
     ),
     on_canonical(
@@ -218,7 +141,7 @@ CLAIMS = (
         "buggy-no-lock",
         "queue",
         "... and the survivors run them twice",
-        _ran_twice,
+        explored._ran_twice,
         published=NO_DUP,
     ),
     broke_in_some(
@@ -231,11 +154,11 @@ CLAIMS = (
         "LC-16",
         "A worker that dies after claiming: its jobs are reclaimed once locked_until passes",
         ("fixed",),
-        _reclaimed,
+        reclaim._reclaimed,
         RECLAIM,
         cases=("crash",),
         # buggy has the same lease: the counterfactual is a claim blind to locked_until
-        counterfactual=mutation("fixed", _never_reclaimed),
+        counterfactual=mutation("fixed", reclaim._never_reclaimed),
     ),
     replace(
         on_canonical(
@@ -244,11 +167,11 @@ CLAIMS = (
             "race",
             "Jobs held by a stuck (idle in transaction) claim are silently invisible to SKIP "
             "LOCKED: no wait, no error",
-            _invisible,
+            explored._invisible,
             published=INVISIBLE,
         ),
         # buggy has no race schedule to swap in: the counterfactual is FOR UPDATE's waits
-        counterfactual=mutation("fixed", _claims_wait),
+        counterfactual=mutation("fixed", explored._claims_wait),
         unjudged=("the hidden job is claimed once the stuck holder rolls back",),
     ),
     canonical(
