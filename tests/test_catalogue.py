@@ -65,3 +65,22 @@ def test_profiles_and_cases_override_real_knobs(sc: Scenario) -> None:
             knobs, params = profile_settings(sc, profile, case=case)
             assert knobs.n >= 1 and set(params) == set(sc.params)
             check_params(sc, knobs.n, params)
+
+
+def test_declare_takes_what_the_code_module_says() -> None:
+    """lab.core.scenario.declare: the id from the module's file, its doc, setup, schema,
+    invariant and PINNED (whose load actors are the variants); what is given wins."""
+    from lab.core.scenario import declare
+    from scenarios.lost_update import lost_update as code
+
+    sc = declare(code, outcomes=("ok",))
+    assert (sc.id, sc.doc, sc.kind) == ("lost-update", code.__doc__, "actors")
+    assert (sc.setup, sc.schema, sc.invariant, sc.pinned) == (
+        code.setup,
+        code.schema,
+        code.invariant,
+        code.PINNED,
+    )
+    assert set(sc.variants) == set(code.PINNED.code)
+    given = declare(code, id="my-own", outcomes=("ok",), invariant=None, variants={}, kind="script")
+    assert (given.id, given.invariant, dict(given.variants)) == ("my-own", None, {})

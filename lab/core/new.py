@@ -30,8 +30,10 @@ Written by `locklab new {name}`: replace the checkout with your own code, keep t
 
 from __future__ import annotations
 
+import sys
+
 from lab.pinned import broke_in_some, kept_in_all
-from lab.core.scenario import Check, Defaults, Env, Param, Scenario
+from lab.core.scenario import Check, Defaults, Env, Param, declare
 from lab.core.steps import Pinned, Session
 
 SKU = "A-1"
@@ -91,16 +93,11 @@ CLAIMS = (
     kept_in_all("{claim}", "fixed", "fixed: no order of two checkouts oversells"),
 )
 
-SCENARIO = Scenario(
-    id="{id}",
-    doc=__doc__ or "",
-    kind="actors",
-    variants=PINNED.actors(),
-    pinned=PINNED,
+# its id (from this file's name: {id}), doc, setup, invariant and PINNED come from the module
+SCENARIO = declare(
+    sys.modules[__name__],
     outcomes=("ok", "out_of_stock"),
     claims=CLAIMS,
-    setup=setup,
-    invariant=invariant,
     defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
     params={{"stock": Param(1, "units of {sku} before the checkouts", min=0)}},
 )

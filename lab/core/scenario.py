@@ -16,17 +16,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
 
 from lab.core.claims import Claim
 from lab.core.env import Actor as Actor
 from lab.core.env import Env as Env
 from lab.core.published import Measured, published_line
 from lab.core.records import InvariantJson
+from lab.core.steps import Pinned
 from lab.errors import LabError
-
-if TYPE_CHECKING:
-    from lab.core.steps import Pinned
 
 Script = Callable[["Env"], Awaitable[None]]
 Setup = Callable[["Env"], Awaitable[None]]
@@ -263,6 +263,28 @@ class Scenario:
             elif inside:
                 out.append(line.strip())
         return " ".join(x for x in out if x)
+
+
+def declare(code: ModuleType, **given: Any) -> Scenario:
+    """A Scenario from the module of its code under test, with only what the module cannot
+    say given: its id from the module's file (scenarios/my_bug/my_bug.py, or a single
+    file my_bug.py: my-bug), its doc from the module's docstring, its
+    `schema`, `setup` and `invariant` where the module defines them, and its `PINNED`
+    with, unless `variants` are given, PINNED's load actors as the variants. What is
+    given wins."""
+    derived: dict[str, Any] = {
+        "id": Path(code.__file__ or code.__name__).stem.replace("_", "-"),
+        "doc": code.__doc__ or "",
+    }
+    for name in ("schema", "setup", "invariant"):
+        if callable(found := getattr(code, name, None)):
+            derived[name] = found
+    pinned = given.get("pinned", getattr(code, "PINNED", None))
+    if isinstance(pinned, Pinned):
+        derived["pinned"] = pinned
+        if "variants" not in given:
+            derived.update(variants=pinned.actors(), kind="actors")
+    return Scenario(**{**derived, **given})
 
 
 def check_params(sc: Scenario, n: int, params: Mapping[str, Any]) -> None:

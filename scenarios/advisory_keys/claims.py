@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from lab.pinned import broke_in_some, kept_in_all, on_canonical, waited_in
 from scenarios.advisory_keys import advisory_keys as code
 
@@ -89,19 +89,12 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="advisory-keys",
+SCENARIO = declare(
+    code,
     validate=code.validate,
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
     outcomes=("ok", "lock_busy"),
     claims=CLAIMS,
     published={"buggy": COLLIDES, "fixed": "pg_advisory_xact_lock(1, tenant_id)"},
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
     sources=("LC",),
 )

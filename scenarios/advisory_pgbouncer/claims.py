@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from scenarios.advisory_pgbouncer import advisory_pgbouncer as code
 
 WARNING = "you don't own a lock of type ExclusiveLock"  # the server's, as the document quotes it
@@ -103,9 +103,8 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="advisory-pgbouncer",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("released", "unlock_false", "lock_busy", "inherited_lock"),
@@ -114,7 +113,6 @@ SCENARIO = Scenario(
         "buggy": f"unlock -> false, WARNING: {WARNING}; lock inherited",
         "fixed": "pg_advisory_xact_lock: released at COMMIT",
     },
-    invariant=code.invariant,
     defaults=Defaults(n=3, run_timeout_s=60),
     uses=frozenset({"pg", "pgbouncer"}),
     sources=("DL", "LC"),

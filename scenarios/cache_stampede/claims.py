@@ -38,7 +38,7 @@ import asyncio
 from lab.aio import within
 from lab.core.claims import Claim, mutation
 from lab.core.published import Measured, published_lines
-from lab.core.scenario import Defaults, Env, Param, Scenario
+from lab.core.scenario import Defaults, Env, Param, declare
 from lab.load.redisstats import preconnect
 from scenarios.cache_stampede import cache_stampede as code
 from scenarios.cache_stampede import counts, failures, get_rate
@@ -168,15 +168,13 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="cache-stampede",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="actors",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("ok", "stale", "fallback", "error"),
     claims=CLAIMS,
     measured=MEASURED,
-    setup=code.setup,
     worker_setup=worker_setup,
     worker_done=worker_done,
     observers=(OBSERVER,),
@@ -186,7 +184,6 @@ SCENARIO = Scenario(
     # half busy, at 8 it took 57 (docs/load.md)
     actors_per_process=625,
     procs_per_core=4,
-    invariant=code.invariant,
     # The document's service is Node: its Redis client sends every caller's command on one
     # connection without waiting for earlier replies, which `pipelined` does
     defaults=Defaults(

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
 from lab.core.published import Measured
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import canonical, error_in
 from scenarios._node_seconds import CHECKOUT_CASES, checkout_seconds
@@ -175,18 +175,11 @@ CLAIMS = (
     *checkout_seconds(MEASURED),  # the published seconds, under the node-* cases
 )
 
-SCENARIO = Scenario(
-    id="checkout-deadlock",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("ok", "40P01", "40001"),
     claims=CLAIMS,
     measured=MEASURED,
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=300, run_timeout_s=900),
     params={
         "step_pause_ms": Param(

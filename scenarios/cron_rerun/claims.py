@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.errors import LabError
 from scenarios.cron_rerun import cron_rerun as code
 from scenarios.cron_rerun import schedules
@@ -95,10 +95,9 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="cron-rerun",
+SCENARIO = declare(
+    code,
     validate=validate,
-    doc=code.__doc__ or "",
     kind="script",
     variants={name: variant(fix) for name, fix in FIXES.items()},
     outcomes=("billed", "skipped", "crashed", "killed"),  # killed: pinned, by the schedule
@@ -109,7 +108,6 @@ SCENARIO = Scenario(
         "fixed": "run-1: billed 5; job retry after crash (sequential): billed 0;"
         " invoices with UNIQUE(customer_id, period): 5",
     },
-    setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=2, run_timeout_s=600),
     # the login cases race a login against pod-1's job: beside real-time runs only, not

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from scenarios.deadlock_detector import deadlock_detector as code
 from scenarios.deadlock_detector.deadlock_detector import DEADLOCK_TIMEOUT_MS, SHORT_DT_MS
 
@@ -88,21 +88,16 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="deadlock-detector",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.run, "fixed": code.run},  # each runs its own pinned pair
-    pinned=code.PINNED,
     outcomes=("ok", "40P01", "55P03"),
     claims=CLAIMS,
     published={
         "buggy": "SET lock_timeout = '5s' to prevent permanent deadlock",
         "fixed": "one lock order: no cycle",
     },
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=2, run_timeout_s=120),
     params={
         "victim_trials": Param(10, "LC-35 pairs, the later waiter given the shorter timeout"),

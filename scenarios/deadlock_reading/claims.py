@@ -18,7 +18,7 @@ from typing import Any
 
 from lab.aio import until
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Env, Observer, Scenario
+from lab.core.scenario import Defaults, Env, Observer, declare
 from scenarios.deadlock_reading import deadlock_reading as code
 
 STATS_SETTLE_S = 10.0  # the victim's count reaches pg_stat_database when its backend flushes
@@ -137,9 +137,8 @@ CLAIMS = (
     _monitor("fixed", False),
 )
 
-SCENARIO = Scenario(
-    id="deadlock-reading",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("ok", "40P01", "rerun ok"),
@@ -148,7 +147,6 @@ SCENARIO = Scenario(
         "buggy": "log_lock_waits, 40P01/phút, invoice trùng theo (customer, period)",
         "fixed": "sorted SKUs + UNIQUE (customer_id, period)",
     },
-    setup=code.setup,
     observers=(Observer("monitoring", start, stop),),
     defaults=Defaults(n=2, run_timeout_s=60),
     sources=("DL", "LC"),

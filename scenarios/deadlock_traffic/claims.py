@@ -12,7 +12,7 @@ import itertools
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, all_ok, deadlocks
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from lab.core.steps import as_actor
 from scenarios.deadlock_traffic import deadlock_traffic as code
 
@@ -45,17 +45,13 @@ CLAIMS = (
     deadlocks("DP-9", "fixed", f"fixed: zero deadlocks at {code.SIZES[-1]} carts", expect=False),
 )
 
-SCENARIO = Scenario(
-    id="deadlock-traffic",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="actors",
     variants={"buggy": as_actor(code.buggy), "fixed": as_actor(code.fixed)},
     outcomes=("ok", "40P01"),
     claims=CLAIMS,
     published={"buggy": "死锁会随着流量增加而增多"},
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=code.SIZES[-1], arrival="burst", actor_timeout_s=120, run_timeout_s=300),
     sources=("DP",),
     quick={"deadlock_timeout_ms": 100},

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.core.claims import Claim, invariants_hold
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from lab.pinned import canonical, error_in, kept_in_all, nobody_waited, on_canonical
 from scenarios.fk_lock_modes import fk_lock_modes as code
 
@@ -128,18 +128,11 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="fk-lock-modes",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("paid", "ok", "40P01"),
     claims=CLAIMS,
     published=PUBLISHED,
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", deadlock_timeout_ms=1000, run_timeout_s=60),
     quick={"deadlock_timeout_ms": 100},  # each deadlocking interleaving costs one timeout
     sources=("LC",),

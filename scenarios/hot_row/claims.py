@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, invariants_hold
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import canonical, kept_in_all, nobody_waited
 from scenarios.hot_row import hot_row as code
 
@@ -88,22 +88,15 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="hot-row",
+SCENARIO = declare(
+    code,
     validate=code.validate,
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
     outcomes=("ok", "sold_out"),
     claims=CLAIMS,
     published={
         "buggy": "mọi cách lock đều xếp hàng tuần tự trên row đó (no numbers published)",
         "fixed": "10 row mỗi row 100 chiếc, request chọn ngẫu nhiên (no numbers published)",
     },
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=60, run_timeout_s=120),
     params={
         "buckets": Param(

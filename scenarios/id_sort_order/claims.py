@@ -8,7 +8,7 @@ id-sort-order`) the string sort deadlocks in some, the numeric sort in none.
 from __future__ import annotations
 
 from lab.core.claims import all_ok, deadlocks, invariants_hold
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import canonical, error_in
 from scenarios.id_sort_order import id_sort_order as code
 
@@ -56,18 +56,11 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="id-sort-order",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("ok", "40P01"),
     claims=CLAIMS,
     published={"buggy": PUBLISHED},
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=20, arrival="burst", actor_timeout_s=120, run_timeout_s=300),
     params={
         "step_pause_ms": Param(5.0, "other logic between the app path's two locks"),

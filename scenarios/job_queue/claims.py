@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, invariants_hold, mutation
-from lab.core.scenario import Check, Defaults, Env, Param, Scenario
+from lab.core.scenario import Check, Defaults, Env, Param, declare
 from lab.errors import LabError
 from lab.pinned import broke_in_some, canonical, kept_in_all, on_canonical, waited_in
 from scenarios.job_queue import explored, reclaim
@@ -186,13 +186,11 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="job-queue",
+SCENARIO = declare(
+    code,
     validate=validate,
-    doc=code.__doc__ or "",
     kind="actors",
     variants=code.VARIANTS,
-    pinned=code.PINNED,
     outcomes=(code.CLAIMED, code.EMPTY, code.DIED),
     claims=CLAIMS,
     published={
@@ -200,8 +198,6 @@ SCENARIO = Scenario(
         "buggy": "(not shown) 'không chờ worker-1': without SKIP LOCKED worker-2 would wait",
         "buggy-no-lock": "(not shown) 'không lấy trùng': without a lock workers take the same jobs",
     },
-    schema=code.schema,
-    setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=3, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
     params={

@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Env, Observer, Scenario
+from lab.core.scenario import Defaults, Env, Observer, declare
 from scenarios.job_retry import job_retry as code
 from scenarios.job_retry.job_retry import BACKOFF_UNIT_MS, POISON, STUCK
 
@@ -166,15 +166,13 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="job-retry",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("done", "failed", "pending", "running"),
     claims=CLAIMS,
     published={"fixed": "failed after 5 attempts, run_at = now() + 2^attempts × 10 s"},
-    setup=code.setup,
     observers=(Observer("evidence", nothing, evidence),),
     defaults=Defaults(n=1, run_timeout_s=60),
     script_connections=lambda n: code.WORKERS + 1,

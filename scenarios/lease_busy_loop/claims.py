@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.lease_busy_loop import lease_busy_loop as code
@@ -67,9 +67,8 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="lease-busy-loop",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("wrote", "write_rejected"),

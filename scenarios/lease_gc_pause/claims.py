@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lab.core.claims import Claim, invariant_broken, invariants_hold, mutation
-from lab.core.scenario import Defaults, Env, Param, Scenario
+from lab.core.scenario import Defaults, Env, Param, declare
 from lab.pinned import broke_in_some, kept_in_all, on_canonical
 from scenarios.lease_gc_pause import choreography, fence, schedules, story, ttl
 from scenarios.lease_gc_pause import lease_gc_pause as code
@@ -187,9 +187,8 @@ CLAIMS = (
 )
 
 
-SCENARIO = Scenario(
-    id="lease-gc-pause",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={name: choreography.variant(c) for name, c in code.VARIANTS.items()},
     outcomes=("wrote", "write_rejected", "lock_busy", "killed"),
@@ -199,7 +198,6 @@ SCENARIO = Scenario(
         "fixed": f"{PUBLISHED_CAD}; {PUBLISHED_FENCE}",
     },
     schema=schema,
-    setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
     params={

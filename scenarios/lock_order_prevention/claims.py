@@ -21,7 +21,7 @@ Cannot acquire ${level} while holding ${heldLevel}  已设置死锁检测／监�
 from __future__ import annotations
 
 from lab.core.claims import Claim, invariants_hold
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import broke_in_some, canonical, kept_in_all
 from scenarios.lock_order_prevention import cycles, fixes
 from scenarios.lock_order_prevention import lock_order_prevention as code
@@ -208,16 +208,11 @@ EXPLORED = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="lock-order-prevention",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("ok", "lock_timeout", "gave_up", "hierarchy_violation", "timeout"),
     claims=(*CLAIMS, *EXPLORED),
     published=PUBLISHED,
-    setup=code.setup,
     invariant=invariant,
     observers=(DETECTOR,),
     defaults=Defaults(

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import RC, on_canonical
 from lab.pinned.scripted import scripted
 from scenarios.lock_queue import lock_queue as code
@@ -219,18 +219,13 @@ PUBLISHED: Mapping[str, str] = {
 }
 
 
-SCENARIO = Scenario(
-    id="lock-queue",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",  # the run is the canonical schedule: the subject is one order
     variants=scripted(code.PINNED, SCHEDULE),
-    pinned=code.PINNED,
     outcomes=("ok", "55P03", "idle"),
     claims=CLAIMS,
     published=dict(PUBLISHED),
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=1, run_timeout_s=60),
     params={  # at least 1: 0 is PostgreSQL's "wait forever", no fix at all
         "ddl_lock_timeout_ms": Param(100, "fixed: SET LOCAL lock_timeout before the ALTER", min=1),

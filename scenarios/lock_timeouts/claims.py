@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from lab.core.claims import NOT_REPRODUCED, Claim, Record, invariants_hold, repeated
 from lab.core.outcome import notation
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from scenarios.checkout_deadlock import checkout_deadlock as checkout
 from scenarios.lock_timeouts import lock_timeouts as code
 from scenarios.lock_timeouts.lock_timeouts import (
@@ -100,20 +100,14 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="lock-timeouts",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("ok", "55P03", "40P01"),
     claims=CLAIMS,
     published={
         "buggy": "lock_timeout = 100ms toàn cục: checkout lỗi (55P03) khi có contention",
         "fixed": "SET LOCAL lock_timeout = '3s' trong withTx",
     },
-    schema=code.schema,
-    setup=code.setup,
     invariant=checkout.invariant,
     defaults=Defaults(n=200, arrival="burst", actor_timeout_s=60, run_timeout_s=300),
     params={

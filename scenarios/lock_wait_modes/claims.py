@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Record, invariants_hold
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import error_in, kept_in_all
 from scenarios.lock_wait_modes import lock_wait_modes as code
 
@@ -144,19 +144,12 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="lock-wait-modes",
+SCENARIO = declare(
+    code,
     validate=code.validate,
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
     outcomes=("ok", "55P03"),
     claims=CLAIMS,
     published=PUBLISHED,
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     # each holder (even actors) starts 20 ms before its waiter: in a burst the waiter often
     # got in first, no 55P03 was timed and the load claims went unexercised (see below)
     defaults=Defaults(n=2, arrival="stagger:20ms", run_timeout_s=60),

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from lab.pinned import on_canonical
 from scenarios.locked_limit import locked_limit as code
 
@@ -148,12 +148,8 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="locked-limit",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=(code.IN_ORDER, code.OUT_OF_ORDER, code.SHORT, code.WROTE),
     claims=CLAIMS,
     published={
@@ -161,8 +157,6 @@ SCENARIO = Scenario(
         "thứ tự",
         "fixed": "FOR UPDATE SKIP LOCKED: chấp nhận được với queue",
     },
-    schema=code.schema,
-    setup=code.setup,
     defaults=Defaults(n=3, arrival="burst", run_timeout_s=60),  # one writer, two readers
     sources=("LC",),
 )

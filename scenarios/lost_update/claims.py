@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from lab.core.claims import Mutation, Record, at_isolation, invariants_hold, mutation
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, kept_in_all
 from scenarios.lost_update import lost_update as code
@@ -124,18 +124,11 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="lost-update",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("ok", "out_of_stock", "conflict", "40001"),
     claims=CLAIMS,
     published=PUBLISHED,
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
     params={
         "stock": Param(1, "units of product 101 before the sale", min=0),

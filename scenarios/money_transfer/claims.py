@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from lab.core.claims import Claim, all_ok, deadlocks, invariants_hold, repeated
 from lab.core.published import Measured
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import canonical, kept_in_all
 from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
 from scenarios.money_transfer import explored, retries
@@ -175,17 +175,11 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="money-transfer",
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
+SCENARIO = declare(
+    code,
     outcomes=("ok", "duplicate", "insufficient_funds", "40P01", "40001", "23514"),
     claims=CLAIMS,
     measured=MEASURED,
-    schema=code.schema,
-    setup=code.setup,
     invariant=invariant,
     defaults=Defaults(n=40, arrival="burst", actor_timeout_s=600, run_timeout_s=900),
     params={

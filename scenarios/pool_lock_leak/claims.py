@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from scenarios.pool_lock_leak import pool_lock_leak as code
 from scenarios.pool_lock_leak.pool_lock_leak import FAILED, LATER_RUNS, RAN, SKIPPED
 
@@ -92,9 +92,8 @@ CLAIMS = (
     _fixed_runs("fixed-xact"),
 )
 
-SCENARIO = Scenario(
-    id="pool-lock-leak",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed, "fixed-xact": code.fixed_xact},
     outcomes=(RAN, SKIPPED, FAILED),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from scenarios.pool_transaction import pool_transaction as code
 
 
@@ -45,15 +45,13 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="pool-transaction",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=(code.UNDONE, code.NOT_UNDONE, code.LOCK_HELD, code.LOCK_NOT_HELD),
     claims=CLAIMS,
     published={"buggy": "pool.query cho từng câu", "fixed": "withTx: một client"},
-    setup=code.setup,
     defaults=Defaults(n=1, run_timeout_s=60),
     sources=("LC",),
     script_connections=lambda n: 3,  # the pool's two and another request

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, invariant_broken, invariants_hold, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from scenarios.redis_failover import redis_failover as code
 
 
@@ -107,9 +107,8 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="redis-failover",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed, "fixed-wait": code.fixed_wait},
     outcomes=(
@@ -121,8 +120,6 @@ SCENARIO = Scenario(
     ),
     claims=CLAIMS,
     published={"buggy": PUBLISHED},
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=2, run_timeout_s=60),
     uses=frozenset({"pg"}),
     sources=("DL",),

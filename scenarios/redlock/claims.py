@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
 from scenarios._paused_holder import beliefs, event, fence_claims
 from scenarios.redlock import redlock as code
@@ -85,15 +85,13 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="redlock",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("wrote", "write_rejected"),
     claims=CLAIMS,
     published={"fixed": PUBLISHED_FENCE},
-    setup=code.setup,
     invariant=lease_gc_pause.invariant,
     defaults=Defaults(n=2, actor_timeout_s=30, run_timeout_s=60),
     params={

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from scenarios.row_lock_internals import row_lock_internals as code
 from scenarios.row_lock_internals.row_lock_internals import (
     HOT_INSERTS,
@@ -98,15 +98,13 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="row-lock-internals",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("ok",),
     claims=CLAIMS,
     published={"buggy": "lock một row là ghi vào page (dirty page, WAL); ... tạo nhiều MultiXact"},
-    setup=code.setup,
     defaults=Defaults(n=1, run_timeout_s=60),
     script_connections=lambda n: HOT_INSERTS + 2,
     alone=("",),  # the MultiXact counter is the cluster's: other runs' FK checks move it

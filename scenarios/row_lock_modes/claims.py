@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from lab.core.claims import Claim, Record, mutation
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from scenarios.row_lock_modes import row_lock_modes as code
 from scenarios.row_lock_modes.row_lock_modes import CONFLICTS
 
@@ -83,15 +83,13 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="row-lock-modes",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed, "matrix": code.matrix},
     outcomes=("ok", "blocked"),
     claims=CLAIMS,
     published={"matrix": "FOR KEY SHARE chỉ xung đột với FOR UPDATE"},
-    setup=code.setup,
     defaults=Defaults(n=1, run_timeout_s=60),
     script_connections=lambda n: 2,
     sources=("LC",),

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import Claim, Record
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from scenarios.service_lock_order import service_lock_order as code
 
 
@@ -58,9 +58,8 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="service-lock-order",
-    doc=code.__doc__ or "",
+SCENARIO = declare(
+    code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("done", "frozen"),

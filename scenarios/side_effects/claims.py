@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record, invariant_broken, invariants_hold
-from lab.core.scenario import Defaults, Env, Observer, Param, Scenario
+from lab.core.scenario import Defaults, Env, Observer, Param, declare
 from lab.errors import LabError
 from lab.kit.provider import Provider
 from scenarios.side_effects import side_effects as code
@@ -111,16 +111,13 @@ CLAIMS = (
     invariants_hold("LC-32", "fixed", "fixed: one message per commit (and one charge per invoice)"),
 )
 
-SCENARIO = Scenario(
-    id="side-effects",
+SCENARIO = declare(
+    code,
     validate=validate,
-    doc=code.__doc__ or "",
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
     outcomes=("charged", "charge_failed", "committed", "40P01"),
     claims=CLAIMS,
-    setup=code.setup,
-    invariant=code.invariant,
     observers=(Observer("provider", start_provider, stop_provider),),
     defaults=Defaults(n=3, actor_timeout_s=30, run_timeout_s=60),
     params={

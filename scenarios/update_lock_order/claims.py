@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.core.claims import all_ok, deadlocks, invariants_hold, repeated
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from lab.pinned import canonical, error_in, kept_in_all, on_canonical
 from scenarios.update_lock_order import update_lock_order as code
 
@@ -155,22 +155,15 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="update-lock-order",
+SCENARIO = declare(
+    code,
     validate=code.validate,
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
     outcomes=("ok", "40P01", "opened"),
     claims=CLAIMS,
     published={
         "buggy": "UPDATE ... FROM (VALUES ...): thứ tự khoá phụ thuộc vào plan",
         "fixed": "SELECT ... ORDER BY ... FOR UPDATE: khoá theo thứ tự row được trả về",
     },
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     # 20 racing checkouts, 10 on each plan: buggy deadlocked in 5 of 5 runs here (12-15 of
     # 20); a pair raced past each other too often for the fix's load claims to be able to fail
     defaults=Defaults(n=20, arrival="burst", run_timeout_s=60),

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record, invariants_hold, repeated
-from lab.core.scenario import Defaults, Scenario
+from lab.core.scenario import Defaults, declare
 from lab.errors import LabError
 from lab.pinned import broke_in_some, kept_in_all
 from scenarios.upsert_idempotency import double_submit, probes
@@ -174,17 +174,12 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="upsert-idempotency",
+SCENARIO = declare(
+    code,  # its schema has no rows: every run starts from empty tables
     validate=validate,
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
     outcomes=("ok", "in_progress", "replayed", "key_reused", "23505", NEEDS_17),
     claims=CLAIMS,
     published=PUBLISHED,
-    schema=code.schema,  # no rows: every run starts from empty tables
     invariant=invariant,
     # 20 submits of one key at once: buggy gave 19 of 20 23505 in each of 6 runs here, 3 of
     # them beside a busy core; a pair did not collide at all in one quick verify in 15

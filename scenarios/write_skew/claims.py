@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Mutation, Record, at_isolation, invariants_hold, mutation
-from lab.core.scenario import Defaults, Param, Scenario
+from lab.core.scenario import Defaults, Param, declare
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, error_in, kept_in_all, on_canonical
 from scenarios.write_skew import write_skew as code
@@ -196,19 +196,12 @@ CLAIMS = (
     ),
 )
 
-SCENARIO = Scenario(
-    id="write-skew",
+SCENARIO = declare(
+    code,
     validate=code.validate,
-    doc=code.__doc__ or "",
-    kind="actors",
-    variants=code.PINNED.actors(),
-    pinned=code.PINNED,
     outcomes=("ok", "refused", "40001"),
     claims=CLAIMS,
     published={"buggy": code.INVARIANT, "fixed-lock-shift": PUBLISHED},
-    schema=code.schema,
-    setup=code.setup,
-    invariant=code.invariant,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
     params={
         "isolation": Param(
