@@ -20,7 +20,7 @@ import pytest
 
 from lab.core.knobs import Knobs
 from lab.core.profiles import profile_settings
-from lab.core.records import Verdict
+from lab.core.records import Record, Verdict
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.load.runner import RunPlan, run_plan
@@ -28,7 +28,7 @@ from lab.pytest_plugin import ServerNeeds
 from lab.servers import Servers
 from lab.servers.pgbouncer import find_pgbouncer
 
-RunFn = Callable[..., Awaitable[dict[str, dict[str, Any]]]]
+RunFn = Callable[..., Awaitable[dict[str, Record]]]
 
 # Tests read the lab's output as a pipe shows it. A runner's FORCE_COLOR (rich then draws
 # cursor moves and styles into a pipe) or COLUMNS must not change what they read; the
@@ -77,7 +77,7 @@ def run_scenario(servers: Servers) -> RunFn:
         variants: list[str] | None = None,
         params: dict[str, Any] | None = None,
         **knobs: Any,
-    ) -> dict[str, dict[str, Any]]:
+    ) -> dict[str, Record]:
         plan = RunPlan(
             scenario=scenario,
             variants=variants or list(scenario.variants),
@@ -100,7 +100,7 @@ def assert_all_held(verdicts: Sequence[Verdict]) -> None:
     assert not failed, failed
 
 
-def claims_of(record: dict[str, Any]) -> dict[str, list[bool]]:
+def claims_of(record: Record) -> dict[str, list[bool]]:
     """Claim id -> verdicts in one record (an id may be checked by several claims)."""
     out: dict[str, list[bool]] = {}
     for c in record["claims"]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from lab.core.records import Record
 from scenarios.cache_stampede import SCENARIO
 from scenarios.cache_stampede.wait_window import SAMPLE_S
@@ -15,7 +13,7 @@ POLL_MS = 50.0
 POLLS_PER_WAITER = REBUILD_MS / POLL_MS  # 8 polls while the rebuild runs
 
 
-def claims(records: dict[str, dict[str, Any]]) -> dict[str, list[bool]]:
+def claims(records: dict[str, Record]) -> dict[str, list[bool]]:
     """Claim id -> verdicts over the run's records, each claim once."""
     seen: dict[tuple[str, str], bool] = {}
     for rec in records.values():

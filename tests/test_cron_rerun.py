@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from lab.core.records import Record
 from lab.errors import LabError
 from lab.servers import Servers
 from scenarios import SCENARIOS
@@ -24,7 +25,7 @@ FIXED = ("fixed", "fixed-xact-lock")
 CUSTOMERS = SCENARIO.params["customers"]
 
 
-def trials(rec: dict[str, Any]) -> list[dict[str, Any]]:
+def trials(rec: Record) -> list[dict[str, Any]]:
     return list(rec["evidence"]["trials"])
 
 
@@ -195,7 +196,7 @@ async def test_a_slow_scram_login_makes_both_pods_bill(run_scenario: RunFn) -> N
     from lab.core.profiles import profile_settings
     from scenarios.cron_rerun import SLOW_LOGIN_MS, SLOW_LOGIN_NEEDED, SLOW_LOGIN_TRIALS
 
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, Record] = {}
     for case in ("slow-login", "fast-login"):
         knobs, params = profile_settings(SCENARIO, "quick", case=case)
         params["trials"] = SLOW_LOGIN_TRIALS if case == "slow-login" else 1

@@ -8,11 +8,11 @@ import subprocess
 import sys
 from io import StringIO
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
 
+from lab.core.records import Record
 from lab.core.results import write_record
 from lab.output.diff import diff_runs, list_summaries
 from lab.output.runs import print_diff, print_runs
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLAIM = {"id": "DL-3", "text": "fixed: zero deadlocks", "variants": ["fixed"], "measured": "x"}
 
 
-def run_a() -> list[dict[str, Any]]:
+def run_a() -> list[Record]:
     """PostgreSQL 17 embedded: the fix holds."""
     return [
         make_record("buggy", {"ok": 1, "40P01": 39}, run_id="A", wall_ms=400.0),
@@ -33,7 +33,7 @@ def run_a() -> list[dict[str, Any]]:
     ]
 
 
-def run_b() -> list[dict[str, Any]]:
+def run_b() -> list[Record]:
     """PostgreSQL 15 in Docker, a smaller deadlock_timeout, the fix regressed, a new variant."""
     docker15 = {"postgresql": {"product": "postgresql", "kind": "docker", "version": "15.18"}}
     recs = [

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.records import Record
 from lab.core.results import write_record
 from lab.output.report import parse_published, render, timeline_chart, write_report
 from tests.test_verify import make_record
@@ -62,7 +63,7 @@ TIMELINE = {
 }
 
 
-def sample_run(run_id: str = "20260101-000000-html") -> list[dict[str, Any]]:
+def sample_run(run_id: str = "20260101-000000-html") -> list[Record]:
     """One record of each shape the scenarios write, plus one with almost nothing in it."""
     pub_b = '{"ok":4,"40P01":196} in 99403 ms (n=200); {"ok":9,"40P01":31} in 20.7 s (n=40)'
     return [

@@ -8,6 +8,7 @@ scenarios/job_queue/expected/). The load judges what only time shows: the lease.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -24,7 +25,7 @@ from tests.conftest import RunFn, claims_of
 RC = "read_committed"
 
 
-def invariants(rec: dict[str, Any]) -> dict[str, bool]:
+def invariants(rec: Mapping[str, Any]) -> dict[str, bool]:
     return {i["name"]: i["held"] for i in rec["invariants"]}
 
 

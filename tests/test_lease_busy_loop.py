@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.core.records import Record
 from scenarios.lease_busy_loop import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 
 
-def _ev(rec: dict[str, Any], who: str, name: str) -> dict[str, Any]:
+def _ev(rec: Record, who: str, name: str) -> dict[str, Any]:
     return next((e for e in rec["trace"] if e["who"] == who and e["event"] == name), {})
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from lab.core.records import Record
 from lab.errors import LabError
 from lab.load.runner import RunPlan, run_plan
 from lab.output.timeline import render
@@ -16,7 +17,7 @@ from lab.servers import Servers
 from scenarios.lease_gc_pause import SCENARIO, TTL_MS
 from tests.conftest import RunFn, assert_all_held, knobs_for
 
-Records = dict[str, dict[str, Any]]
+Records = dict[str, Record]
 # The document's trace, as (who, what, value): got lock -> fence, release -> result.
 PUBLISHED_DEL = [("A", "got lock", 1), ("B", "got lock", 2), ("A", "release", 1),
                  ("C", "got lock", 3), ("C", "release", 1), ("B", "release", 0)]  # fmt: skip
@@ -25,7 +26,7 @@ PUBLISHED_CAD = [("A", "got lock", 1), ("B", "got lock", 2), ("A", "release", 0)
 EXPIRY_SLACK_MS = 15  # observer poll (2 ms) + a busy event loop on a 2-core box
 
 
-def steps(rec: dict[str, Any]) -> list[tuple[str, str, int | None]]:
+def steps(rec: Record) -> list[tuple[str, str, int | None]]:
     """The lock steps of a record's trace, in time order, as the document prints them."""
     out: list[tuple[str, str, int | None]] = []
     for e in rec["trace"]:
@@ -34,11 +35,11 @@ def steps(rec: dict[str, Any]) -> list[tuple[str, str, int | None]]:
     return out
 
 
-def event(rec: dict[str, Any], who: str, name: str) -> dict[str, Any]:
+def event(rec: Record, who: str, name: str) -> dict[str, Any]:
     return next(e for e in rec["trace"] if e["who"] == who and e["event"] == name)
 
 
-def spans(rec: dict[str, Any], who: str, kind: str) -> list[dict[str, Any]]:
+def spans(rec: Record, who: str, kind: str) -> list[dict[str, Any]]:
     return [
         s for s in rec["evidence"]["timeline"]["spans"] if s["who"] == who and s["kind"] == kind
     ]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.records import Record
 from lab.errors import LabError
 from lab.servers import Servers
 from lab.verify import verify_explore
@@ -21,7 +22,7 @@ from tests.conftest import RunFn, assert_all_held, claims_of
 FIXES = ("fixed", "fixed-for-update", "fixed-optimistic")
 
 
-def invariants(rec: dict[str, Any]) -> dict[str, bool]:
+def invariants(rec: Record) -> dict[str, bool]:
     return {i["name"]: i["held"] for i in rec["invariants"]}
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from lab.core.claims import Record, judge_trials
 from lab.core.profiles import profile_settings
@@ -19,7 +19,7 @@ FAST_DETECT = {"deadlock_timeout_ms": 100}
 TOO_MUCH = INITIAL_BALANCE + 50_000  # more than any account holds
 
 
-def held(rec: dict[str, Any]) -> dict[str, bool]:
+def held(rec: Record) -> dict[str, bool]:
     return {i["name"]: i["held"] for i in rec["invariants"]}
 
 
@@ -113,7 +113,7 @@ async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:
             v for v in SCENARIO.variants if any(c.trials >= k and v in c.variants for c in claims)
         ]
         trials.append(await run_scenario(SCENARIO, need, seed=k, **quick))
-    runs = cast("list[dict[str, Record]]", trials)  # a runner's records, as verify judges them
+    runs = trials  # a runner's records, as verify judges them
     verdicts = {(c.id, c.text): judge_trials(c, runs[: c.trials]) for c in claims}
     not_exercised = {key for key, v in verdicts.items() if v is None}
     assert {cid for cid, _ in not_exercised} <= {"DL-9"}, not_exercised  # needs amount > balance

@@ -4,6 +4,7 @@ records that keep them, and a report that draws them without re-parsing prose.""
 from __future__ import annotations
 
 from lab.core.published import Measured, at_size, published_line
+from lab.core.records import Record
 from lab.output.report import published_of
 from scenarios import get
 
@@ -26,10 +27,13 @@ def test_json_round_trip_and_size_choice() -> None:
 
 
 def test_the_report_reads_declared_numbers_and_old_records_still_draw() -> None:
-    new = {"published": "prose that says nothing", "published_measured": [BUGGY_40.to_json()]}
+    new: Record = {
+        "published": "prose that says nothing",
+        "published_measured": [BUGGY_40.to_json()],
+    }
     got = published_of(new, 40)
     assert got is not None and got.outcomes == {"ok": 9, "40P01": 31} and got.wall_ms == 20700
-    old = {"published": '{"ok":4,"40P01":196} in 99403 ms'}  # a record from before the field
+    old: Record = {"published": '{"ok":4,"40P01":196} in 99403 ms'}  # from before the field
     got = published_of(old, 200)
     assert got is not None and got.outcomes == {"ok": 4, "40P01": 196} and got.wall_ms == 99403
 

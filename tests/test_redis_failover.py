@@ -8,10 +8,10 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from lab.core.records import Record
 from lab.procs.lifecycle import lab_processes
 from scenarios.redis_failover import SCENARIO
 from tests.conftest import RunFn, assert_all_held
@@ -19,7 +19,7 @@ from tests.test_cli import LAB, ROOT, _children, assert_gone
 from tests.test_reliability import _owned_by
 
 
-def assert_sentinels_promoted(rec: dict[str, Any]) -> None:
+def assert_sentinels_promoted(rec: Record) -> None:
     """The record's failover: three Sentinels saw the primary down, agreed, and switched
     to the replica; the events in the order they were announced, after the kill."""
     f = rec["evidence"]["failover"]

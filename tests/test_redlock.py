@@ -6,13 +6,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab.core.records import Record
 from lab.procs import alive as pid_alive
 from scenarios.redlock import SCENARIO
 from tests.conftest import RunFn, assert_all_held
 from tests.test_cli import _children, assert_gone, interruptible
 
 
-def _ev(rec: dict[str, Any], who: str, name: str) -> dict[str, Any]:
+def _ev(rec: Record, who: str, name: str) -> dict[str, Any]:
     return next(e for e in rec["trace"] if e["who"] == who and e["event"] == name)
 
 

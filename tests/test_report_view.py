@@ -9,11 +9,11 @@ import fnmatch
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
-from lab.core.records import Verdict
+from lab.core.records import Record, Verdict
 from lab.output.html import render
 from lab.output.report_view import Counts, Page, page_view
 from lab.output.scenario_view import record_verdicts
@@ -26,11 +26,13 @@ OUTPUT = ROOT / "lab" / "output"
 HOSTILE = '<script>alert("x")</script> & <b>bold</b>'
 
 
-def _verdict(cid: str, status: str, **extra: Any) -> dict[str, Any]:
-    return {"id": cid, "text": f"claim {cid}", "status": status, "measured": "m", **extra}
+def _verdict(cid: str, status: str, **extra: Any) -> Verdict:
+    v: Verdict = {"id": cid, "text": f"claim {cid}", "status": status, "measured": "m"}
+    v.update(extra)  # type: ignore[typeddict-item]  # gap=, fitted=: Verdict's own keys
+    return v
 
 
-def _verify_run() -> tuple[list[dict[str, Any]], list[ScenarioVerdicts]]:
+def _verify_run() -> tuple[list[Record], list[ScenarioVerdicts]]:
     """Two scenarios' records and what verify saved for them: a case, a fitted claim, a
     gap, one not judged, one not held, and a claim of another profile."""
     recs = [
@@ -39,7 +41,7 @@ def _verify_run() -> tuple[list[dict[str, Any]], list[ScenarioVerdicts]]:
         make_record("buggy", {"ok": 3}, scenario="b", verify={"profile": "quick"}),
     ]
 
-    def sv(scenario: str, verdicts: list[dict[str, Any]], case: str = "") -> ScenarioVerdicts:
+    def sv(scenario: str, verdicts: list[Verdict], case: str = "") -> ScenarioVerdicts:
         other = [{"id": "X-1", "text": "slow one", "profiles": ["published"]}]
         return ScenarioVerdicts(
             scenario,
@@ -48,7 +50,7 @@ def _verify_run() -> tuple[list[dict[str, Any]], list[ScenarioVerdicts]]:
             {},
             {},
             1,
-            cast(list[Verdict], verdicts),
+            verdicts,
             skipped=[] if case else other,
             case=case,
         )
@@ -98,7 +100,7 @@ def test_hostile_text_is_escaped_by_the_template() -> None:
     everywhere (headings, attributes, cells): autoescape, not hand-escaping."""
     rec = make_record(HOSTILE, {"ok": 1}, scenario=f'x" onmouseover="{HOSTILE}')
     rec["title"] = HOSTILE
-    rec["claims"] = [{**_verdict("C-1", "held"), "text": HOSTILE, "measured": HOSTILE}]
+    rec["claims"] = [_verdict("C-1", "held", text=HOSTILE, measured=HOSTILE)]
     rec["invariants"] = [{"name": HOSTILE, "held": False, "detail": HOSTILE}]
     page = render(page_view([rec], HOSTILE, generated="now"))
     outside = re.sub(r"<svg\b.*?</svg>", "", page, flags=re.S)

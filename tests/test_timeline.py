@@ -9,15 +9,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from lab.core.records import Record
 from lab.output.timeline import render, timeline_of
 
 WIDTH = 80
 LABEL_W = len("A belief") + 2  # the longest row label, plus padding
 
 
-def record(
-    spans: list[dict[str, Any]], marks: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def record(spans: list[dict[str, Any]], marks: list[dict[str, Any]] | None = None) -> Record:
     return {"evidence": {"timeline": {"unit": "ms", "spans": spans, "marks": marks or []}}}
 
 
@@ -25,7 +24,7 @@ def span(who: str, kind: str, start: float, end: float, label: str = "") -> dict
     return {"who": who, "kind": kind, "start_ms": start, "end_ms": end, "label": label}
 
 
-def draw(rec: dict[str, Any], width: int = WIDTH) -> list[str]:
+def draw(rec: Record, width: int = WIDTH) -> list[str]:
     buf = io.StringIO()
     render(Console(file=buf, width=width, color_system=None), rec)
     return buf.getvalue().splitlines()

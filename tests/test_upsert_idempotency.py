@@ -8,7 +8,6 @@ The load runs the same code unforced: what holds in any order is checked here.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import pytest
 
@@ -21,7 +20,7 @@ from scenarios.upsert_idempotency import KEY, SCENARIO
 from tests.conftest import RunFn, assert_all_held, claims_of
 
 
-def invariants(rec: dict[str, Any]) -> dict[str, bool]:
+def invariants(rec: Record) -> dict[str, bool]:
     return {i["name"]: i["held"] for i in rec["invariants"]}
 
 

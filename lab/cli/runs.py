@@ -22,6 +22,7 @@ from lab.cli.options import (
     servers_for,
     variants_of,
 )
+from lab.core.records import Record
 from lab.core.results import results_root
 from lab.core.scenario import Scenario
 from lab.load.runner import run_plan
@@ -33,7 +34,7 @@ Lines = Any  # a rich Console the result lines go to, or None
 
 def _records(
     sc: Scenario, variants: Sequence[str], profile: str, o: LoadOptions, lines: Lines
-) -> tuple[list[dict[str, Any]], bool, str]:
+) -> tuple[list[Record], bool, str]:
     """Run the plan on its servers with a progress bar on stderr; each record's result
     line to `lines` as it comes (None: no lines). The records, whether they were written,
     and the run id."""
@@ -46,7 +47,7 @@ def _records(
         with report.DelayedProgress(log, len(chosen)) as bar:
             bar.describe(f"{sc.id}: {chosen[0]} (n={plan.knobs.n})")
 
-            def on_record(rec: dict[str, Any]) -> None:
+            def on_record(rec: Record) -> None:
                 if lines is not None:
                     lines.print(report.result_line(rec), markup=False, soft_wrap=True)
                 i = chosen.index(rec["variant"]) + 1
@@ -56,7 +57,7 @@ def _records(
     return records, plan.write, plan.run_id
 
 
-def _json_lines(records: Sequence[dict[str, Any]]) -> None:
+def _json_lines(records: Sequence[Record]) -> None:
     for rec in records:  # after every variant ran: claims comparing variants are in each
         sys.stdout.write(json.dumps(rec, default=str) + "\n")
 

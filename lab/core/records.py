@@ -41,7 +41,8 @@ class Record(TypedDict, total=False):
     trace: list[dict[str, Any]]
     published: str
     published_measured: list[dict[str, Any]]  # lab.core.published.Measured.to_json, per run
-    claims: list[dict[str, Any]]
+    claims: list[Verdict]  # the claims judged on this run (its own and its siblings')
+    claims_not_judged: list[dict[str, Any]]  # the claims this run cannot judge, and why
     load: dict[str, Any]
     verify: dict[str, Any]  # verify's trial, case and profile
     # --- an explore record's entry for one variant ---------------------------------------

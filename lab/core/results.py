@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lab.core.records import Record
 from lab.errors import LabError
 
 SCHEMA_VERSION = 1
@@ -49,7 +50,7 @@ def write_json(path: Path, data: Any) -> Path:
     return write_text(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
-def write_record(record: dict[str, Any], root: Path | None = None) -> Path:
+def write_record(record: Record, root: Path | None = None) -> Path:
     """One record, atomically: a reader sees the whole record or none (Ctrl-C included)."""
     return write_json(
         record_path(record["run_id"], record["scenario"], record["variant"], root), record
@@ -64,7 +65,7 @@ def run_folder(ref: str, root: Path | None = None) -> Path:
     return folder
 
 
-def read_record(path: Path) -> dict[str, Any]:
+def read_record(path: Path) -> Record:
     """One record, upgraded to the current schema; one clear line if it is not one."""
     try:
         return upgrade(json.loads(path.read_text()))
@@ -72,7 +73,7 @@ def read_record(path: Path) -> dict[str, Any]:
         raise LabError(f"{path}: not a readable record ({exc})") from None
 
 
-def load_run(ref: str, root: Path | None = None) -> list[dict[str, Any]]:
+def load_run(ref: str, root: Path | None = None) -> list[Record]:
     """Every record of a run, given its id or its folder."""
     folder = run_folder(ref, root)
     records = [read_record(path) for path in sorted(folder.glob("*.json"))]
@@ -88,7 +89,7 @@ def list_runs(root: Path | None = None) -> list[Path]:
     return sorted((p for p in base.iterdir() if p.is_dir() and any(p.glob("*.json"))), reverse=True)
 
 
-def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+def upgrade(record: Record) -> Record:
     """Old records stay readable: fill what later schema versions added."""
     record.setdefault("schema", 1)
     return record

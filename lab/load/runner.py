@@ -9,7 +9,7 @@ import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import asyncpg
 
@@ -81,11 +81,11 @@ class RunPlan:
 
 
 async def run_plan(
-    plan: RunPlan, servers: Servers, on_record: Callable[[dict[str, Any]], None] | None = None
-) -> list[dict[str, Any]]:
+    plan: RunPlan, servers: Servers, on_record: Callable[[Record], None] | None = None
+) -> list[Record]:
     """Run every variant of the plan with the same knobs; judge claims; write records."""
     check_params(plan.scenario, plan.knobs.n, plan.params)
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, Record] = {}
     ahead: dict[str, asyncio.Task[str]] = {}  # the next variant's database, made meanwhile
     spare: asyncio.Task[str] | None = None  # the next plan's, made during the last variant
     try:
@@ -145,8 +145,8 @@ async def _plan_variant(
     plan: RunPlan,
     variant: str,
     servers: Servers,
-    records: dict[str, dict[str, Any]],
-    on_record: Callable[[dict[str, Any]], None] | None,
+    records: dict[str, Record],
+    on_record: Callable[[Record], None] | None,
     made: asyncio.Task[str] | None,
 ) -> None:
     try:
@@ -163,10 +163,10 @@ async def _plan_variant(
         on_record(rec)
 
 
-def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
+def _attach_claims(plan: RunPlan, records: dict[str, Record]) -> None:
     """The verdicts of the claims these settings are made for; the others, with why not."""
     claims, not_judged = claims_for_run(plan.scenario, plan.knobs, plan.params, plan.case)
-    verdicts = judge_all(tuple(claims), cast("dict[str, Record]", records))
+    verdicts = judge_all(tuple(claims), records)
     judged = {(v["id"], v["text"]) for v in verdicts}
     for v in [v for v in verdicts if v.get("not_judged")]:  # the check said why not
         verdicts.remove(v)
@@ -194,7 +194,7 @@ def _attach_claims(plan: RunPlan, records: dict[str, dict[str, Any]]) -> None:
 
 async def run_variant(
     plan: RunPlan, variant: str, servers: Servers, made: asyncio.Task[str] | None = None
-) -> dict[str, Any]:
+) -> Record:
     """One variant's record. Anything a scenario raises that is neither bad input (LabError)
     nor a declared failure becomes a ScenarioFailure naming scenario and variant.
     `made`: its database, being created already (run_plan makes the next one meanwhile)."""
@@ -228,7 +228,7 @@ def _sockets_needed(plan: RunPlan) -> int:
 
 async def _run_variant(
     plan: RunPlan, variant: str, servers: Servers, made: asyncio.Task[str] | None = None
-) -> dict[str, Any]:
+) -> Record:
     scenario, knobs = plan.scenario, plan.knobs
     if variant not in scenario.variants:
         raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")
@@ -414,7 +414,7 @@ async def _run_variant(
         }
         if load:
             record["load"] = load
-        return cast("dict[str, Any]", record)
+        return record
     finally:
         if observed and env is not None:  # the variant failed: stop what watches it
             with contextlib.suppress(Exception):

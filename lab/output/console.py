@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from lab.core.outcome import notation
+from lab.core.records import Record
 from lab.procs.netdelay import parse_rtt
 from lab.servers import ServerInfo
 
@@ -21,7 +22,7 @@ def servers(console: Console, infos: Sequence[ServerInfo], notes: Sequence[str] 
         console.print(f"[dim]server[/dim] {info.line()}", highlight=False, soft_wrap=True)
 
 
-def headline(rec: Mapping[str, Any]) -> dict[str, Any]:
+def headline(rec: Record) -> dict[str, Any]:
     """The counters a scenario prints beside its outcomes (older records: attempts)."""
     if "headline" in rec:
         return dict(rec["headline"])
@@ -29,23 +30,23 @@ def headline(rec: Mapping[str, Any]) -> dict[str, Any]:
     return {"attempts": counters["attempts"]} if "attempts" in counters else {}
 
 
-def measured_text(rec: Mapping[str, Any]) -> str:
+def measured_text(rec: Record) -> str:
     """`{"ok":4,"40P01":196} attempts=215 in 99403 ms`: outcomes, the scenario's headline
     counters, wall time, in the documents' notation."""
     return f"{_counts(rec)} in {float(rec.get('wall_ms', 0)):.0f} ms"
 
 
-def result_line(rec: dict[str, Any]) -> str:
+def result_line(rec: Record) -> str:
     """`buggy  {"ok":4,"40P01":196}  in 99403 ms`, one line per variant."""
     return f"{rec['variant']:<18} {_counts(rec)}  in {rec['wall_ms']:.0f} ms"
 
 
-def _counts(rec: Mapping[str, Any]) -> str:
+def _counts(rec: Record) -> str:
     extra = "".join(f" {label}={value}" for label, value in headline(rec).items())
     return f"{notation(rec.get('outcomes', {}))}{extra}"
 
 
-def run_title(rec: dict[str, Any]) -> str:
+def run_title(rec: Record) -> str:
     """The scenario and every knob its variants shared."""
     knobs = rec["knobs"]
     title = (
@@ -70,7 +71,7 @@ def _status(c: Mapping[str, Any]) -> str:
     return str(c.get("status") or ("held" if c.get("held") else "not held"))
 
 
-def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
+def results_table(console: Console, records: Sequence[Record]) -> None:
     """Variants side by side with the published numbers, invariants and claim verdicts."""
     if not records:
         return
@@ -105,7 +106,7 @@ def results_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
     console.print(table)
 
 
-def claims_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
+def claims_table(console: Console, records: Sequence[Record]) -> None:
     """Every claim verdict of a run, once each, with measured and published side by side;
     then the claims this run's settings cannot judge, and why."""
     seen: set[tuple[str, str, str]] = set()
@@ -151,7 +152,7 @@ REDIS_HARNESS = frozenset(
 )
 
 
-def evidence_text(rec: dict[str, Any]) -> str:
+def evidence_text(rec: Record) -> str:
     """The server-side facts of a record in one short line: deadlocks, Redis calls, counters."""
     ev = rec.get("evidence") or {}
     parts: list[str] = []
@@ -175,7 +176,7 @@ def evidence_text(rec: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
-def attempts_text(rec: dict[str, Any]) -> str:
+def attempts_text(rec: Record) -> str:
     """Attempts where retries exist: the total and, when sampled, p50/max per transfer."""
     total = (rec.get("counters") or {}).get("attempts")
     per = (rec.get("samples") or {}).get("attempts_per_transfer") or {}
@@ -187,7 +188,7 @@ def attempts_text(rec: dict[str, Any]) -> str:
     return text
 
 
-def compare_table(console: Console, records: Sequence[dict[str, Any]]) -> None:
+def compare_table(console: Console, records: Sequence[Record]) -> None:
     """Every variant of one scenario, same knobs, one row each, beside the published line."""
     if not records:
         return

@@ -14,12 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from lab.core.outcome import notation
+from lab.core.records import Record
 from lab.core.results import list_runs, load_run
 from lab.errors import LabError
 from lab.output.console import REDIS_HARNESS
-
-Record = Mapping[str, Any]
-
 
 # --- listing -----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 
+from lab.core.records import Record
 from lab.core.results import load_run, read_record, run_folder, write_text
 from lab.output.report_view import Page, page_view
 from lab.output.trace_svg import Picture
@@ -42,7 +43,7 @@ def render(page: Page) -> str:
 
 
 def render_records(
-    records: Sequence[Mapping[str, Any]],
+    records: Sequence[Record],
     run_id: str,
     verdicts: Sequence[ScenarioVerdicts] | None = None,
     bench: Mapping[str, Any] | None = None,

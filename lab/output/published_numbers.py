@@ -10,11 +10,9 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from lab.core.published import Measured, at_size
-
-Record = Mapping[str, Any]
+from lab.core.records import Record
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lab.core.records import Record
 from lab.output import svg as charts
 from lab.output.diff import servers_text
 from lab.output.scenario_view import (
@@ -59,8 +60,6 @@ __all__ = [  # the section's types are the page's too
     "evidence_rows",
     "page_view",
 ]
-
-Record = Mapping[str, Any]
 
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "

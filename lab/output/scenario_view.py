@@ -11,15 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from lab.core.records import Verdict
+from lab.core.records import (
+    Record,
+    Verdict,
+)
 from lab.output import svg as charts
 from lab.output.console import REDIS_HARNESS, measured_text
 from lab.output.published_numbers import Published, published_of
 from lab.verify import ScenarioVerdicts, Summary, status_of, summarize
-
-Record = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -235,13 +236,13 @@ def marks_of(tl: Mapping[str, Any]) -> tuple[Mark, ...]:
 def record_verdicts(sc_id: str, recs: Sequence[Record]) -> ScenarioVerdicts:
     """The claims a plain run's records carry, as verify's shape (for a run without
     verify's verdicts): each claim once, judged or not."""
-    seen: dict[tuple[str, str], Mapping[str, Any]] = {}
+    seen: dict[tuple[str, str], Verdict] = {}
     skipped: dict[tuple[str, str], Mapping[str, Any]] = {}
     for r in recs:
         for c in r.get("claims", []):
             seen.setdefault((c["id"], c["text"]), c)
-        for c in r.get("claims_not_judged", []):
-            skipped.setdefault((c["id"], c["text"]), c)
+        for n in r.get("claims_not_judged", []):
+            skipped.setdefault((n["id"], n["text"]), n)
     first = recs[0] if recs else {}
     return ScenarioVerdicts(
         scenario=sc_id,
@@ -250,7 +251,7 @@ def record_verdicts(sc_id: str, recs: Sequence[Record]) -> ScenarioVerdicts:
         knobs=dict(first.get("knobs") or {}),
         params=dict(first.get("params") or {}),
         trials=1,
-        verdicts=[cast(Verdict, c) for c in seen.values()],
+        verdicts=list(seen.values()),
         skipped=[dict(c) for c in skipped.values()],
     )
 
@@ -360,7 +361,7 @@ def _charts(recs: Sequence[Record], pubs: Mapping[str, Published | None]) -> lis
     dist: list[tuple[str, Mapping[str, float], str]] = []
     for r in recs:
         v = str(r["variant"])
-        total = (r.get("counters") or {}).get("attempts")
+        total: float | None = (r.get("counters") or {}).get("attempts")
         per = (r.get("samples") or {}).get("attempts_per_transfer") or {}
         if total is None and per:
             total = per.get("sum")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, cast
 
 from lab.core.claims import Claim, Record
 from lab.core.profiles import claims_for, profile_settings, setup_of
@@ -153,7 +152,7 @@ async def verify_scenario(
                 spare_after=spare or k < k_max,
             )
 
-            def step(rec: dict[str, Any], k: int = k) -> None:
+            def step(rec: Record, k: int = k) -> None:
                 if on_step is not None:
                     trial = f" (trial {k}/{k_max})" if k_max > 1 else ""
                     on_step(f"{scenario.id}: {rec['variant']}{trial} done")
@@ -170,7 +169,7 @@ async def verify_scenario(
                 }
                 if write:
                     write_record(rec)
-            done.append(Trial(trial_knobs.seed, {r["variant"]: cast(Record, r) for r in records}))
+            done.append(Trial(trial_knobs.seed, {r["variant"]: r for r in records}))
             if k == 1:
                 result.records = done[0].records
     except LabError:
