@@ -27,7 +27,7 @@ from lab.pinned import broke_in_some, canonical, kept_in_all, on_canonical, wait
 from scenarios.job_queue import explored, reclaim
 from scenarios.job_queue import job_queue as code
 
-# re-exported: tests/test_job_queue.py reads the batches from here
+# re-exported: the job-queue tests read the batches from here
 from scenarios.job_queue.explored import MEASURED_LINES as MEASURED_LINES
 from scenarios.job_queue.explored import claimed as claimed
 
