@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from lab.cli.base import _tables, app, err, guarded, out
 from lab.cli.options import (
@@ -25,7 +23,6 @@ from lab.core.results import results_root
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.output import console as report
-from lab.servers import Servers
 from lab.verify.lanes import QUICK_LANES
 
 
@@ -83,20 +80,12 @@ def verify(
         import time
 
         from lab.core.profiles import check_profile, profile_settings
-        from lab.core.results import new_run_id
         from lab.load.databases import drop_spares
         from lab.output.verdicts import print_summary, print_verdicts
-        from lab.verify import (
-            coverage,
-            judge_across,
-            save_verdicts,
-            steps,
-            summarize,
-            verify_recorded,
-        )
-        from lab.verify.jobs import plan_jobs
-        from lab.verify.lanes import lanes_for, parse_lanes, run_lanes
-        from scenarios import SCENARIOS, by_id
+        from lab.verify import steps
+        from lab.verify.command import run_verify, verify_recorded_run
+        from lab.verify.lanes import lanes_for, parse_lanes
+        from scenarios import SCENARIOS
 
         check_profile(profile)
         if trials is not None and trials < 1:
@@ -113,15 +102,13 @@ def verify(
                 )
             _verify_matrix(chosen, profile, seed, trials, not no_record, as_json)
             return
-        run_id, width = "", 1
-        schedule: list[dict[str, Any]] = []
         if recorded is not None:
             only = [s.id for s in chosen] if scenarios else []
-            results = verify_recorded(recorded, by_id(), profile, only, trials)
+            vr = verify_recorded_run(
+                recorded, chosen, profile, SCENARIOS, only=only, trials=trials, started=started
+            )
         else:
-            run_id = new_run_id()
             total = sum(steps(s, profile, trials, counterfactual) for s in chosen)
-            results = []
             modes = [profile_settings(s, profile)[0].connect for s in chosen]
             bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
             with servers_for(chosen, pg_dsn, redis_url, bouncer, pg_version, redis_version) as srv:
@@ -133,133 +120,33 @@ def verify(
                 if why:
                     log.print(f"locklab: one lane: {why}", markup=False)
                 with report.DelayedProgress(log, total) as bar:
-                    if width > 1:
-                        bar.describe(f"verify {profile} on {width} lanes")
-                        results = asyncio.run(
-                            run_lanes(
-                                plan_jobs(chosen, profile, trials, counterfactual),
-                                width,
-                                srv,
-                                profile=profile,
-                                run_id=run_id,
-                                seed=seed,
-                                trials=trials,
-                                write=not no_record,
-                                on_step=bar.advance,
-                                schedule=schedule,
-                                counterfactual=counterfactual,
-                            )
-                        )
-                        for res in results:
-                            if res.error:
-                                log.print(
-                                    f"locklab: {res.scenario} {res.case} failed: {res.error}",
-                                    markup=False,
-                                )
-                    else:
-                        results = _verify_here(
-                            chosen,
-                            profile,
-                            srv,
-                            bar,
-                            log,
-                            run_id=run_id,
-                            seed=seed,
-                            trials=trials,
-                            write=not no_record,
-                            counterfactual=counterfactual,
-                        )
-            for sc in chosen:  # claims that compare a scenario's cases
-                if (across := judge_across(sc, profile, results)) is not None:
-                    results.append(across)
-        summary = summarize(results, results[0].profile if results else profile)
-        wall = time.perf_counter() - started
-        covered = coverage(results, SCENARIOS)
-        if run_id and not no_record:
-            save_verdicts(run_id, results, summary, covered, wall, lanes=width, schedule=schedule)
+                    vr = run_verify(
+                        chosen,
+                        profile,
+                        srv,
+                        SCENARIOS,
+                        lanes=width,
+                        progress=bar,
+                        say=lambda line: log.print(line, markup=False),
+                        seed=seed,
+                        trials=trials,
+                        write=not no_record,
+                        counterfactual=counterfactual,
+                        started=started,
+                    )
         if as_json:
-            doc = {
-                "run_id": run_id or recorded,
-                "summary": summary.to_json(),
-                "wall_s": round(wall, 1),
-                "lanes": width,
-                "schedule": schedule,
-                "coverage": covered,
-                "scenarios": [r.to_json() for r in results],
-            }
-            sys.stdout.write(json.dumps(doc, default=str) + "\n")
+            sys.stdout.write(json.dumps(vr.to_json(), default=str) + "\n")
         else:
             console = _tables()
-            print_verdicts(console, results)
-            console.print(covered, markup=False)
-            if run_id and not no_record:
-                console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
-            print_summary(console, summary, wall, lanes=width)
-        if not summary.ok or (counterfactual and summary.cannot_fail):
+            print_verdicts(console, vr.results)
+            console.print(vr.coverage, markup=False)
+            if vr.run_id and not no_record:
+                console.print(f"[dim]records: {results_root() / vr.run_id}/[/dim]")
+            print_summary(console, vr.summary, vr.wall_s, lanes=vr.lanes)
+        if not vr.summary.ok or (counterfactual and vr.summary.cannot_fail):
             raise typer.Exit(1)
 
     guarded(body)
-
-
-def _verify_here(
-    chosen: Sequence[Scenario],
-    profile: str,
-    srv: Servers,
-    bar: report.DelayedProgress,
-    log: Console,
-    *,
-    run_id: str,
-    seed: int,
-    trials: int | None,
-    write: bool,
-    counterfactual: bool = False,
-) -> list[Any]:
-    """verify in the lab's own process (one lane): the loads one after another, then the
-    explores, EXPLORES_AT_ONCE parts side by side (lab/verify/explore.py)."""
-    from lab.verify import explore_claims, verify_explores, verify_plan, verify_scenario
-
-    results: list[Any] = []
-    runs = verify_plan(chosen, profile, trials)
-    for i, (sc, case) in enumerate(runs):
-        name = f"{sc.id} [{case}]" if case else sc.id
-        bar.describe(f"verify {profile}: {name}")
-        res = asyncio.run(
-            verify_scenario(
-                sc,
-                profile,
-                srv,
-                run_id=run_id,
-                seed=seed,
-                trials=trials,
-                write=write,
-                on_step=bar.advance,
-                case=case,
-                spare=i + 1 < len(runs),
-                counterfactual=counterfactual,
-            )
-        )
-        if res.error:
-            log.print(f"locklab: {name} failed: {res.error}", markup=False)
-        results.append(res)
-    # claims about every interleaving (lab/pinned/), explores side by side
-    explored = [sc for sc in chosen if explore_claims(sc, profile)]
-    if explored:
-        bar.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
-    for ex in asyncio.run(
-        verify_explores(
-            explored,
-            profile,
-            srv,
-            run_id=run_id,
-            write=write,
-            on_step=bar.advance,
-            counterfactual=counterfactual,
-        )
-    ):
-        if ex.error:
-            log.print(f"locklab: {ex.scenario} explore failed: {ex.error}")
-        results.append(ex)
-    return results
 
 
 def _verify_matrix(

@@ -1,0 +1,225 @@
+"""`locklab verify` as one call: run the chosen scenarios' claims on servers the caller
+opened (on lanes, or here one after another) or judge a recorded run again, then the
+claims across cases, the summary, the coverage line and the saved verdicts, as one typed
+`VerifyRun`. The CLI parses, opens the servers and the progress display, calls this and
+prints what it returns."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from lab.core.results import new_run_id
+from lab.core.scenario import Scenario
+from lab.servers import Servers
+from lab.verify.judge import ScenarioVerdicts, Summary, coverage, judge_across, summarize
+
+
+class Progress(Protocol):
+    """What verify tells the progress display: what runs now, and a step done."""
+
+    def describe(self, text: str) -> None: ...
+
+    def advance(self, text: str = "") -> None: ...
+
+
+Say = Callable[[str], None]  # one line for the user (stderr), e.g. a run that failed
+
+
+@dataclass
+class VerifyRun:
+    """What one verify did: its verdicts, their summary and what was written."""
+
+    run_id: str  # "" for a recorded run judged again (its id is `recorded`)
+    results: list[ScenarioVerdicts]
+    summary: Summary
+    coverage: str
+    wall_s: float
+    lanes: int = 1
+    schedule: list[dict[str, Any]] = field(default_factory=list)
+    recorded: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id or self.recorded,
+            "summary": self.summary.to_json(),
+            "wall_s": round(self.wall_s, 1),
+            "lanes": self.lanes,
+            "schedule": self.schedule,
+            "coverage": self.coverage,
+            "scenarios": [r.to_json() for r in self.results],
+        }
+
+
+def verify_recorded_run(
+    recorded: str,
+    chosen: Sequence[Scenario],
+    profile: str,
+    catalogue: Sequence[Scenario],
+    *,
+    only: Sequence[str],
+    trials: int | None,
+    started: float | None = None,
+) -> VerifyRun:
+    """The claims judged again on a recorded run's records (nothing runs, nothing is
+    written). `started`: the command's start (perf_counter), where wall_s counts from."""
+    from lab.verify.store import verify_recorded
+
+    started = time.perf_counter() if started is None else started
+    by_id = {s.id: s for s in catalogue}
+    results = verify_recorded(recorded, by_id, profile, list(only), trials)
+    return _concluded("", results, profile, catalogue, started, write=False, recorded=recorded)
+
+
+def run_verify(
+    chosen: Sequence[Scenario],
+    profile: str,
+    servers: Servers,
+    catalogue: Sequence[Scenario],
+    *,
+    lanes: int,
+    progress: Progress,
+    say: Say,
+    seed: int,
+    trials: int | None,
+    write: bool,
+    counterfactual: bool = False,
+    started: float | None = None,
+) -> VerifyRun:
+    """Run and judge `chosen` under `profile` on `servers`: on `lanes` lane processes
+    (lab/verify/lanes.py) or, with one, here; then the claims that compare a scenario's
+    cases, the summary, and (with `write`) the verdicts beside the records. `started`: the
+    command's start (perf_counter; its servers' start counts), where wall_s counts from."""
+    from lab.verify.jobs import plan_jobs
+    from lab.verify.lanes import run_lanes
+
+    started = time.perf_counter() if started is None else started
+    run_id = new_run_id()
+    schedule: list[dict[str, Any]] = []
+    if lanes > 1:
+        progress.describe(f"verify {profile} on {lanes} lanes")
+        results = asyncio.run(
+            run_lanes(
+                plan_jobs(chosen, profile, trials, counterfactual),
+                lanes,
+                servers,
+                profile=profile,
+                run_id=run_id,
+                seed=seed,
+                trials=trials,
+                write=write,
+                on_step=progress.advance,
+                schedule=schedule,
+                counterfactual=counterfactual,
+            )
+        )
+        for res in results:
+            if res.error:
+                say(f"locklab: {res.scenario} {res.case} failed: {res.error}")
+    else:
+        results = verify_here(
+            chosen,
+            profile,
+            servers,
+            progress,
+            say,
+            run_id=run_id,
+            seed=seed,
+            trials=trials,
+            write=write,
+            counterfactual=counterfactual,
+        )
+    for sc in chosen:  # claims that compare a scenario's cases
+        if (across := judge_across(sc, profile, results)) is not None:
+            results.append(across)
+    return _concluded(
+        run_id, results, profile, catalogue, started, write=write, lanes=lanes, schedule=schedule
+    )
+
+
+def _concluded(
+    run_id: str,
+    results: list[ScenarioVerdicts],
+    profile: str,
+    catalogue: Sequence[Scenario],
+    started: float,
+    *,
+    write: bool,
+    lanes: int = 1,
+    schedule: list[dict[str, Any]] | None = None,
+    recorded: str = "",
+) -> VerifyRun:
+    from lab.verify.store import save_verdicts
+
+    summary = summarize(results, results[0].profile if results else profile)
+    wall = time.perf_counter() - started
+    covered = coverage(results, catalogue)
+    if run_id and write:
+        save_verdicts(run_id, results, summary, covered, wall, lanes=lanes, schedule=schedule or [])
+    return VerifyRun(run_id, results, summary, covered, wall, lanes, schedule or [], recorded)
+
+
+def verify_here(
+    chosen: Sequence[Scenario],
+    profile: str,
+    srv: Servers,
+    progress: Progress,
+    say: Say,
+    *,
+    run_id: str,
+    seed: int,
+    trials: int | None,
+    write: bool,
+    counterfactual: bool = False,
+) -> list[ScenarioVerdicts]:
+    """verify in the lab's own process (one lane): the loads one after another, then the
+    explores, EXPLORES_AT_ONCE parts side by side (lab/verify/explore.py)."""
+    from lab.verify.explore import verify_explores
+    from lab.verify.judge import explore_claims
+    from lab.verify.run import verify_plan, verify_scenario
+
+    results: list[ScenarioVerdicts] = []
+    runs = verify_plan(chosen, profile, trials)
+    for i, (sc, case) in enumerate(runs):
+        name = f"{sc.id} [{case}]" if case else sc.id
+        progress.describe(f"verify {profile}: {name}")
+        res = asyncio.run(
+            verify_scenario(
+                sc,
+                profile,
+                srv,
+                run_id=run_id,
+                seed=seed,
+                trials=trials,
+                write=write,
+                on_step=progress.advance,
+                case=case,
+                spare=i + 1 < len(runs),
+                counterfactual=counterfactual,
+            )
+        )
+        if res.error:
+            say(f"locklab: {name} failed: {res.error}")
+        results.append(res)
+    # claims about every interleaving (lab/pinned/), explores side by side
+    explored = [sc for sc in chosen if explore_claims(sc, profile)]
+    if explored:
+        progress.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
+    for ex in asyncio.run(
+        verify_explores(
+            explored,
+            profile,
+            srv,
+            run_id=run_id,
+            write=write,
+            on_step=progress.advance,
+            counterfactual=counterfactual,
+        )
+    ):
+        if ex.error:
+            say(f"locklab: {ex.scenario} explore failed: {ex.error}")
+        results.append(ex)
+    return results
