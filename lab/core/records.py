@@ -17,6 +17,43 @@ class InvariantJson(TypedDict):
     detail: str
 
 
+class PinnedRunJson(TypedDict, total=False):
+    """One pinned run (lab.pinned.schedules.PinnedResult.to_json): a canonical schedule's,
+    or an explore cell's first failing or first erring interleaving."""
+
+    name: str  # the canonical schedule's name, "" for an explored interleaving
+    schedule: list[str]
+    outcomes: dict[str, str]  # session -> its outcome word or SQLSTATE
+    invariants: list[InvariantJson]
+    kept: bool
+    waited: list[str]  # steps the server showed blocked ("s2 write")
+    transcript: str
+    evidence: dict[str, Any]  # the run's env.extra_evidence: each scenario's own
+    timing: dict[str, Any]  # lab.pinned.transcript.StepClock.to_json
+
+
+class ExploreCell(TypedDict, total=False):
+    """Every interleaving of one variant at one isolation level (lab/pinned/explore.py)."""
+
+    interleavings: int
+    ran: int
+    invalid: int
+    kept: int
+    broke: int
+    outcomes: dict[str, int]  # "s1=ok s2=40P01" -> interleavings
+    broke_by: dict[str, int]
+    waited: int  # interleavings in which the server showed some step blocked
+    waited_steps: dict[str, int]
+    broken_invariants: dict[str, int]
+    sqlstates: dict[str, int]  # interleavings in which some session ended with it
+    sqlstate_sessions: dict[str, int]
+    step_sqlstates: dict[str, int]  # ... in which some step raised it
+    first_failing: PinnedRunJson | None
+    first_error: PinnedRunJson | None
+    canonical: dict[str, PinnedRunJson]  # the canonical schedules' runs, by name
+    canonical_only: bool  # the cell counts the canonical schedules only (Pinned's)
+
+
 class Record(TypedDict, total=False):
     # --- a run record (schema 1) -----------------------------------------------------
     schema: int
@@ -47,7 +84,7 @@ class Record(TypedDict, total=False):
     verify: dict[str, Any]  # verify's trial, case and profile
     # --- an explore record's entry for one variant ---------------------------------------
     steps: dict[str, Any]
-    by_isolation: dict[str, dict[str, Any]]
+    by_isolation: dict[str, ExploreCell]
 
 
 class TrialVerdict(TypedDict):

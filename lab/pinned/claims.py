@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 from lab.core.claims import Claim, Record, mutation
+from lab.core.records import ExploreCell, PinnedRunJson
 
 # --- explore claims ----------------------------------------------------------------------
 # Each check reads, for its variant, the cells of the isolation levels the claim names
@@ -15,7 +15,7 @@ from lab.core.claims import Claim, Record, mutation
 RC = "read_committed"
 
 
-def _levels(rec: Record, levels: Sequence[str]) -> dict[str, Any] | None:
+def _levels(rec: Record, levels: Sequence[str]) -> dict[str, ExploreCell] | None:
     cells = rec["by_isolation"]
     if any(lv not in cells for lv in levels):
         return None
@@ -27,7 +27,7 @@ def _explored(
     variant: str,
     text: str,
     levels: Sequence[str],
-    check: Callable[[dict[str, Any]], tuple[bool, str]],
+    check: Callable[[dict[str, ExploreCell]], tuple[bool, str]],
     published: str = "",
 ) -> Claim:
     def judged(records: Mapping[str, Record]) -> tuple[bool, str] | None:
@@ -46,7 +46,7 @@ def kept_in_all(
     """`variant` keeps every invariant in every interleaving that ran, at each level.
     Its counterfactual is a mutation: the same cells with one interleaving broken."""
 
-    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         seen = "; ".join(f"{lv}: kept {c['kept']}/{c['ran']}" for lv, c in cells.items())
         return all(c["ran"] > 0 and c["broke"] == 0 for c in cells.values()), seen
 
@@ -54,7 +54,7 @@ def kept_in_all(
         for lv in levels:
             cell = rec["by_isolation"].get(lv)
             if cell and cell.get("ran"):
-                cell.update(kept=cell["kept"] - 1, broke=cell["broke"] + 1)
+                cell["kept"], cell["broke"] = cell["kept"] - 1, cell["broke"] + 1
                 return
 
     claim = _explored(cid, variant, text, levels, check, published)
@@ -66,7 +66,7 @@ def broke_in_some(
 ) -> Claim:
     """`variant` breaks an invariant in at least one interleaving at each level."""
 
-    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         seen = "; ".join(
             f"{lv}: broke {c['broke']}/{c['ran']} {c['broken_invariants']}"
             for lv, c in cells.items()
@@ -88,7 +88,7 @@ def waited_in(
     """At each level, the server showed some step blocked in some interleaving
     (expect=True), or in none."""
 
-    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         n = {lv: c.get("waited") for lv, c in cells.items()}
         seen = "; ".join(f"{lv}: a step waited in {k}/{cells[lv]['ran']}" for lv, k in n.items())
         ran = all(c["ran"] > 0 and c.get("waited") is not None for c in cells.values())
@@ -109,7 +109,7 @@ def error_in(
 ) -> Claim:
     """At each level, some interleaving ends with `sqlstate` (expect=True) or none does."""
 
-    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         n = {lv: c["sqlstates"].get(sqlstate, 0) for lv, c in cells.items()}
         seen = "; ".join(f"{lv}: {sqlstate} in {k}/{cells[lv]['ran']}" for lv, k in n.items())
         ran = all(c["ran"] > 0 for c in cells.values())
@@ -135,7 +135,7 @@ def canonical(
     deadlock detector picks depends on timing), the server showed the `waited` steps
     blocked, and the invariants held (kept=True) or one broke."""
 
-    def check(cells: dict[str, Any]) -> tuple[bool, str]:
+    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         run = cells[isolation]["canonical"].get(schedule)
         if run is None:
             return False, f"no canonical schedule {schedule!r} in the record"
@@ -158,7 +158,7 @@ def on_canonical(
     variant: str,
     schedule: str,
     text: str,
-    check: Callable[[dict[str, Any]], tuple[bool, str]],
+    check: Callable[[PinnedRunJson], tuple[bool, str]],
     *,
     isolation: str = RC,
     published: str = "",
@@ -167,7 +167,7 @@ def on_canonical(
     `isolation` (its JSON: outcomes, waited, kept, transcript), for what `canonical`
     does not say (nobody waited, either session may be the victim, the rows returned)."""
 
-    def judged(cells: dict[str, Any]) -> tuple[bool, str]:
+    def judged(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         run = cells[isolation]["canonical"].get(schedule)
         if run is None:
             return False, f"no canonical schedule {schedule!r} in the record"
@@ -182,7 +182,7 @@ def nobody_waited(
     """In `variant`'s canonical `schedule` the server showed no step blocked, every session
     ended with one of `ends` and the invariants held."""
 
-    def check(run: dict[str, Any]) -> tuple[bool, str]:
+    def check(run: PinnedRunJson) -> tuple[bool, str]:
         got = " ".join(f"{s}={o}" for s, o in run["outcomes"].items())
         seen = f"{schedule}: {got}; waited: {', '.join(run['waited']) or 'none'}"
         done = all(o in ends for o in run["outcomes"].values())

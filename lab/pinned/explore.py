@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lab import __version__
+from lab.core.records import ExploreCell
 from lab.core.results import (
     SCHEMA_VERSION,
     git_commit,
@@ -26,7 +27,7 @@ from lab.servers import Servers
 # --- explore -----------------------------------------------------------------------------
 
 
-def _cell(results: Sequence[PinnedResult], total: int, invalid: int) -> dict[str, Any]:
+def _cell(results: Sequence[PinnedResult], total: int, invalid: int) -> ExploreCell:
     ran = [r for r in results if not r.invalid]
     broke = [r for r in ran if not r.kept]
     states = Counter(o for r in ran for o in r.outcomes.values() if o[:1].isdigit())
@@ -133,7 +134,7 @@ async def explore(
     }
 
 
-async def _canonical_cell(lab: PinnedLab, pinned: Pinned, variant: str, iso: str) -> dict[str, Any]:
+async def _canonical_cell(lab: PinnedLab, pinned: Pinned, variant: str, iso: str) -> ExploreCell:
     """A cell of a canonical-only explore: the canonical schedules are the runs counted."""
     runs = {
         name: await lab.run(variant, s, isolation=iso, name=name)

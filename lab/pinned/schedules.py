@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.core.records import PinnedRunJson
 from lab.core.scenario import Check, Scenario
 from lab.core.steps import ISOLATION_LEVELS, Pinned, parse_step
 from lab.errors import LabError
@@ -42,7 +43,7 @@ class PinnedResult:
     def signature(self) -> str:
         return " ".join(f"{s}={o}" for s, o in self.outcomes.items())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> PinnedRunJson:
         return {
             "name": self.name,
             "schedule": list(self.schedule),

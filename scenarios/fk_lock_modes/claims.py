@@ -9,9 +9,8 @@ order is judged: every committed request left its item.
 
 from __future__ import annotations
 
-from typing import Any
-
 from lab.core.claims import Claim, invariants_hold
+from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, declare
 from lab.pinned import canonical, error_in, kept_in_all, nobody_waited, on_canonical
 from scenarios.fk_lock_modes import fk_lock_modes as code
@@ -36,7 +35,7 @@ def one_deadlocks(cid: str, variant: str, schedule: str, text: str, published: s
     first waiter's, when the cycle closes well inside deadlock_timeout; at 100 ms on a busy
     machine either), so the claim does not name it."""
 
-    def check(run: dict[str, Any]) -> tuple[bool, str]:
+    def check(run: PinnedRunJson) -> tuple[bool, str]:
         ends = sorted(run["outcomes"].values())
         seen = f"{schedule}: {' '.join(ends)}; waited: {', '.join(run['waited']) or 'none'}"
         both = {"s1 lock", "s2 lock"} <= set(run["waited"])

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Record
+from lab.core.records import PinnedRunJson
 from lab.pinned import RC
 
 MEASURED_LINES = [  # the same batches in the lab's notation
@@ -36,27 +37,27 @@ def _lines(run: Mapping[str, Any]) -> list[str]:
     return [f"worker-{i} claimed {claimed(run, f's{i}')}" for i in (1, 2, 3)]
 
 
-def _published(run: dict[str, Any]) -> tuple[bool, str]:
+def _published(run: PinnedRunJson) -> tuple[bool, str]:
     lines = _lines(run)
     held = lines == MEASURED_LINES and not run["waited"] and run["kept"]
     return held, f"race: {'; '.join(lines)}; waited: {', '.join(run['waited']) or 'none'}"
 
 
-def _same_jobs(run: dict[str, Any]) -> tuple[bool, str]:
+def _same_jobs(run: PinnedRunJson) -> tuple[bool, str]:
     lines = _lines(run)
     twice = claimed(run, "s1") == claimed(run, "s2") != "[]"
     seen = f"queue: {'; '.join(lines)}; waited: {', '.join(run['waited'])}"
     return twice and "s2 claim" in run["waited"], seen
 
 
-def _ran_twice(run: dict[str, Any]) -> tuple[bool, str]:
+def _ran_twice(run: PinnedRunJson) -> tuple[bool, str]:
     inv = next((i for i in run["invariants"] if i["name"] == TWICE), None)
     if inv is None:
         return False, f"queue: no invariant named {TWICE}"
     return not inv["held"], f"queue: {TWICE}: {inv['detail']}"
 
 
-def _invisible(run: dict[str, Any]) -> tuple[bool, str]:
+def _invisible(run: PinnedRunJson) -> tuple[bool, str]:
     """s3 claims while s1 and s2 sit idle in transaction on 1001..1020: nothing, no wait,
     no error; once they commit every job was claimed exactly once."""
     got, errors = claimed(run, "s3"), "ERROR" in run["transcript"]

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation
+from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import RC, on_canonical
 from lab.pinned.scripted import scripted
@@ -32,7 +33,7 @@ PUBLISHED_TREE = (
     "8305 | {8123}     | active              | 00:00:41 | ALTER TABLE orders ADD COLUMN note text; "
     "8400 | {8305}     | active              | 00:00:39 | SELECT * FROM orders WHERE id = 77"
 )
-Run = dict[str, Any]  # a canonical run's JSON: outcomes, waited, kept, transcript, evidence
+Run = PinnedRunJson  # a canonical run: outcomes, waited, kept, transcript, evidence
 
 
 def _at(run: Run, who: str) -> int:

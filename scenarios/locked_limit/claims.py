@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record
+from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, declare
 from lab.pinned import on_canonical
 from scenarios.locked_limit import locked_limit as code
@@ -44,7 +45,7 @@ def reader(
     by the writer (`waited`) or answered at once."""
     form = code.FORMS[int(session[1:]) - 2]
 
-    def check(run: dict[str, Any]) -> tuple[bool, str]:
+    def check(run: PinnedRunJson) -> tuple[bool, str]:
         got, was = run["outcomes"].get(session), f"{session} read" in run["waited"]
         how = "waited" if was else "at once"
         seen = f"{session} {form} read {how}, {got}: {_rows(run, session)}"

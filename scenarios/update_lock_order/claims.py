@@ -12,9 +12,8 @@ what holds in any order is judged: stock moved once per commit, the fix never de
 
 from __future__ import annotations
 
-from typing import Any
-
 from lab.core.claims import all_ok, deadlocks, invariants_hold, repeated
+from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, declare
 from lab.pinned import canonical, error_in, kept_in_all, on_canonical
 from scenarios.update_lock_order import update_lock_order as code
@@ -28,7 +27,7 @@ PUBLISHED = {
 }
 
 
-def _result(run: dict[str, Any], who: str) -> str:
+def _result(run: PinnedRunJson, who: str) -> str:
     """The result of `who`'s step (its `<... completed>` line when it waited)."""
     lines = [x for x in run["transcript"].splitlines() if x.startswith(f"{who} ")]
     last = lines[-1] if lines else ""
@@ -38,13 +37,13 @@ def _result(run: dict[str, Any], who: str) -> str:
     return ""
 
 
-def _serial_reads(run: dict[str, Any]) -> dict[str, str]:
+def _serial_reads(run: PinnedRunJson) -> dict[str, str]:
     return {
         w: _result(run, w) for w in ("gate open-s1", "s1 checkout", "gate open-s2", "s2 checkout")
     }
 
 
-def _plan_dependent(run: dict[str, Any]) -> tuple[bool, str]:
+def _plan_dependent(run: PinnedRunJson) -> tuple[bool, str]:
     """buggy serial: s1 (seq-scan) stopped with 101 free and updated 202 first; s2 (index)
     stopped with 202 free and updated 101 first."""
     got = _serial_reads(run)
@@ -58,7 +57,7 @@ def _plan_dependent(run: dict[str, Any]) -> tuple[bool, str]:
     return got == want and run["kept"], f"serial: {seen}"
 
 
-def _returned_order(run: dict[str, Any]) -> tuple[bool, str]:
+def _returned_order(run: PinnedRunJson) -> tuple[bool, str]:
     """fixed serial: the locking SELECT returned (and so locked) 101 then 202 on both plans,
     and both rows were locked before the UPDATE reached the gate (nothing free)."""
     got = _serial_reads(run)
@@ -69,7 +68,7 @@ def _returned_order(run: dict[str, Any]) -> tuple[bool, str]:
     return held and run["kept"], f"serial: {seen}"
 
 
-def _server_reports(run: dict[str, Any]) -> tuple[bool, str]:
+def _server_reports(run: PinnedRunJson) -> tuple[bool, str]:
     """A 40P01 whose DETAIL names each checkout waiting for the other's transaction."""
     text = run["transcript"]
     details = [x.split("DETAIL ", 1)[1] for x in text.splitlines() if "DETAIL " in x]

@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from lab.core.claims import Claim, NotJudged, Record
+from lab.core.records import PinnedRunJson
 from lab.pinned import RC, on_canonical
 from scenarios.upsert_idempotency.upsert_idempotency import NEEDS_17
 
@@ -41,7 +42,7 @@ def _double_submit(
     """The canonical double submit of `variant`: each session's answer, the steps the
     server showed blocked, what some steps printed (step, text) and which invariants broke."""
 
-    def check(run: dict[str, Any]) -> tuple[bool, str]:
+    def check(run: PinnedRunJson) -> tuple[bool, str]:
         got = " ".join(f"{s}={o}" for s, o in run["outcomes"].items())
         bad = [i["name"] for i in run["invariants"] if not i["held"]]
         seen = [f"{step}: {'yes' if _said(run, step, t) else 'NO'} {t!r}" for step, t in shows]
