@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from lab.core.claims import Claim, Record, mutation
 from lab.core.records import ExploreCell, PinnedRunJson
@@ -189,3 +190,14 @@ def nobody_waited(
         return not run["waited"] and done and run["kept"], seen
 
     return on_canonical(cid, variant, schedule, text, check, published=published)
+
+
+def step_result(run: Mapping[str, Any], session: str, step: str) -> str:
+    """What `session`'s last `step` returned in a pinned run, as its transcript shows it
+    (after ``->`` or ``<... completed>``); "?" if the run has no such step."""
+    text: str = run["transcript"]
+    lines = [x for x in text.splitlines() if x.startswith(f"{session} {step} ")]
+    if not lines:
+        return "?"
+    last = lines[-1]
+    return last[max(last.rfind("-> ") + 3, last.rfind("<... completed> ") + 16) :].strip()

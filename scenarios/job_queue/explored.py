@@ -14,6 +14,7 @@ from typing import Any
 from lab.core.claims import Record
 from lab.core.records import PinnedRunJson
 from lab.pinned import RC
+from lab.pinned.claims import step_result
 
 MEASURED_LINES = [  # the same batches in the lab's notation
     "worker-1 claimed [1001, 1002, 1003 ... 1010]",
@@ -25,12 +26,7 @@ TWICE = "no job processed twice"
 
 def claimed(run: Mapping[str, Any], session: str) -> str:
     """The batch `session`'s claim returned, as the transcript shows it."""
-    text: str = run["transcript"]
-    lines = [x for x in text.splitlines() if x.startswith(f"{session} claim ")]
-    if not lines:
-        return "?"
-    last = lines[-1]
-    return last[max(last.rfind("-> ") + 3, last.rfind("<... completed> ") + 16) :].strip()
+    return step_result(run, session, "claim")
 
 
 def _lines(run: Mapping[str, Any]) -> list[str]:

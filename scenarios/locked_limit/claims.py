@@ -15,6 +15,7 @@ from lab.core.claims import Claim, Record
 from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, declare
 from lab.pinned import on_canonical
+from lab.pinned.claims import step_result
 from scenarios.locked_limit import locked_limit as code
 
 RC = "read_committed"
@@ -23,12 +24,7 @@ CANON = "writer-first"
 
 def _rows(run: Mapping[str, Any], session: str) -> str:
     """The rows `session`'s read returned, as the transcript shows them."""
-    text: str = run["transcript"]
-    lines = [x for x in text.splitlines() if x.startswith(f"{session} read ")]
-    if not lines:
-        return "?"
-    last = lines[-1]
-    return last[max(last.rfind("-> ") + 3, last.rfind("<... completed> ") + 16) :].strip()
+    return step_result(run, session, "read")
 
 
 def reader(
