@@ -10,7 +10,23 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of `pid` in seconds (10 ms resolution), or 0.0 if unreadable."""
+    """CPU seconds `pid` has run, all its live threads: the time on a CPU each thread's
+    /proc/<pid>/task/<tid>/schedstat counts in ns (a short window of a mostly waiting
+    client is a few ms: utime + stime, in 10 ms ticks, read 0 there). Where the kernel
+    keeps no schedstat, utime + stime; 0.0 if unreadable."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        tasks = []
+    ns, seen = 0, False
+    for task in tasks:
+        try:
+            ns += int((task / "schedstat").read_text().split()[0])
+            seen = True
+        except (OSError, IndexError, ValueError):  # a thread that ended meanwhile
+            continue
+    if seen:
+        return ns / 1e9
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
