@@ -399,6 +399,8 @@ def load_options(command: F) -> F:
         for p in inspect.signature(_load_options).parameters.values()
     ]
     names = {f.name for f in fields(LoadOptions)}
+    if names != {p.name for p in shared}:  # the two lists are written apart: keep them one
+        raise TypeError(f"LoadOptions and _load_options differ: {names ^ {p.name for p in shared}}")
 
     @functools.wraps(command)
     def wrapper(**kw: Any) -> None:

@@ -7,9 +7,10 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from lab.cli.base import _tables, app, err, guarded, out
 from lab.cli.options import (
@@ -29,11 +30,9 @@ from lab.load.runner import run_plan
 from lab.output import console as report
 from lab.output import timeline
 
-Lines = Any  # a rich Console the result lines go to, or None
-
 
 def _records(
-    sc: Scenario, variants: Sequence[str], profile: str, o: LoadOptions, lines: Lines
+    sc: Scenario, variants: Sequence[str], profile: str, o: LoadOptions, lines: Console | None
 ) -> tuple[list[Record], bool, str]:
     """Run the plan on its servers with a progress bar on stderr; each record's result
     line to `lines` as it comes (None: no lines). The records, whether they were written,

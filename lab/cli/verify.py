@@ -105,7 +105,7 @@ def verify(
         if recorded is not None:
             only = [s.id for s in chosen] if scenarios else []
             vr = verify_recorded_run(
-                recorded, chosen, profile, SCENARIOS, only=only, trials=trials, started=started
+                recorded, profile, SCENARIOS, only=only, trials=trials, started=started
             )
         else:
             total = sum(steps(s, profile, trials, counterfactual) for s in chosen)

@@ -190,7 +190,7 @@ class Sequencer(Cast):
                     f"{self.label}: schedule step {who} {step!r}: sessions are "
                     f"{', '.join(self.states)}"
                 )
-        tasks: list[asyncio.Task[None]] = []
+        self._tasks = {}
         try:
             for st in self.states.values():
                 if st.proc is not None:
@@ -198,8 +198,7 @@ class Sequencer(Cast):
             self.clock.start()  # the processes are up: the schedule starts here
             for name, st in self.states.items():
                 if st.proc is None:
-                    tasks.append(task := asyncio.create_task(self._main(st)))
-                    self._tasks[name] = task
+                    self._tasks[name] = asyncio.create_task(self._main(st))
             for k, (who, step) in enumerate(items):
                 self._item = f"{who} {step}"
                 await self._settle()
@@ -207,9 +206,10 @@ class Sequencer(Cast):
                 await self._take(k, self.states[who], step, later, on_its_own(schedule[k]))
             self._item = "the end of the schedule"
             await self._to_the_end()
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*self._tasks.values())
         finally:
             self.clock.end_ms = self.clock.now()
+            tasks = list(self._tasks.values())
             if not all(t.done() for t in tasks):
                 await self._abort(tasks)
             for t in tasks:

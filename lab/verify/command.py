@@ -56,7 +56,6 @@ class VerifyRun:
 
 def verify_recorded_run(
     recorded: str,
-    chosen: Sequence[Scenario],
     profile: str,
     catalogue: Sequence[Scenario],
     *,
