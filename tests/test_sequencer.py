@@ -97,6 +97,36 @@ async def test_a_step_for_a_blocked_session_is_an_invalid_permutation(
     assert info.value.at == 2
 
 
+async def holds_or_waits(s: Session) -> str:
+    """s1 locks row 1 and ends with its transaction open; s2 writes row 1, then reads."""
+    if s.index == 0:
+        await s.execute("begin", "BEGIN")
+        await s.execute("write", "UPDATE t SET v = v + 1 WHERE id = $1", 1)
+        return "holds"
+    await s.execute("write", "UPDATE t SET v = v + 1 WHERE id = $1", 1)
+    await s.execute("read", "SELECT 1")
+    return "ok"
+
+
+@pytest.mark.parametrize("persist", [False, True])
+async def test_a_session_that_persists_still_could_move(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection], persist: bool
+) -> None:
+    """s1 ended holding the lock s2 waits for. By default an ended session is gone, so s2
+    is every live session blocked and only the server could move it (here it never does).
+    With persist (an isolation spec's session keeps its transaction), s1 could still
+    move, so s2's next step is an invalid permutation, as in the isolation tester."""
+    sq = seq(db, sessions, holds_or_waits, persist=persist, resolve_timeout=0.3)
+    run = sq.run(("s1 begin", "s1 write", "s2 write", "s2 read"))
+    if persist:
+        with pytest.raises(InvalidPermutation, match="s2 is still blocked in write") as info:
+            await run
+        assert info.value.at == 3
+    else:
+        with pytest.raises(InterleaveTimeout, match="at s2 read: every session blocked"):
+            await run
+
+
 async def test_every_session_blocked_waits_for_the_deadlock_detector(
     db: asyncpg.Pool, sessions: list[asyncpg.Connection]
 ) -> None:

@@ -1,6 +1,6 @@
 """`locklab explore FILE.spec`: every interleaving of a spec's steps at each isolation level
-it leaves open; a step due on a session still waiting makes a permutation invalid (as the
-lab's sequencer and the tester before PostgreSQL 14 have it); outcomes by SQLSTATE."""
+it leaves open, on the lab's sequencer; a step due on a session still waiting makes a
+permutation invalid (as the tester before PostgreSQL 14 has it); outcomes by SQLSTATE."""
 
 from __future__ import annotations
 
@@ -71,6 +71,33 @@ def test_cross_updates_deadlock_or_are_invalid(servers: Servers, tmp_path: Path)
     assert rc.cell() == "ok 4/12, 40P01 in 8, (invalid 8 of 20)"
     endings = {o.ending for o in rc.outcomes.values()}
     assert endings == {"ok", "invalid", "s1 b1 40P01", "s2 b2 40P01"}
+
+
+HOLDS = """setup { CREATE TABLE t (i int); INSERT INTO t VALUES (1); }
+teardown { DROP TABLE t; }
+session s1
+step s1u { BEGIN; UPDATE t SET i = i + 1; }
+teardown { ROLLBACK; }
+session s2
+step s2u { UPDATE t SET i = i + 1; }
+step s2r { SELECT i FROM t; }
+"""
+
+
+def test_a_session_past_its_last_step_keeps_its_locks(servers: Servers, tmp_path: Path) -> None:
+    """s1's only step leaves its transaction open; s2 waits on its row. s2's next step
+    then comes due while s1, its steps done, could still move (a spec's session outlives
+    its steps): invalid, as the tester has it, not a wait for the server (which would
+    never break this wait). A session whose connection the server ended mid-step
+    shows the server's 57P01 (tests/data/isolation/specs/terminate.spec)."""
+    assert servers.pg is not None
+    (rc,) = explore_spec(_spec(tmp_path, HOLDS), servers.pg.dsn, "read_committed")
+    assert rc.cell() == "ok 2/2, (invalid 1 of 3)"
+    assert rc.outcomes["invalid"].first == "s1u s2u s2r"
+    specs = Path(__file__).parent / "data" / "isolation" / "specs"
+    (rc,) = explore_spec(specs / "terminate.spec", servers.pg.dsn, "read_committed")
+    assert rc.outcomes["s2 s2lock 57P01"].first == "s1lock s2lock s1kill s1c"
+    assert rc.outcomes["invalid"].first == "s2lock s1lock s1kill s1c"
 
 
 def test_a_spec_with_its_own_level_runs_once(servers: Servers, tmp_path: Path) -> None:

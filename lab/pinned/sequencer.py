@@ -73,6 +73,10 @@ class Sequencer(Cast):
     `processes` are the sessions that run in worker processes (their lab connection stays
     idle), with `env` for their faults' conditions; `finish` grants the steps the schedule
     leaves out, in cast order (an explored interleaving of some of the steps).
+    `persist`: a session outlives its code (an isolation spec's session keeps its open
+    transaction and its locks after its last step), so an ended session counts as one
+    that could still move: a step due on a blocked session is then invalid unless every
+    session is blocked.
     """
 
     def __init__(
@@ -88,6 +92,7 @@ class Sequencer(Cast):
         processes: Mapping[str, InProcess] | None = None,
         env: Env | None = None,
         finish: bool = False,
+        persist: bool = False,
     ) -> None:
         self.db = db
         self.ends_by_itself = frozenset(ends_by_itself)  # "s2 ask-row": see the module doc
@@ -95,6 +100,7 @@ class Sequencer(Cast):
         self.timeout = timeout
         self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
         self.env, self.finish, procs = env, finish, dict(processes or {})
+        self.persist = persist
         self.code = {name: code for name, (_, code) in sessions.items()}
         self.states: dict[str, _State] = {}
         for i, (name, (conn, _)) in enumerate(sessions.items()):
@@ -325,6 +331,8 @@ class Sequencer(Cast):
         return sum(st.epoch for st in self.states.values())
 
     def _all_blocked(self) -> bool:
+        if self.persist and any(st.ended for st in self.states.values()):
+            return False
         live = [st for st in self.states.values() if not st.ended]
         return bool(live) and all(st.blocked for st in live)
 

@@ -1,13 +1,21 @@
 """``locklab explore FILE.spec``: every interleaving of a spec's steps (its permutation
 lines aside), at each isolation level the spec leaves open, and what each did.
 
-Each permutation runs as the tester runs it (lab/spec/run.py), with one rule of the lab's
-sequencer: a step that comes due on a session still waiting on a lock, while another
-session could move, makes the permutation invalid (skipped and counted), as it did in
-the tester before PostgreSQL 14. A permutation ends *ok* (no step failed), with errors
-(the SQLSTATEs of the steps that failed: s2 u2 40P01), *gave up* (the tester's exit:
-mutually blocked steps, a failed setup) or *invalid*. Permutations with the same ending
-form one outcome; the first of each is kept with what it printed.
+Each permutation runs on the lab's one ordering engine, lab/pinned/sequencer.py, as the
+scenarios' interleavings do: a session is the spec's steps it takes in that permutation,
+each a step of the schedule; the sequencer grants them in order and moves on when every
+session has asked for its next, ended, or is blocked as the server reports it (the
+isolation tester's own pg_isolation_test_session_is_blocked). A step that fails does not
+end its session (the tester's way): its SQLSTATE is kept and the session goes on. A
+session whose steps are done keeps its transaction (the sequencer's `persist`), so a
+step that comes due on a session still waiting on a lock, while another session could
+move, makes the permutation invalid (skipped and counted), as in the tester before
+PostgreSQL 14. A permutation ends *ok* (no step failed), with errors (the SQLSTATEs of
+the steps that failed: s2 u2 40P01), *gave up* (a failed setup, a step that neither
+ended nor blocked within the tester's own limit, lab/spec/run.step_wait_s) or *invalid*.
+Permutations with the same ending form one outcome; the first of each is kept with its
+transcript. (`locklab trace FILE.spec` prints the tester's own text byte for byte: that
+stays the tester's loop, lab/spec/run.py.)
 
 The isolation axis: the spec's connections log in with ``default_transaction_isolation``
 at each level, unless the spec sets one itself (``ISOLATION LEVEL``, ``SET TRANSACTION``,
@@ -16,15 +24,23 @@ at each level, unless the spec sets one itself (``ISOLATION LEVEL``, ``SET TRANS
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import re
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.errors import LabError
+import asyncpg
+
+from lab.core.steps import Session
+from lab.errors import LabError, ScenarioFailure
+from lab.pinned.cast import InvalidPermutation
+from lab.pinned.sequencer import Sequencer
 from lab.spec.databases import Databases
 from lab.spec.parse import PermutationStep, Spec, read_spec
-from lab.spec.run import Invalid, SpecRun, _Exit, all_permutations
+from lab.spec.run import all_permutations, step_wait_s
 
 LEVELS = ("read committed", "repeatable read", "serializable")
 OWN_LEVEL = re.compile(
@@ -90,48 +106,155 @@ def levels_for(spec_text: str, asked: str | None) -> list[str]:
     return list(dict.fromkeys(levels))
 
 
-def _ending(run: SpecRun) -> str:
-    failed = [
-        f"{session_of(run.spec, name)} {name} {state}" for name, state, _ in run.done if state
-    ]
-    return ", ".join(failed) if failed else "ok"
-
-
 def session_of(spec: Spec, step: str) -> str:
     return spec.sessions[spec.step(step).session].name
 
 
+IS_BLOCKED = "SELECT pg_catalog.pg_isolation_test_session_is_blocked($1, $2)"
+RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it
+# A step on a connection the server had already ended (while idle): asyncpg drops the
+# server's FATAL and says "connection is closed"; libpq would still read it (57P01 after a
+# pg_terminate_backend). The step was never sent: SQLSTATE connection_does_not_exist.
+CONNECTION_GONE = "08003"
+
+
+def sqlstate(exc: asyncpg.PostgresError) -> str:
+    """The server's SQLSTATE: for a connection ended mid-step, the FATAL it sent first
+    (57P01 after a pg_terminate_backend), which asyncpg keeps as the cause of its 08003."""
+    cause = exc.__cause__
+    if isinstance(cause, asyncpg.PostgresError) and cause.sqlstate:
+        return str(cause.sqlstate)
+    return str(exc.sqlstate)
+
+
 class _Explorer:
+    """One level's permutations on one database: a control connection and one per session,
+    kept from one permutation to the next (as the tester keeps them)."""
+
     def __init__(
         self, spec: Spec, dsn: str, dbs: Databases, database: str, startup: dict[str, str]
     ) -> None:
         self.spec, self.dsn, self.dbs, self.database = spec, dsn, dbs, database
         self.startup = startup
-        self.run = self._connect()
+        self.control: asyncpg.Connection | None = None
+        self.conns: dict[str, asyncpg.Connection] = {}
 
-    def _connect(self) -> SpecRun:
-        run = SpecRun(self.spec, startup=self.startup, invalid_if_blocked=True)
-        run.connect(self.dsn, self.database)
-        return run
+    async def connect(self) -> None:
+        async def one(name: str) -> asyncpg.Connection:
+            settings = {**self.startup, "application_name": f"locklab explore/{name}"}
+            conn: asyncpg.Connection = await asyncpg.connect(
+                self.dsn, database=self.database, server_settings=settings
+            )
+            return conn
 
-    def permutation(self, steps: list[PermutationStep]) -> tuple[str, str]:
-        """(its ending, what it printed)."""
-        run = self.run
-        run.out, run.done = [], []
+        self.control = await one("control connection")
+        self.conns = {sess.name: await one(sess.name) for sess in self.spec.sessions}
+
+    async def close(self) -> None:
+        for conn in [self.control, *self.conns.values()]:
+            if conn is not None and not conn.is_closed():
+                conn.terminate()
+        self.control, self.conns = None, {}
+
+    async def permutation(self, steps: list[PermutationStep]) -> tuple[str, str]:
+        """(its ending, its transcript)."""
+        if self.control is None:
+            await self.connect()
+        control = self.control
+        assert control is not None
+        spec, failed = self.spec, []
         try:
-            run.permutation(steps)
-            return _ending(run), "".join(run.out)
-        except (Invalid, _Exit) as exc:
-            ending = "invalid" if isinstance(exc, Invalid) else "gave up"
-            text = "".join(run.out)
-            if ending == "gave up" or not run.abandon():
-                run.close()  # sessions mid-step, no teardown ran: a clean database again
-                self.dbs.remake(self.database)
-                self.run = self._connect()
-            return ending, text
+            for sql in spec.setups:
+                await control.execute(sql)
+            for sess in spec.sessions:
+                if sess.setup is not None:
+                    await self.conns[sess.name].execute(sess.setup)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            await self._start_again()
+            return "gave up", f"setup failed: {exc}\n"
+        pids = [c.get_server_pid() for c in self.conns.values()]
 
-    def close(self) -> None:
-        self.run.close()
+        def code_of(session: str) -> Callable[[Session], Awaitable[str]]:
+            mine = [ps.name for ps in steps if session_of(spec, ps.name) == session]
+
+            async def code(s: Session) -> str:
+                pid = s.conn.get_server_pid()
+
+                async def waits() -> bool:  # the tester's own test
+                    return bool(await control.fetchval(IS_BLOCKED, pid, pids))
+
+                for name in mine:
+                    sql = spec.step(name).sql
+                    try:
+                        await s.step(name, s.conn.execute, sql, shown=_one_line(sql), waits=waits)
+                    except asyncpg.PostgresError as exc:  # the session goes on, as the tester's
+                        failed.append(f"{session} {name} {sqlstate(exc)}")
+                    except asyncpg.InterfaceError:  # its connection is gone (terminated)
+                        failed.append(f"{session} {name} {CONNECTION_GONE}")
+                return "done"
+
+            return code
+
+        sessions = {name: (conn, code_of(name)) for name, conn in self.conns.items()}
+        # a step that neither ends nor blocks within the tester's own limit: gave up
+        limit = step_wait_s(control.get_server_version().major)
+        seq = Sequencer(
+            control,
+            sessions,
+            label=f"{spec.sessions[0].name}.. explore",
+            timeout=limit,
+            resolve_timeout=max(RESOLVE_S, limit),
+            persist=True,  # a spec's session keeps its transaction after its last step
+        )
+        schedule = [f"{session_of(spec, ps.name)} {ps.name}" for ps in steps]
+        try:
+            await seq.run(schedule)
+        except InvalidPermutation as exc:
+            seq.transcript.add(schedule[exc.at], "", f"(invalid permutation: {exc.why})")
+            await self._clean_up()
+            return "invalid", seq.transcript.text()
+        except ScenarioFailure as exc:  # a step that neither ended nor blocked
+            seq.transcript.add("explore", "", f"(gave up: {exc})")
+            await self._start_again()
+            return "gave up", seq.transcript.text()
+        await self._teardown()
+        if any(c.is_closed() for c in self.conns.values()):  # a session the spec ended
+            await self._start_again()
+        return (", ".join(failed) if failed else "ok"), seq.transcript.text()
+
+    async def _teardown(self) -> None:
+        """The sessions' teardowns and the spec's; one that fails is skipped (as the
+        tester says so and goes on)."""
+        for sess in self.spec.sessions:
+            if sess.teardown is not None:
+                with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                    await self.conns[sess.name].execute(sess.teardown)
+        if self.spec.teardown is not None and self.control is not None:
+            with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                await self.control.execute(self.spec.teardown)
+
+    async def _clean_up(self) -> None:
+        """After an invalid permutation: every session rolled back, the teardowns; a fresh
+        database if a session's connection did not survive the sequencer's abort."""
+        if any(c.is_closed() for c in self.conns.values()):
+            await self._start_again()
+            return
+        try:
+            for conn in self.conns.values():
+                await conn.execute("ROLLBACK")
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            await self._start_again()
+            return
+        await self._teardown()
+
+    async def _start_again(self) -> None:
+        """Sessions mid-step, no teardown ran: a clean database and new connections."""
+        await self.close()
+        await asyncio.to_thread(self.dbs.remake, self.database)
+
+
+def _one_line(sql: str) -> str:
+    return " ".join(sql.split())
 
 
 def explore_spec(
@@ -155,20 +278,23 @@ def explore_spec(
             startup = {} if level not in LEVELS else {"default_transaction_isolation": level}
             if deadlock_ms is not None:
                 startup["deadlock_timeout"] = f"{deadlock_ms}ms"
-            explorer = _Explorer(spec, dsn, dbs, database, startup)
-            try:
-                for steps in perms:
-                    ending, text = explorer.permutation(steps)
-                    o = res.outcomes.setdefault(ending, Outcome(ending))
-                    if not o.count:
-                        o.first, o.text = " ".join(ps.name for ps in steps), text
-                    o.count += 1
-            finally:
-                explorer.close()
+            asyncio.run(_level(_Explorer(spec, dsn, dbs, database, startup), perms, res))
             results.append(res)
     finally:
         dbs.close()
     return results
+
+
+async def _level(explorer: _Explorer, perms: list[list[PermutationStep]], res: LevelResult) -> None:
+    try:
+        for steps in perms:
+            ending, text = await explorer.permutation(steps)
+            o = res.outcomes.setdefault(ending, Outcome(ending))
+            if not o.count:
+                o.first, o.text = " ".join(ps.name for ps in steps), text
+            o.count += 1
+    finally:
+        await explorer.close()
 
 
 def table_lines(path: Path, results: list[LevelResult]) -> list[str]:

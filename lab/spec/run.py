@@ -16,9 +16,10 @@ does; at twice the limit the run ends, exit code 1, as the tester exits. (The te
 PostgreSQL 14 and later prints no "invalid permutation detected": a step due on a session
 still waiting waits for it, and so does this runner.)
 
-The lab's ordering engine (lab/pinned/sequencer.py) grants steps of Python session code; a spec
-step is one SQL text whose results, notices and completions must print in the tester's
-own order, so this runner keeps the tester's loop itself.
+`locklab explore FILE.spec` runs a spec's permutations on the lab's ordering engine
+(lab/pinned/sequencer.py, via lab/spec/explore.py). `trace` must print the tester's text
+byte for byte: results in text format and notices where the tester reads them, in its
+order of completions, so this runner keeps the tester's loop on its own small libpq.
 """
 
 from __future__ import annotations
@@ -44,12 +45,6 @@ NONBLOCK, RETRY = 1, 2  # try_complete_step's flags
 
 class _Exit(Exception):
     """Where the tester calls exit(1): the run ends, what was printed stays."""
-
-
-class Invalid(Exception):
-    """Explore only: a step came due on a session still waiting on a lock while another
-    session could still move (the tester before PostgreSQL 14 said "invalid permutation
-    detected"; the lab's sequencer skips such a schedule too)."""
 
 
 class Stopped(LabError):
@@ -79,8 +74,6 @@ class SpecRun:
     targets: dict[int, int] = field(default_factory=dict)  # id(blocker) -> notices awaited
     startup: Mapping[str, str] = field(default_factory=dict)  # each connection's startup
     stop: threading.Event | None = None  # set: the run ends at its next look
-    invalid_if_blocked: bool = False  # explore: a step due on a waiting session -> Invalid
-    done: list[tuple[str, str, bool]] = field(default_factory=list)  # (step, SQLSTATE, waited)
     gave_up: tuple[int, str] | None = None  # where the tester gave up on a step: (line, what)
 
     def check_stop(self) -> None:
@@ -177,12 +170,8 @@ class SpecRun:
             if flags & RETRY
             else f"step {step.name}: {step.sql}\n"
         )
-        state = ""
         while (res := conn.pg.get_result()) is not None:
             self.print_result(res)
-            if res.kind == "error":
-                state = state or res.fields.get("C", "08006")  # no fields: the connection went
-        self.done.append((step.name, state, bool(flags & RETRY)))
         while conn.pg.read(0):
             pass
         conn.pg.parse()
@@ -240,13 +229,6 @@ class SpecRun:
             while conn.active is not None:
                 self.check_stop()
                 old = conn.active
-                if self.invalid_if_blocked and old in waiting:
-                    if not self.try_complete(old, NONBLOCK | RETRY):  # it ended meanwhile
-                        waiting.remove(old)
-                        continue
-                    if not self.all_waiting(waiting):
-                        self.emit("invalid permutation detected\n")
-                        raise Invalid
                 if not self.try_complete(old, RETRY):
                     waiting.remove(old)
                 waiting = self.try_complete_all(waiting, NONBLOCK | RETRY)
@@ -281,38 +263,6 @@ class SpecRun:
                 self.run_sql(conn, sess.teardown, failed, fatal=False)
         if self.spec.teardown is not None:
             self.run_sql(self.conns[0], self.spec.teardown, "teardown failed", fatal=False)
-
-    def abandon(self) -> bool:
-        """After an invalid permutation: cancel the steps still running, roll every
-        session back and run the teardowns, printing nothing. False if that failed (the
-        caller starts again on a clean database)."""
-        out, self.out = self.out, []
-        try:
-            for conn in self.conns[1:]:
-                if conn.active is not None:
-                    conn.pg.cancel()
-                    while conn.pg.get_result() is not None:
-                        pass
-                    conn.active = None
-                if conn.pg.closed:
-                    return False
-                conn.pg.execute("ROLLBACK")
-            for conn, sess in zip(self.conns[1:], self.spec.sessions, strict=True):
-                if sess.teardown is not None:
-                    conn.pg.execute(sess.teardown)
-            if self.spec.teardown is not None:
-                res = self.conns[0].pg.execute(self.spec.teardown)
-                return res is not None and res.kind != "error"
-            return True
-        except (OSError, LabError):
-            return False
-        finally:
-            self.out = out
-
-    def all_waiting(self, waiting: list[PermutationStep]) -> bool:
-        """Every session is inside a step the server reported waiting: only the server
-        (its deadlock detector, a timeout) can move now."""
-        return all(c.active is not None and c.active in waiting for c in self.conns[1:])
 
     def blocker_conn(self, b: Blocker) -> _Conn:
         return self.conns[1 + self.spec.step(b.step).session]
