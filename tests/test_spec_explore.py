@@ -100,6 +100,24 @@ def test_a_session_past_its_last_step_keeps_its_locks(servers: Servers, tmp_path
     assert rc.outcomes["invalid"].first == "s2lock s1lock s1kill s1c"
 
 
+def test_a_teardown_that_waits_on_an_open_transaction_is_a_bad_spec(
+    servers: Servers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s1's only step leaves its transaction open and no teardown ends it: the spec's
+    DROP TABLE would wait for ever (the tester hangs). Explore cancels it at the tester's
+    limit (2 s here) and says so in one line naming the file and the permutation."""
+    assert servers.pg is not None
+    monkeypatch.setenv("PG_TEST_TIMEOUT_DEFAULT", "1")  # the limit: 2 s (PostgreSQL 16+)
+    monkeypatch.setenv("PGISOLATIONTIMEOUT", "2")  # and on 15
+    spec = _spec(tmp_path, HOLDS.replace("teardown { ROLLBACK; }\n", ""), "open.spec")
+    with pytest.raises(
+        LabError,
+        match=r"open\.spec: teardown did not finish in 2 s after "
+        r"permutation s2u s1u s2r \(a session's transaction is still open",
+    ):
+        explore_spec(spec, servers.pg.dsn, "read_committed")
+
+
 def test_a_spec_with_its_own_level_runs_once(servers: Servers, tmp_path: Path) -> None:
     own = WRITE_SKEW.replace("BEGIN;", "BEGIN ISOLATION LEVEL SERIALIZABLE;")
     assert levels_for(own, None) == ["the spec's own"]

@@ -25,7 +25,6 @@ at each level, unless the spec sets one itself (``ISOLATION LEVEL``, ``SET TRANS
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import secrets
 from collections.abc import Awaitable, Callable
@@ -39,7 +38,7 @@ from lab.errors import LabError, ScenarioFailure
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.sequencer import Sequencer
 from lab.spec.databases import Databases
-from lab.spec.parse import PermutationStep, Spec, read_spec
+from lab.spec.parse import PermutationStep, Spec, SpecError, read_spec
 from lab.spec.run import all_permutations, step_wait_s
 
 LEVELS = ("read committed", "repeatable read", "serializable")
@@ -47,6 +46,11 @@ OWN_LEVEL = re.compile(
     r"\bisolation\s+level\b|\bset\s+transaction\b|\bdefault_transaction_isolation\b", re.I
 )
 MAX_PERMUTATIONS = 2000  # more than this is refused (the count grows as a multinomial)
+
+
+class StuckTeardown(LabError):
+    """A teardown waited past the tester's limit after a permutation: the spec leaves a
+    transaction open, and every permutation would wait the same (the tester hangs)."""
 
 
 @dataclass
@@ -217,21 +221,27 @@ class _Explorer:
             seq.transcript.add("explore", "", f"(gave up: {exc})")
             await self._start_again()
             return "gave up", seq.transcript.text()
-        await self._teardown()
+        try:
+            await self._teardown(limit)
+        except TimeoutError:
+            names = " ".join(ps.name for ps in steps)
+            raise StuckTeardown(
+                f"teardown did not finish in {limit:g} s after permutation {names} (a "
+                "session's transaction is still open after its last step)"
+            ) from None
         if any(c.is_closed() for c in self.conns.values()):  # a session the spec ended
             await self._start_again()
         return (", ".join(failed) if failed else "ok"), seq.transcript.text()
 
-    async def _teardown(self) -> None:
+    async def _teardown(self, limit: float | None = None) -> None:
         """The sessions' teardowns and the spec's; one that fails is skipped (as the
-        tester says so and goes on)."""
+        tester says so and goes on). One that waits past `limit` raises TimeoutError
+        (asyncpg cancels it): it waits on a lock no step will release."""
         for sess in self.spec.sessions:
             if sess.teardown is not None:
-                with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                    await self.conns[sess.name].execute(sess.teardown)
+                await _skip_failure(self.conns[sess.name].execute(sess.teardown, timeout=limit))
         if self.spec.teardown is not None and self.control is not None:
-            with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
-                await self.control.execute(self.spec.teardown)
+            await _skip_failure(self.control.execute(self.spec.teardown, timeout=limit))
 
     async def _clean_up(self) -> None:
         """After an invalid permutation: every session rolled back, the teardowns; a fresh
@@ -251,6 +261,17 @@ class _Explorer:
         """Sessions mid-step, no teardown ran: a clean database and new connections."""
         await self.close()
         await asyncio.to_thread(self.dbs.remake, self.database)
+
+
+async def _skip_failure(sql: Awaitable[object]) -> None:
+    """Await a teardown's SQL; one that fails is skipped. Past its timeout, TimeoutError
+    (an OSError too, so caught before the OSError a lost connection raises)."""
+    try:
+        await sql
+    except TimeoutError:
+        raise
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        pass
 
 
 def _one_line(sql: str) -> str:
@@ -278,7 +299,10 @@ def explore_spec(
             startup = {} if level not in LEVELS else {"default_transaction_isolation": level}
             if deadlock_ms is not None:
                 startup["deadlock_timeout"] = f"{deadlock_ms}ms"
-            asyncio.run(_level(_Explorer(spec, dsn, dbs, database, startup), perms, res))
+            try:
+                asyncio.run(_level(_Explorer(spec, dsn, dbs, database, startup), perms, res))
+            except StuckTeardown as exc:
+                raise SpecError(f"{path}: {exc}") from None
             results.append(res)
     finally:
         dbs.close()
