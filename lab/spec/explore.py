@@ -33,10 +33,10 @@ from pathlib import Path
 
 import asyncpg
 
-from lab.core.steps import Session
+from lab.core.steps import Session, show_sql
 from lab.errors import LabError, ScenarioFailure
 from lab.pinned.cast import InvalidPermutation
-from lab.pinned.sequencer import Sequencer
+from lab.pinned.sequencer import RESOLVE_S, Sequencer
 from lab.spec.databases import Databases
 from lab.spec.parse import PermutationStep, Spec, SpecError, read_spec
 from lab.spec.run import all_permutations, step_wait_s
@@ -115,7 +115,6 @@ def session_of(spec: Spec, step: str) -> str:
 
 
 IS_BLOCKED = "SELECT pg_catalog.pg_isolation_test_session_is_blocked($1, $2)"
-RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it
 # A step on a connection the server had already ended (while idle): asyncpg drops the
 # server's FATAL and says "connection is closed"; libpq would still read it (57P01 after a
 # pg_terminate_backend). The step was never sent: SQLSTATE connection_does_not_exist.
@@ -141,6 +140,7 @@ class _Explorer:
         self.spec, self.dsn, self.dbs, self.database = spec, dsn, dbs, database
         self.startup = startup
         self.control: asyncpg.Connection | None = None
+        self.limit = step_wait_s()  # the tester's, for the server's version at connect
         self.conns: dict[str, asyncpg.Connection] = {}
 
     async def connect(self) -> None:
@@ -152,6 +152,8 @@ class _Explorer:
             return conn
 
         self.control = await one("control connection")
+        # a step that neither ends nor blocks within the tester's own limit: gave up
+        self.limit = step_wait_s(self.control.get_server_version().major)
         self.conns = {sess.name: await one(sess.name) for sess in self.spec.sessions}
 
     async def close(self) -> None:
@@ -190,7 +192,9 @@ class _Explorer:
                 for name in mine:
                     sql = spec.step(name).sql
                     try:
-                        await s.step(name, s.conn.execute, sql, shown=_one_line(sql), waits=waits)
+                        await s.step(
+                            name, s.conn.execute, sql, shown=show_sql(sql, ()), waits=waits
+                        )
                     except asyncpg.PostgresError as exc:  # the session goes on, as the tester's
                         failed.append(f"{session} {name} {sqlstate(exc)}")
                     except asyncpg.InterfaceError:  # its connection is gone (terminated)
@@ -200,8 +204,7 @@ class _Explorer:
             return code
 
         sessions = {name: (conn, code_of(name)) for name, conn in self.conns.items()}
-        # a step that neither ends nor blocks within the tester's own limit: gave up
-        limit = step_wait_s(control.get_server_version().major)
+        limit = self.limit
         seq = Sequencer(
             control,
             sessions,
@@ -215,35 +218,38 @@ class _Explorer:
             await seq.run(schedule)
         except InvalidPermutation as exc:
             seq.transcript.add(schedule[exc.at], "", f"(invalid permutation: {exc.why})")
-            await self._clean_up()
+            await self._clean_up(steps)
             return "invalid", seq.transcript.text()
         except ScenarioFailure as exc:  # a step that neither ended nor blocked
             seq.transcript.add("explore", "", f"(gave up: {exc})")
             await self._start_again()
             return "gave up", seq.transcript.text()
-        try:
-            await self._teardown(limit)
-        except TimeoutError:
-            names = " ".join(ps.name for ps in steps)
-            raise StuckTeardown(
-                f"teardown did not finish in {limit:g} s after permutation {names} (a "
-                "session's transaction is still open after its last step)"
-            ) from None
+        await self._teardown(steps)
         if any(c.is_closed() for c in self.conns.values()):  # a session the spec ended
             await self._start_again()
         return (", ".join(failed) if failed else "ok"), seq.transcript.text()
 
-    async def _teardown(self, limit: float | None = None) -> None:
-        """The sessions' teardowns and the spec's; one that fails is skipped (as the
-        tester says so and goes on). One that waits past `limit` raises TimeoutError
-        (asyncpg cancels it): it waits on a lock no step will release."""
-        for sess in self.spec.sessions:
-            if sess.teardown is not None:
-                await _skip_failure(self.conns[sess.name].execute(sess.teardown, timeout=limit))
-        if self.spec.teardown is not None and self.control is not None:
-            await _skip_failure(self.control.execute(self.spec.teardown, timeout=limit))
+    async def _teardown(self, steps: list[PermutationStep]) -> None:
+        """The sessions' teardowns and the spec's, after the permutation `steps`; one that
+        fails is skipped (as the tester says so and goes on). One that waits past the
+        step limit (asyncpg cancels it) waits on a lock no step will release:
+        StuckTeardown."""
+        try:
+            for sess in self.spec.sessions:
+                if sess.teardown is not None:
+                    await _skip_failure(
+                        self.conns[sess.name].execute(sess.teardown, timeout=self.limit)
+                    )
+            if self.spec.teardown is not None and self.control is not None:
+                await _skip_failure(self.control.execute(self.spec.teardown, timeout=self.limit))
+        except TimeoutError:
+            names = " ".join(ps.name for ps in steps)
+            raise StuckTeardown(
+                f"teardown did not finish in {self.limit:g} s after permutation {names} (a "
+                "session's transaction is still open after its last step)"
+            ) from None
 
-    async def _clean_up(self) -> None:
+    async def _clean_up(self, steps: list[PermutationStep]) -> None:
         """After an invalid permutation: every session rolled back, the teardowns; a fresh
         database if a session's connection did not survive the sequencer's abort."""
         if any(c.is_closed() for c in self.conns.values()):
@@ -255,7 +261,7 @@ class _Explorer:
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
             await self._start_again()
             return
-        await self._teardown()
+        await self._teardown(steps)
 
     async def _start_again(self) -> None:
         """Sessions mid-step, no teardown ran: a clean database and new connections."""
@@ -272,10 +278,6 @@ async def _skip_failure(sql: Awaitable[object]) -> None:
         raise
     except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
         pass
-
-
-def _one_line(sql: str) -> str:
-    return " ".join(sql.split())
 
 
 def explore_spec(
