@@ -97,6 +97,46 @@ async def test_a_step_for_a_blocked_session_is_an_invalid_permutation(
     assert info.value.at == 2
 
 
+async def test_wait_blocked_waits_for_the_step_and_overdue_may_cancel_it(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """With wait_blocked (the isolation tester since PostgreSQL 14), s2's commit waits for
+    s2's blocked UPDATE instead of being invalid. Nothing releases it before s1's commit,
+    so after `timeout` the sequencer calls `overdue`, which cancels it here; the watch is
+    told of every item with the sessions settled."""
+    told: list[tuple[object, ...]] = []
+    late: list[tuple[list[str], int]] = []
+
+    class Told:
+        async def due(self, k: int, session: str) -> None:
+            told.append(("due", k, session))
+
+        async def granted(self, k: int, session: str) -> None:
+            told.append(("granted", k, session, sq.states[session].blocked))
+
+        async def ended(self) -> None:
+            told.append(("ended",))
+
+    async def overdue(states: Any, n: int) -> None:
+        late.append(([st.session.name for st in states], n))
+        await db.execute("SELECT pg_cancel_backend($1)", states[0].pid)
+
+    sq = seq(db, sessions, bump, wait_blocked=True, overdue=overdue, watch=Told(), timeout=0.5)
+    outcomes = await sq.run(("s1 write", "s2 write", "s2 commit", "s1 commit"))
+    assert outcomes == {"s1": "ok", "s2": "57014"}
+    assert late == [(["s2"], 1)]
+    assert told == [
+        ("due", 0, "s1"),
+        ("granted", 0, "s1", False),
+        ("due", 1, "s2"),
+        ("granted", 1, "s2", True),  # settled: the server shows it blocked
+        ("due", 2, "s2"),  # after its UPDATE was cancelled: its commit is skipped
+        ("due", 3, "s1"),
+        ("granted", 3, "s1", False),
+        ("ended",),
+    ]
+
+
 async def holds_or_waits(s: Session) -> str:
     """s1 locks row 1 and ends with its transaction open; s2 writes row 1, then reads."""
     if s.index == 0:

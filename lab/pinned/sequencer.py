@@ -16,7 +16,9 @@ As in PostgreSQL's isolation tester:
 
 * a step of a session that is still blocked makes the permutation invalid
   (``InvalidPermutation``), unless every live session is blocked: then the server must
-  break the cycle (the deadlock detector, a lock timeout) and the sequencer waits for it;
+  break the cycle (the deadlock detector, a lock timeout) and the sequencer waits for it
+  (with `wait_blocked`, the tester's rule since PostgreSQL 14, it waits for that session's
+  step in any case);
 * a session that has ended (returned, or raised) has its remaining steps skipped, and a
   session that returned past a step (out of stock after its read) skips that step;
 * the transcript prints each step with its SQL and result, ``<waiting ...>`` when the
@@ -45,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import asyncpg
 
@@ -64,6 +66,22 @@ if TYPE_CHECKING:
 POLL_S = 0.002  # between two looks at the server while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
 
+Overdue = Callable[[Sequence[_State], int], Awaitable[None]]
+
+
+class Watch(Protocol):
+    """Told of each schedule item with every session settled: what prints the isolation
+    tester's own text (lab/spec/run.py) from what the sessions recorded."""
+
+    async def due(self, k: int, session: str) -> None:
+        """Item `k` is due on `session` (with `wait_blocked`, its blocked step has ended)."""
+
+    async def granted(self, k: int, session: str) -> None:
+        """Item `k` was granted and every session has settled since."""
+
+    async def ended(self) -> None:
+        """The schedule is done and every session has ended."""
+
 
 class Sequencer(Cast):
     """Run `sessions` (name -> (connection, code)) under one schedule; see the module doc.
@@ -77,6 +95,12 @@ class Sequencer(Cast):
     transaction and its locks after its last step), so an ended session counts as one
     that could still move: a step due on a blocked session is then invalid unless every
     session is blocked.
+    `wait_blocked`: a step due on a blocked session waits for its step to end, and after
+    the schedule each session's blocked step is waited for in the order granted (the
+    isolation tester since PostgreSQL 14). `overdue(states, n)` is called each time a step
+    has run `timeout` more seconds without ending or blocking (n = 1, 2, ...), where there
+    would be an InterleaveTimeout: it may cancel the step, or raise. `watch` is told of
+    every item (see Watch).
     """
 
     def __init__(
@@ -93,6 +117,9 @@ class Sequencer(Cast):
         env: Env | None = None,
         finish: bool = False,
         persist: bool = False,
+        wait_blocked: bool = False,
+        overdue: Overdue | None = None,
+        watch: Watch | None = None,
     ) -> None:
         self.db = db
         self.ends_by_itself = frozenset(ends_by_itself)  # "s2 ask-row": see the module doc
@@ -100,7 +127,10 @@ class Sequencer(Cast):
         self.timeout = timeout
         self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
         self.env, self.finish, procs = env, finish, dict(processes or {})
-        self.persist = persist
+        self.persist, self.wait_blocked = persist, wait_blocked
+        self.overdue, self.watch = overdue, watch
+        self._launched: dict[str, int] = {}  # session -> when its running step was granted
+        self._grants = 0
         self.code = {name: code for name, (_, code) in sessions.items()}
         self.states: dict[str, _State] = {}
         for i, (name, (conn, _)) in enumerate(sessions.items()):
@@ -212,6 +242,8 @@ class Sequencer(Cast):
                 await self._take(k, self.states[who], step, later, on_its_own(schedule[k]))
             self._item = "the end of the schedule"
             await self._to_the_end()
+            if self.watch is not None:
+                await self.watch.ended()
             await asyncio.gather(*self._tasks.values())
         finally:
             self.clock.end_ms = self.clock.now()
@@ -239,8 +271,12 @@ class Sequencer(Cast):
         """Schedule item `k`: `st`'s `step` (`later`: its steps after this one)."""
         who = st.session.name
         fault = st.proc.faults.get(step) if st.proc is not None else None
-        if not st.ended and st.blocked and self._all_blocked():
+        if not st.ended and st.blocked and self.wait_blocked:
+            await self._wait_for(st)
+        elif not st.ended and st.blocked and self._all_blocked():
             await self._resolve()
+        if self.watch is not None:
+            await self.watch.due(k, who)
         if st.ended:
             why = f"{who} ended: {st.outcome}"
             self.transcript.add(f"{who} {step}", "", f"(skipped: {why})")
@@ -261,6 +297,9 @@ class Sequencer(Cast):
             )
         else:
             self._grant(st, own=own)
+            if self.watch is not None:
+                await self._settle()
+                await self.watch.granted(k, who)
             if self._own:
                 await self._until_ended(st, step)
             elif f"{who} {step}" in self.ends_by_itself:
@@ -270,6 +309,13 @@ class Sequencer(Cast):
         """After the schedule: with `finish`, each session's remaining steps in cast order;
         then every session must end (none left paused or asking)."""
         await self._settle()
+        if self.wait_blocked:
+            order = sorted(
+                self.states.values(), key=lambda st: self._launched.get(st.session.name, 0)
+            )
+            for st in order:
+                if not st.ended and st.running is not None and st.blocked:
+                    await self._wait_for(st)
         for name, st in self.states.items():
             if st.frozen and not st.ended:
                 raise ScheduleError(f"{self.label}: {name} is still paused after the schedule")
@@ -321,6 +367,8 @@ class Sequencer(Cast):
         st.running, st.pending = st.pending, None
         st.result, st.more, st.said_waiting = None, [], False
         self._granted = (st, st.running or "", st.shown)
+        self._grants += 1
+        self._launched[st.session.name] = self._grants
         self.clock.granted(st.session.name, st.running or "", st.shown)
         if st.worker is not None:
             st.worker.grant(st.running or "")
@@ -347,6 +395,7 @@ class Sequencer(Cast):
         its step."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
+        late = 0  # times `overdue` was called
         grace: dict[str, tuple[int, float]] = {}  # session -> (its epoch, grace ends at)
         while True:
             busy = [st for st in self.states.values() if self._busy(st)]
@@ -391,6 +440,11 @@ class Sequencer(Cast):
             if all(st.blocked for st in busy):
                 self._flush()
                 return
+            if loop.time() > deadline and self.overdue is not None:
+                late += 1
+                await self.overdue([st for st in busy if not st.blocked], late)
+                deadline = loop.time() + self.timeout
+                continue
             if loop.time() > deadline:
                 stuck = ", ".join(f"{st.session.name} in {st.running or 'its code'}" for st in busy)
                 raise InterleaveTimeout(
@@ -420,6 +474,27 @@ class Sequencer(Cast):
         await self._server_moves(
             lambda: st.ended or st.running != step, ": it was blocked and did not end by itself"
         )
+        await self._settle()
+
+    async def _wait_for(self, st: _State) -> None:
+        """`wait_blocked`: until `st`'s blocked step has ended (a lock released, a timeout),
+        calling `overdue` each `timeout` seconds; then settle."""
+        step, late = st.running, 0
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while not st.ended and st.running == step:
+            if loop.time() > deadline:
+                if self.overdue is None:
+                    raise InterleaveTimeout(
+                        f"{self.label}, at {self._item}: {st.session.name} in {step} did not "
+                        f"end in {self.timeout} s"
+                    )
+                late += 1
+                await self.overdue([st], late)
+                deadline = loop.time() + self.timeout
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await within(self._changed.wait(), 0.05)
         await self._settle()
 
     async def _resolve(self) -> None:
