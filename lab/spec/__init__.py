@@ -1,8 +1,9 @@
 """PostgreSQL's isolation specs, run by the lab and printed as the isolation tester prints
 them: ``parse`` (the spec language), ``wire`` (a small libpq), ``printout`` (PQprint's
-tables), ``run`` (the tester's loop, and `trace_spec`, what ``locklab trace FILE.spec``
-calls). The lab never runs isolationtester itself; its tests run it beside this as the
-reference.
+tables), ``run`` (the permutations on the lab's sequencer, printed by the tester's loop,
+and `trace_spec`, what ``locklab trace FILE.spec`` calls), ``explore`` (every
+interleaving). The lab never runs isolationtester itself; its tests run it beside this as
+the reference.
 """
 
 from __future__ import annotations

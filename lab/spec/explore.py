@@ -14,8 +14,8 @@ PostgreSQL 14. A permutation ends *ok* (no step failed), with errors (the SQLSTA
 the steps that failed: s2 u2 40P01), *gave up* (a failed setup, a step that neither
 ended nor blocked within the tester's own limit, lab/spec/run.step_wait_s) or *invalid*.
 Permutations with the same ending form one outcome; the first of each is kept with its
-transcript. (`locklab trace FILE.spec` prints the tester's own text byte for byte: that
-stays the tester's loop, lab/spec/run.py.)
+transcript. (`locklab trace FILE.spec` prints the tester's own text byte for byte, on the
+same sequencer: lab/spec/run.py.)
 
 The isolation axis: the spec's connections log in with ``default_transaction_isolation``
 at each level, unless the spec sets one itself (``ISOLATION LEVEL``, ``SET TRANSACTION``,

@@ -8,11 +8,14 @@ connection, read into an inbox and parsed only when the runner asks (``is_busy``
 ``get_result``), as libpq parses only in ``PQisBusy`` and ``PQgetResult``.
 
 A login is bounded (CONNECT_S); waiting for a query's results is not, as PQgetResult's
-is not (a step whose second statement blocks hangs the tester and this runner alike).
+is not. The sequencer's sessions wait in the lab's event loop (``readable``,
+``aget_result``, ``aexecute``): the same reads and the same parsing, without blocking the
+other sessions.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import hashlib
@@ -229,12 +232,17 @@ class PgConn:
             data = self.sock.recv(65536)
         except OSError:
             data = b""
-        if not data:  # the server hung up: libpq's "server closed the connection"
+        self.feed(data)
+        return True
+
+    def feed(self, data: bytes) -> None:
+        """Take bytes read from the server (b"": it hung up, libpq's "server closed the
+        connection")."""
+        if not data:
             self.closed = True
-            return True
+            return
         self._buf += data
         self._split()
-        return True
 
     def _next(self) -> tuple[str, bytes]:
         while not self.inbox:
@@ -361,16 +369,22 @@ class PgConn:
         self.parse()
         return self.state == "busy"
 
+    def _next_result(self) -> tuple[bool, Result | None]:
+        """Parse what has arrived: (True, the next result, or None once the query is
+        done), or (False, None) while neither has come."""
+        self.parse()
+        if self.state == "ready":
+            res, self._ready = self._ready, None
+            self.state = "idle" if res is not None and res.text else "busy"
+            return True, res
+        return self.state == "idle", None
+
     def get_result(self) -> Result | None:
         """PQgetResult: the next result, waiting for it; None once the query is done."""
         while True:
-            self.parse()
-            if self.state == "ready":
-                res, self._ready = self._ready, None
-                self.state = "idle" if res is not None and res.text else "busy"
+            answered, res = self._next_result()
+            if answered:
                 return res
-            if self.state == "idle":
-                return None
             self.read(None)
 
     def execute(self, sql: str) -> Result | None:
@@ -379,6 +393,53 @@ class PgConn:
             return Result("error", text=NO_CONNECTION)
         last = None
         while (res := self.get_result()) is not None:
+            last = res
+        return last
+
+    # --- the same, waiting in the event loop ---
+
+    async def recv(self) -> bytes:
+        """Wait in the event loop until the server sends something: what it sent (b"": it
+        hung up)."""
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        fd = self.sock.fileno()
+        if fd < 0:
+            return b""
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, wake)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+        try:
+            return self.sock.recv(65536)
+        except OSError:
+            return b""
+
+    async def readable(self) -> None:
+        """`read`, waiting in the event loop."""
+        if not self.closed:
+            self.feed(await self.recv())
+
+    async def aget_result(self) -> Result | None:
+        """`get_result`, waiting in the event loop."""
+        while True:
+            answered, res = self._next_result()
+            if answered:
+                return res
+            await self.readable()
+
+    async def aexecute(self, sql: str) -> Result | None:
+        """`execute`, waiting in the event loop."""
+        if not self.send_query(sql):
+            return Result("error", text=NO_CONNECTION)
+        last = None
+        while (res := await self.aget_result()) is not None:
             last = res
         return last
 
