@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,8 @@ from lab.spec.suite import (
     skip_reason,
     suite_names,
 )
-from tests.test_cli import ROOT, assert_one_line_error, locklab
+from lab.spec.wire import PgConn
+from tests.test_cli import ROOT, assert_one_line_error, interruptible, locklab
 from tests.test_spec import limits
 
 SUITE = ROOT / "tests" / "data" / "isolation"
@@ -140,3 +142,40 @@ def test_skip_reasons_come_from_a_fixed_list() -> None:
     assert runs_alone("GRANT TEMP ON DATABASE isolation_regression TO r")
     assert runs_alone("CREATE ROLE regress_r")
     assert not runs_alone("CREATE TABLE roles (i int)")
+
+
+def test_ctrl_c_mid_step_ends_the_suite_at_once(servers: Servers, tmp_path: Path) -> None:
+    """SIGINT while a lane's step sleeps on the server: the suite ends within seconds (not
+    at the step's limit), exit 130, one line, and its lanes' databases are gone."""
+    assert servers.pg is not None
+    folder = tmp_path / "isolation"
+    (folder / "specs").mkdir(parents=True)
+    (folder / "specs" / "sleeps.spec").write_text(
+        "session s1\nstep s1sleep { SELECT pg_sleep(60); }\n"
+    )
+    admin = PgConn(servers.pg.dsn)
+    asleep = (
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname LIKE 'locklab_suite_%' AND query LIKE 'SELECT pg_sleep(60)%'"
+    )
+    try:
+        with interruptible(tmp_path, "spec-suite", str(folder), "--pg-dsn", servers.pg.dsn) as (
+            _,
+            errfile,
+        ):
+            for _ in range(600):  # until the server shows the step running
+                res = admin.execute(asleep)
+                if res is not None and res.rows and res.rows[0][0] == "1":
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail(f"the step never started: {errfile.read_text()}")
+            t0 = time.monotonic()
+        assert time.monotonic() - t0 < 10
+        stderr = errfile.read_text()
+        assert "Traceback" not in stderr, stderr
+        assert stderr.strip().splitlines()[-1].startswith("locklab: interrupted")
+        res = admin.execute("SELECT count(*) FROM pg_database WHERE datname LIKE 'locklab_suite_%'")
+        assert res is not None and res.rows == [["0"]]
+    finally:
+        admin.close()

@@ -52,6 +52,7 @@ from lab.spec.wire import NO_CONNECTION, PgConn, Result
 DEFAULT_STEP_WAIT_S = 360.0  # the tester's max_step_wait
 NONBLOCK, RETRY = 1, 2  # try_complete_step's flags
 LOOK_S = 0.05  # a step held by a blocker: how often to look again for what may free it
+STOP_LOOK_S = 0.05  # how often a suite's lane looks whether it was asked to stop
 
 
 class _Exit(Exception):
@@ -268,8 +269,28 @@ class SpecRun:
             self.run_sql(self.conns[0], self.spec.teardown, "teardown failed", fatal=False)
 
     async def run(self) -> None:
-        for perm in self.spec.permutations or all_permutations(self.spec):
-            await self.permutation(perm)
+        """Every permutation; when `stop` is set (a suite's Ctrl-C), the one running ends
+        at once, mid-step too: Stopped."""
+        main = asyncio.current_task()
+        assert main is not None
+
+        async def watch_stop() -> None:
+            # `stop` is a threading.Event the suite sets from its own thread: looked at
+            while self.stop is not None and not self.stop.is_set():  # noqa: ASYNC110
+                await asyncio.sleep(STOP_LOOK_S)
+            main.cancel()
+
+        watcher = asyncio.create_task(watch_stop()) if self.stop is not None else None
+        try:
+            for perm in self.spec.permutations or all_permutations(self.spec):
+                await self.permutation(perm)
+        except asyncio.CancelledError:
+            if self.stop is not None and self.stop.is_set():
+                raise Stopped("stopped") from None
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
 
 
 class _Handle:
