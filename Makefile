@@ -6,29 +6,48 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev lock run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
 	@echo "make compare SCENARIO=<id> | make verify [PROFILE=quick|published] | make test | make lint | make bench"
 	@echo "make servers-up | make servers-down | make docs (the site from docs/, built --strict)"
 
-$(BIN)/locklab: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+# Every install comes from requirements/lock.txt: exact versions with their hashes, for the
+# lab, its tests, lint and docs (Python 3.11 on Linux). pip and setuptools come from the lock
+# too, and the lab itself is installed without build isolation, so that nothing is resolved
+# anew on the day of the install. `make lock` refreshes the lock from pyproject.toml's ranges.
+LOCK := requirements/lock.txt
+PIP_TOOLS := pip-tools==7.6.2
+
+$(BIN)/locklab: pyproject.toml $(LOCK)
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip check
 	@touch $@
 
 venv: $(BIN)/locklab
 
-# test, lint and format need the dev tools: install them when one is missing (a venv made
-# by a plain `pip install -e .` has locklab but no pytest), whatever the files' dates.
+# test, lint and format need the dev tools: a venv made by a plain `pip install -e .` has
+# locklab but no pytest, so install the lock into it when one of them is missing.
 DEV_TOOLS := pytest ruff mypy
 dev: venv
 	@for t in $(DEV_TOOLS); do \
-	  [ -x $(BIN)/$$t ] || { echo "$(BIN)/$$t missing: installing the dev extra"; \
-	    $(BIN)/pip install --quiet -e '.[dev]' && break; }; \
+	  [ -x $(BIN)/$$t ] || { echo "$(BIN)/$$t missing: installing $(LOCK)"; \
+	    $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK) && break; }; \
 	done
+
+# Resolve pyproject.toml's ranges again (today's releases) into the lock, with pip-tools in
+# a venv of its own so that it never mixes into .venv. Run it on Python 3.11 (CI's).
+lock:
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/pip install --quiet $(PIP_TOOLS)
+	CUSTOM_COMPILE_COMMAND="make lock" .venv-lock/bin/pip-compile --quiet --upgrade --extra dev --extra versions --extra docs \
+	  --generate-hashes --allow-unsafe --strip-extras \
+	  --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
+	  -o $(LOCK) pyproject.toml requirements/build.in
+	rm -rf .venv-lock
 
 run-scenario: venv
 	$(BIN)/locklab run $(SCENARIO) --variant all $(ARGS)
@@ -62,12 +81,12 @@ bench: venv
 soak: venv
 	$(BIN)/python tests/soak.py $(ARGS)
 
-# The docs site (mkdocs.yml) into site/: the docs extra when mkdocs or its theme is missing,
+# The docs site (mkdocs.yml) into site/: the lock when mkdocs or its theme is missing,
 # then a strict build (a broken link or a page left out of the nav fails it).
 docs: venv
 	@[ -x $(BIN)/mkdocs ] && $(BIN)/python -c 'import material' 2>/dev/null || \
-	  { echo "mkdocs or mkdocs-material missing in $(VENV): installing the docs extra"; \
-	    $(BIN)/pip install --quiet -e '.[docs]'; }
+	  { echo "mkdocs or mkdocs-material missing in $(VENV): installing $(LOCK)"; \
+	    $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK); }
 	$(BIN)/mkdocs build --strict
 
 servers-up: venv

@@ -14,13 +14,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _fake_venv(tmp: Path, tools: tuple[str, ...]) -> Path:
     """A copy of the Makefile beside a venv made by `pip install -e .`: locklab newer than
-    pyproject.toml, `tools` present; its pip only logs what it is asked to install."""
+    pyproject.toml and the lock, `tools` present; its python only logs what it is asked."""
     shutil.copy(ROOT / "Makefile", tmp / "Makefile")
     (tmp / "pyproject.toml").write_text("")
+    (tmp / "requirements").mkdir()
+    (tmp / "requirements" / "lock.txt").write_text("")
     bin_dir = tmp / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     log = tmp / "pip.log"
-    for name in ("locklab", "pip", *tools):
+    for name in ("locklab", "python", *tools):
         script = bin_dir / name
         script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\n')
         script.chmod(0o755)
@@ -31,12 +33,14 @@ def _fake_venv(tmp: Path, tools: tuple[str, ...]) -> Path:
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_test_installs_dev_tools_when_missing(tmp_path: Path) -> None:
-    """No pytest in the venv: `make test` installs the dev extra first, then runs pytest."""
+    """No pytest in the venv: `make test` installs the lock first, then runs pytest."""
     log = _fake_venv(tmp_path, ())
     proc = subprocess.run(["make", "dev"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
-    assert log.read_text().splitlines() == ["pip install --quiet -e .[dev]"]
-    assert ".venv/bin/pytest missing: installing the dev extra" in proc.stdout
+    assert log.read_text().splitlines() == [
+        "python -m pip install --quiet --require-hashes --no-deps -r requirements/lock.txt"
+    ]
+    assert ".venv/bin/pytest missing: installing requirements/lock.txt" in proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

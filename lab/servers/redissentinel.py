@@ -188,7 +188,7 @@ class SentinelGroup:
     def sentinel(self, **kwargs: Any) -> Sentinel:
         """A client that finds the primary by asking the Sentinels (holds the password)."""
         password = self.primary.password
-        return Sentinel(  # type: ignore[no-untyped-call]  # redis-py: not annotated
+        return Sentinel(
             [("127.0.0.1", s.port) for s in self.sentinels],
             sentinel_kwargs={"password": password},
             password=password,
