@@ -38,12 +38,14 @@ app.add_typer(servers_app, name="servers")
 T = TypeVar("T")
 
 
+# soft_wrap: a line longer than the terminal is left for the terminal to fold, not broken
+# by rich, so a path or a command copied from it is whole (tables still fit the width).
 def out() -> Console:
-    return Console(highlight=False)
+    return Console(highlight=False, soft_wrap=True)
 
 
 def err() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def guarded(body: Callable[[], T]) -> T:
@@ -112,7 +114,7 @@ def _tables() -> Console:
     """stdout for tables: piped into a file or a program it gets 160 columns, not 80."""
     console = out()
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(highlight=False, width=160)
+        console = Console(highlight=False, width=160, soft_wrap=True)
     return console
 
 
