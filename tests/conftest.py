@@ -22,11 +22,10 @@ from lab.core.knobs import Knobs
 from lab.core.profiles import profile_settings
 from lab.core.records import Record, Verdict
 from lab.core.scenario import Scenario
-from lab.errors import LabError
 from lab.load.runner import RunPlan, run_plan
 from lab.pytest_plugin import ServerNeeds
 from lab.servers import Servers
-from lab.servers.pgbouncer import find_pgbouncer
+from lab.servers.pgbouncer import pgbouncer_missing
 
 RunFn = Callable[..., Awaitable[dict[str, Record]]]
 
@@ -39,15 +38,7 @@ for _var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LIN
 
 def pgbouncer_available() -> bool:
     """PgBouncer comes from the system (`.ci/run` installs Debian's) or from the user."""
-    if os.environ.get("LOCKLAB_PGBOUNCER_DSN"):
-        return True
-    if os.environ.get("LOCKLAB_PG_DSN"):
-        return False  # the lab's own PgBouncer only fronts its own embedded PostgreSQL
-    try:
-        find_pgbouncer()
-    except LabError:
-        return False
-    return True
+    return pgbouncer_missing(bool(os.environ.get("LOCKLAB_PG_DSN"))) is None
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def verify(
         from lab.load.databases import drop_spares
         from lab.output.verdicts import print_summary, print_verdicts
         from lab.verify import steps
-        from lab.verify.command import run_verify, verify_recorded_run
+        from lab.verify.command import run_verify, runnable, verify_recorded_run
         from lab.verify.lanes import lanes_for, parse_lanes
         from scenarios import SCENARIOS
 
@@ -108,6 +108,11 @@ def verify(
                 recorded, profile, SCENARIOS, only=only, trials=trials, started=started
             )
         else:
+            chosen, not_run = runnable(chosen, profile, pg_dsn)
+            if not chosen:  # asked for only what this machine cannot run
+                raise LabError(not_run[0].missing)
+            for r in not_run:
+                log.print(f"locklab: {r.scenario} not judged: {r.missing}", markup=False)
             total = sum(steps(s, profile, trials, counterfactual) for s in chosen)
             modes = [profile_settings(s, profile)[0].connect for s in chosen]
             bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
@@ -133,6 +138,7 @@ def verify(
                         write=not no_record,
                         counterfactual=counterfactual,
                         started=started,
+                        not_run=not_run,
                     )
         if as_json:
             sys.stdout.write(json.dumps(vr.to_json(), default=str) + "\n")

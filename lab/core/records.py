@@ -116,3 +116,4 @@ class Verdict(TypedDict, total=False):
     setup: str  # "document" | "scaled: <what differs from the document's settings>"
     counterfactual: str  # "failed" | "held" | "none: <why>" (verify --counterfactual)
     counterfactual_measured: str  # what the check measured on the counterfactual
+    missing: str  # not judged: a part its scenario needs is not on this machine (why)

@@ -23,7 +23,14 @@ from lab.errors import LabError
 from lab.procs.lifecycle import folder_marker, folder_of, folder_processes, mark_kept, stop_folder
 from lab.procs.trust import distrust, private_dir, read_trusted_json, warn, write_private_json
 from lab.servers import docker
-from lab.servers.base import PgServer, RedisServer, ServerInfo, check_url, redact
+from lab.servers.base import (
+    PgServer,
+    RedisServer,
+    ServerInfo,
+    check_answers,
+    check_url,
+    redact,
+)
 from lab.servers.embedded import (
     PG_SETTINGS,
     EmbeddedPostgres,
@@ -31,7 +38,7 @@ from lab.servers.embedded import (
     make_base_dir,
     remove_base_dir,
 )
-from lab.servers.pgbouncer import EmbeddedPgBouncer
+from lab.servers.pgbouncer import EmbeddedPgBouncer, pgbouncer_missing
 
 __all__ = ["PgServer", "RedisServer", "ServerInfo", "Servers", "open_servers"]
 
@@ -86,13 +93,17 @@ def open_servers(
     try:
         if need_pg and pg_dsn:
             check_url(pg_dsn, ("postgresql", "postgres"), "PostgreSQL DSN")
+            check_answers(pg_dsn, "PostgreSQL")
             info = ServerInfo("postgresql", "external", "?", redact(pg_dsn))
             servers.pg = PgServer(info=info, dsn=pg_dsn)
         if need_redis and redis_url:
             check_url(redis_url, ("redis", "rediss", "unix"), "Redis URL")
+            check_answers(redis_url, "Redis")
             servers.redis = RedisServer(
                 ServerInfo("redis", "external", "?", redact(redis_url)), redis_url
             )
+        if need_pgbouncer and (why := missing_pgbouncer(pg_dsn)):
+            raise LabError(why)  # before any server of the lab's starts
         want_pg = need_pg and servers.pg is None
         want_redis = need_redis and servers.redis is None
         if mode == "external" and (want_pg or want_redis):
@@ -127,6 +138,14 @@ def open_servers(
         servers.close()
         raise
     return servers
+
+
+def missing_pgbouncer(pg_dsn: str | None) -> str | None:
+    """Why a command with these settings can have no PgBouncer (None: it can): the lab
+    starts its own only in front of its own PostgreSQL, and only if pgbouncer is installed."""
+    external = bool(pg_dsn or os.environ.get("LOCKLAB_PG_DSN"))
+    external |= os.environ.get("LOCKLAB_SERVERS") in ("docker", "external")
+    return pgbouncer_missing(external)
 
 
 def _start_embedded(

@@ -76,6 +76,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "redis": 6379, "rediss": 6379}
+
+
+def check_answers(url: str, what: str, timeout: float = 3.0) -> None:
+    """A server given by URL must accept a connection before the lab starts anything else
+    (a closed port is one line now, not a failure in the middle of a run). Sockets given
+    as a path are left to the client."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname:
+        return
+    port = parts.port or DEFAULT_PORTS[parts.scheme]
+    try:
+        socket.create_connection((parts.hostname, port), timeout=timeout).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise LabError(f"{what} {redact(url)} does not answer: {why.lower()}") from None
+
+
 def redact(url: str) -> str:
     """host:port/db of a DSN or URL, without user or password (even when malformed)."""
     parts = urllib.parse.urlsplit(url)

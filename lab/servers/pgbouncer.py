@@ -25,6 +25,8 @@ from lab.servers.embedded import (
     spawn_until_ready,
 )
 
+NOT_INSTALLED = "pgbouncer not installed: apt-get install pgbouncer"
+
 
 def find_pgbouncer() -> Path:
     """pgbouncer: LOCKLAB_PGBOUNCER, else PATH (Debian's package puts it in /usr/sbin)."""
@@ -32,8 +34,25 @@ def find_pgbouncer() -> Path:
         return given_binary("LOCKLAB_PGBOUNCER", env)
     found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin:/usr/local/sbin")
     if not found:
-        raise LabError("pgbouncer not found: apt-get install pgbouncer, or set LOCKLAB_PGBOUNCER")
+        raise LabError(f"{NOT_INSTALLED} (or set LOCKLAB_PGBOUNCER to its path)")
     return Path(found)
+
+
+def pgbouncer_missing(pg_external: bool) -> str | None:
+    """Why no PgBouncer can be had for a run, or None when one can: the user's
+    (LOCKLAB_PGBOUNCER_DSN), or the lab's own binary in front of its own PostgreSQL. A
+    LOCKLAB_PGBOUNCER that names no program is the user's mistake, not a missing part."""
+    if os.environ.get("LOCKLAB_PGBOUNCER_DSN"):
+        return None
+    if pg_external:
+        return "PgBouncer not given: set LOCKLAB_PGBOUNCER_DSN (PostgreSQL is not the lab's own)"
+    if os.environ.get("LOCKLAB_PGBOUNCER"):
+        return None
+    try:
+        find_pgbouncer()
+    except LabError:
+        return NOT_INSTALLED
+    return None
 
 
 @dataclass

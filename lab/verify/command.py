@@ -14,8 +14,15 @@ from typing import Any, Protocol
 
 from lab.core.results import new_run_id
 from lab.core.scenario import Scenario
-from lab.servers import Servers
-from lab.verify.judge import ScenarioVerdicts, Summary, coverage, judge_across, summarize
+from lab.servers import Servers, missing_pgbouncer
+from lab.verify.judge import (
+    ScenarioVerdicts,
+    Summary,
+    coverage,
+    judge_across,
+    missing_part,
+    summarize,
+)
 
 
 class Progress(Protocol):
@@ -54,6 +61,19 @@ class VerifyRun:
         }
 
 
+def runnable(
+    chosen: Sequence[Scenario], profile: str, pg_dsn: str | None
+) -> tuple[list[Scenario], list[ScenarioVerdicts]]:
+    """(the scenarios this machine can run, the others' claims not judged with why): a
+    machine without PgBouncer judges every claim but PgBouncer's, as if those scenarios had
+    not been asked for."""
+    bouncer = [s for s in chosen if "pgbouncer" in s.uses]
+    why = missing_pgbouncer(pg_dsn) if bouncer else None
+    if why is None:
+        return list(chosen), []
+    return [s for s in chosen if s not in bouncer], [missing_part(s, profile, why) for s in bouncer]
+
+
 def verify_recorded_run(
     recorded: str,
     profile: str,
@@ -87,11 +107,13 @@ def run_verify(
     write: bool,
     counterfactual: bool = False,
     started: float | None = None,
+    not_run: Sequence[ScenarioVerdicts] = (),
 ) -> VerifyRun:
     """Run and judge `chosen` under `profile` on `servers`: on `lanes` lane processes
     (lab/verify/lanes.py) or, with one, here; then the claims that compare a scenario's
     cases, the summary, and (with `write`) the verdicts beside the records. `started`: the
-    command's start (perf_counter; its servers' start counts), where wall_s counts from."""
+    command's start (perf_counter; its servers' start counts), where wall_s counts from.
+    `not_run`: the verdicts of scenarios this machine cannot run (`runnable`)."""
     from lab.verify.jobs import plan_jobs
     from lab.verify.lanes import run_lanes
 
@@ -134,6 +156,7 @@ def run_verify(
     for sc in chosen:  # claims that compare a scenario's cases
         if (across := judge_across(sc, profile, results)) is not None:
             results.append(across)
+    results += not_run
     return _concluded(
         run_id, results, profile, catalogue, started, write=write, lanes=lanes, schedule=schedule
     )

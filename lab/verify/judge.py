@@ -43,6 +43,7 @@ class ScenarioVerdicts:
     error: str | None = None
     wall_s: float = 0.0
     case: str = ""  # "" = the profile's own settings, else one of the scenario's cases
+    missing: str = ""  # not run: a part it needs is not on this machine (why, how to get it)
     # trial 1's records by variant, for claims that compare cases (not serialised)
     records: Mapping[str, Record] = field(default_factory=dict, repr=False)
 
@@ -59,6 +60,7 @@ class ScenarioVerdicts:
             "skipped": self.skipped,
             "error": self.error,
             "wall_s": round(self.wall_s, 2),
+            "missing": self.missing,
         }
 
     @classmethod
@@ -79,6 +81,10 @@ class Summary:
     gaps: int = 0  # held claims on a published number the lab does not reproduce: not in held
     fitted: int = 0  # held on a number a knob was fitted to: not in held
     cannot_fail: int = 0  # held on their counterfactual too (verify --counterfactual)
+    # not judged because this machine lacks a part their scenario needs (PgBouncer): as if
+    # their scenarios had not been asked for, so not against `ok`; `missing` says which
+    missing: int = 0
+    missing_why: str = ""
 
     @property
     def ok(self) -> bool:
@@ -96,6 +102,8 @@ class Summary:
             extra.append(f"{self.cannot_fail} held on their counterfactual too: cannot fail")
         if self.not_judged:
             extra.append(f"{self.not_judged} not judged")
+        if self.missing:
+            extra.append(f"{self.missing} NOT JUDGED ({self.missing_why})")
         if self.not_exercised:
             extra.append(f"{self.not_exercised} not exercised by these settings")
         if self.errors:
@@ -120,6 +128,8 @@ class Summary:
             "gaps": self.gaps,
             "fitted": self.fitted,
             "cannot_fail": self.cannot_fail,
+            "missing": self.missing,
+            "missing_why": self.missing_why,
             "line": self.line(),
         }
 
@@ -241,8 +251,28 @@ def bare_verdict(c: Claim) -> Verdict:
     return c.bare()
 
 
+def missing_part(scenario: Scenario, profile: str, why: str) -> ScenarioVerdicts:
+    """A scenario this machine cannot run (`why`: a part it needs is not installed): each of
+    its claims in `profile` not judged, saying why, and not counted against verify's exit."""
+    verdicts: list[Verdict] = [
+        {
+            **bare_verdict(c),
+            "held": False,
+            "status": "not judged",
+            "judged": False,
+            "measured": why,
+            "missing": why,
+            "trials_asked": c.trials,
+        }
+        for c in scenario.claims
+        if profile in c.profiles
+    ]
+    return ScenarioVerdicts(scenario.id, scenario.title, profile, {}, {}, 0, verdicts, missing=why)
+
+
 def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
-    verdicts = [v for r in results for v in r.verdicts]
+    missing = [v for r in results for v in r.verdicts if v.get("missing")]
+    verdicts = [v for r in results for v in r.verdicts if not v.get("missing")]
     # records written before "not reproduced" was a status said "held" with a gap's text
     gaps = sum(1 for v in verdicts if status_of(v) in ("held", "not reproduced") and is_gap(v))
     return Summary(
@@ -255,8 +285,11 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
         not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
         skipped=sum(len(r.skipped) for r in results),
         errors=sum(1 for r in results if r.error),
-        scenarios=len({r.scenario for r in results}),  # not its cases and explores
+        # not its cases and explores, nor a scenario this machine could not run
+        scenarios=len({r.scenario for r in results} - {r.scenario for r in results if r.missing}),
         profile=profile,
+        missing=len(missing),
+        missing_why="; ".join(sorted({str(v["missing"]) for v in missing})),
     )
 
 

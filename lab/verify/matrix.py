@@ -31,6 +31,7 @@ from lab.verify import (
     verify_plan,
     verify_scenario,
 )
+from lab.verify.command import runnable
 
 MATRIX_FILE = "matrix/matrix.json"  # in a subfolder: not read as a run record
 
@@ -156,7 +157,7 @@ def run_matrix(
     """Verify `scenarios` once per column, each on servers of that column's versions."""
     matrix = Matrix(list(cols))
     for i, col in enumerate(cols):
-        chosen = [s for s in scenarios if col.uses in s.uses]
+        chosen, not_run = runnable([s for s in scenarios if col.uses in s.uses], profile, None)
         if on_column is not None:
             on_column(col, i)
         results: list[ScenarioVerdicts] = []
@@ -198,6 +199,7 @@ def run_matrix(
         for sc in chosen:
             if (across := judge_across(sc, profile, results)) is not None:
                 results.append(across)
+        results += not_run
         matrix.results[col.label] = results
         if write:
             save_verdicts(col_run, results, summarize(results, profile))
