@@ -231,3 +231,27 @@ def test_the_child_dies_with_a_killed_lab(how: str) -> None:
         if lab.poll() is None:
             lab.kill()
             lab.wait()
+
+
+async def test_several_grants_go_in_one_write(
+    echo: Worker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """grant(step, n) is one write of n lines: a child that takes one and exits (cron-rerun's
+    pod-2 that skips) cannot close the pipe between two writes while the lab is preempted,
+    which made a later write fail (seen beside a busy core). The child takes what it needs."""
+    await echo.wait_for("hello")
+    assert echo.proc.stdin is not None
+    writes: list[bytes] = []
+    real = echo.proc.stdin.write
+
+    def counted(data: bytes) -> None:
+        writes.append(data)
+        real(data)
+
+    monkeypatch.setattr(echo.proc.stdin, "write", counted)
+    echo.grant("go")
+    await echo.wait_for("went")
+    echo.grant("end", 3)  # it takes one and exits
+    assert (await echo.wait_for("returned")).fields == {"result": "A"}
+    assert [w.count(b"\n") for w in writes] == [1, 3]
+    assert await echo.proc.wait() == 0

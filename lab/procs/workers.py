@@ -173,19 +173,22 @@ class Worker:
 
     # --- the lab -> child direction -------------------------------------------------------
 
-    def _write(self, obj: Mapping[str, Any], what: str) -> None:
+    def _write(self, obj: Mapping[str, Any], what: str, times: int = 1) -> None:
+        """`obj` as `times` lines, in one write: a child that takes fewer and exits cannot
+        close the pipe between two of them (a second write would then find it closed)."""
         assert self.proc.stdin is not None
         if self.ended or self.proc.stdin.is_closing():  # `what`, not `obj`: no password shown
             raise WorkerError(f"worker {self.name}: cannot send {what}: {self.status()}")
-        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode() * times)
 
     def send(self, message: Mapping[str, Any], what: str) -> None:
         """One JSON object to the child (`Child.receive`); `what` names it in an error."""
         self._write(message, what)
 
-    def grant(self, step: str) -> None:
-        """Let the child run its step `step` (it reads the grant when it gets there)."""
-        self._write({"grant": step}, f"the grant of {step!r}")
+    def grant(self, step: str, times: int = 1) -> None:
+        """Let the child run its step `step` (it reads the grant when it gets there), or
+        `times` steps of that name: up to that many, since it may end before it takes them."""
+        self._write({"grant": step}, f"the grant of {step!r}", times)
 
     # --- the child -> lab direction -------------------------------------------------------
 
