@@ -5,7 +5,7 @@ Loaded in any pytest run where locklab is installed (the ``pytest11`` entry poin
 shape follows pytest-postgresql: one session-scoped fixture owns the servers (started
 from binaries, or an existing server when a DSN is given: its ``proc`` and ``noproc``),
 and per-test fixtures hand out a fresh database on it. The servers come from the same
-function the ``locklab`` command uses (DSN -> kept -> Docker -> embedded)::
+function the ``locklab`` command uses (DSN -> kept -> embedded; Docker when asked)::
 
     def test_checkout(locklab_pg_dsn, locklab_redis_url, locklab_redis_prefix): ...
 

@@ -2,7 +2,7 @@
 
 Servers come from the lab's own pytest plugin (lab/pytest_plugin.py), which resolves them
 as the CLI does: LOCKLAB_PG_DSN / LOCKLAB_REDIS_URL when set, else kept servers, else
-Docker when an engine answers, else embedded servers started here and stopped at exit
+embedded servers started here and stopped at exit (Docker only with LOCKLAB_SERVERS=docker)
 (asyncpg's test base does the same with PGHOST).
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import urllib.parse
 from pathlib import Path
 
 import asyncpg
@@ -35,13 +36,23 @@ def test_forced_docker_without_engine_is_one_clear_error(no_docker: None) -> Non
         open_servers(need_redis=False, mode="docker")
 
 
-async def test_falls_back_to_embedded_and_stops_it(no_docker: None) -> None:
-    """auto without Docker: embedded servers start, answer, are noted, and stop on close."""
+async def test_auto_starts_embedded_without_asking_docker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """auto: embedded servers start, answer and stop on close; a Docker engine, there or
+    not, is never asked (Docker only when asked for: LOCKLAB_SERVERS=docker)."""
+
+    def asked() -> str | None:
+        raise AssertionError("auto asked Docker")
+
+    monkeypatch.setattr(docker, "docker_unavailable", asked)
+    for var in ("LOCKLAB_PG_DSN", "LOCKLAB_REDIS_URL", "LOCKLAB_SERVERS"):
+        monkeypatch.delenv(var, raising=False)
     srv = open_servers(mode="auto")
     with srv:
         assert srv.pg is not None and srv.redis is not None
         assert srv.pg.info.kind == "embedded" and srv.redis.info.kind == "embedded"
-        assert any("docker" in n for n in srv.notes)
+        assert not any("docker" in n for n in srv.notes)
         conn = await asyncpg.connect(srv.pg.dsn)
         assert await conn.fetchval("SHOW deadlock_timeout") == "1s"
         assert await conn.fetchval("SHOW log_lock_waits") == "off"
@@ -69,7 +80,9 @@ def test_postgres_never_runs_as_root(servers: Servers) -> None:
 
 def test_external_dsn_wins_and_is_redacted(servers: Servers) -> None:
     """A DSN given by the user is used as is (no server started) and recorded without secrets."""
-    srv = open_servers("postgresql://app:s3cret@127.0.0.1:1/x", need_redis=False)
+    assert servers.pg is not None
+    hostport = urllib.parse.urlsplit(servers.pg.dsn).netloc.rpartition("@")[2]  # answers
+    srv = open_servers(f"postgresql://app:s3cret@{hostport}/x", need_redis=False)
     assert srv.pg is not None and srv.pg.info.kind == "external"
     assert "s3cret" not in srv.pg.info.address and srv.stops == []
 

@@ -1,11 +1,13 @@
-"""Where PostgreSQL and Redis come from: external → kept embedded → Docker → embedded.
+"""Where PostgreSQL and Redis come from: external → kept → embedded; Docker when asked.
 
 1. external: a DSN/URL given by flag or ``LOCKLAB_PG_DSN`` / ``LOCKLAB_REDIS_URL``;
 2. embedded servers kept running by ``locklab servers up``;
-3. Docker, when an engine answers (testcontainers, images pinned to the documents');
-4. embedded: the lab starts its own from binaries it finds, and stops them afterwards.
+3. embedded: the lab starts its own from binaries it finds (the pip packages', then the
+   system's), and stops them afterwards.
 
-``LOCKLAB_SERVERS=embedded|docker|external`` forces one source.
+Docker (testcontainers, the documents' image versions) only when asked for:
+``--servers docker`` or ``LOCKLAB_SERVERS=docker``; ``embedded`` and ``external`` force
+those sources the same way. A machine's Docker engine never changes what ``auto`` does.
 """
 
 from __future__ import annotations
@@ -115,21 +117,17 @@ def open_servers(
                     servers.pg, want_pg = kept.pg, False
                 if want_redis:
                     servers.redis, want_redis = kept.redis, False
-        if (want_pg or want_redis) and mode in ("auto", "docker"):
-            reason = docker.docker_unavailable()
-            if reason is None:
-                if want_pg:
-                    servers.pg, stop = docker.start_postgres()
-                    servers.stops.append(stop)
-                    want_pg = False
-                if want_redis:
-                    servers.redis, stop = docker.start_redis()
-                    servers.stops.append(stop)
-                    want_redis = False
-            elif mode == "docker":
+        if (want_pg or want_redis) and mode == "docker":
+            if (reason := docker.docker_unavailable()) is not None:
                 raise LabError(f"LOCKLAB_SERVERS=docker but {reason}")
-            else:
-                servers.notes.append(f"docker: {reason}; using embedded servers")
+            if want_pg:
+                servers.pg, stop = docker.start_postgres()
+                servers.stops.append(stop)
+                want_pg = False
+            if want_redis:
+                servers.redis, stop = docker.start_redis()
+                servers.stops.append(stop)
+                want_redis = False
         if want_pg or want_redis:
             _start_embedded(servers, want_pg, want_redis)
         if need_pgbouncer:

@@ -91,7 +91,7 @@ def check_answers(url: str, what: str, timeout: float = 3.0) -> None:
         socket.create_connection((parts.hostname, port), timeout=timeout).close()
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-        raise LabError(f"{what} {redact(url)} does not answer: {why.lower()}") from None
+        raise LabError(f"cannot reach {what} at {redact(url)}: {why.lower()}") from None
 
 
 def redact(url: str) -> str:

@@ -1,4 +1,7 @@
-"""Servers in Docker containers via testcontainers, pinned to the documents' versions."""
+"""Servers in Docker containers via testcontainers, pinned to the documents' versions, when
+asked for (``--servers docker``). The images are the versions the documents measured on
+(PostgreSQL 17.11, Redis 7.4.11), not the embedded builds (17.10 and 8.2.3, what pip
+ships): Docker is the way to run the documents' own servers; docs/servers.md says so."""
 
 from __future__ import annotations
 
@@ -37,7 +40,10 @@ def _start(container: Any) -> None:
 
 
 def start_postgres() -> tuple[PgServer, Callable[[], None]]:
-    from testcontainers.postgres import PostgresContainer
+    try:
+        from testcontainers.community.postgres import PostgresContainer
+    except ImportError:  # testcontainers < 4.15, before its modules moved to .community
+        from testcontainers.postgres import PostgresContainer  # type: ignore[no-redef, unused-ignore]
 
     flags = " ".join(f"-c {k}={v!r}" for k, v in PG_SETTINGS.items())
     container = PostgresContainer(
@@ -58,7 +64,10 @@ def start_postgres() -> tuple[PgServer, Callable[[], None]]:
 
 
 def start_redis() -> tuple[RedisServer, Callable[[], None]]:
-    from testcontainers.redis import RedisContainer
+    try:
+        from testcontainers.community.redis import RedisContainer
+    except ImportError:  # testcontainers < 4.15
+        from testcontainers.redis import RedisContainer  # type: ignore[no-redef, unused-ignore]
 
     container = RedisContainer(REDIS_IMAGE)
     _start(container)
