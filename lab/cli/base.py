@@ -118,6 +118,28 @@ def _tables() -> Console:
     return console
 
 
+def _show_version(value: bool) -> None:
+    """--version: what a run would record, then exit (before any command is parsed)."""
+    if not value:
+        return
+    from lab.output.provenance import version_lines
+
+    console = out()
+    for line in guarded(version_lines):
+        console.print(line, markup=False)
+    raise typer.Exit()
+
+
+def _servers_mode(value: str | None) -> str | None:
+    from lab.servers import MODES
+
+    if value is not None:
+        if value not in MODES:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(MODES)}")
+        os.environ["LOCKLAB_SERVERS"] = value  # read by lab.servers.open_servers()
+    return value
+
+
 @app.callback()
 def _options(
     results_dir: Annotated[
@@ -127,6 +149,26 @@ def _options(
             help="Where records go (default ./results of the current folder; env LOCKLAB_RESULTS).",
         ),
     ] = None,
+    servers: Annotated[
+        str | None,
+        typer.Option(
+            "--servers",
+            help="Where servers come from: auto (a DSN given, kept ones, else the lab's own "
+            "embedded ones) | embedded | docker (only when asked) | external; env "
+            "LOCKLAB_SERVERS.",
+            callback=_servers_mode,
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="The lab's version and commit, the servers it would use and the client "
+            "libraries' versions, as every record carries them.",
+            callback=_show_version,
+            is_eager=True,
+        ),
+    ] = False,
 ) -> None:
     """Reproduce concurrency bugs and their fixes against real PostgreSQL and Redis."""
     if results_dir:

@@ -57,6 +57,7 @@ def bench(
     and a record."""
 
     def body() -> None:
+        from lab.core.provenance import lab_info
         from lab.core.results import git_commit, new_run_id, write_json
 
         if what not in ("checkout", "redis", "isolation"):
@@ -86,7 +87,7 @@ def bench(
             name = "result.json"
         if not no_record:  # beside run records, in a subfolder: not a scenario run
             path = results_root() / run_id / "bench" / name
-            write_json(path, {**data, "git_commit": git_commit()})
+            write_json(path, {**data, "git_commit": git_commit(), "lab": lab_info()})
             err().print(f"[dim]record: {path}[/dim]")
         if as_json:
             sys.stdout.write(json.dumps(data, default=str) + "\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -13,14 +12,14 @@ from typing import Any
 
 import asyncpg
 
-from lab import __version__
 from lab.aio import within
 from lab.core.claims import judge_all
 from lab.core.knobs import Knobs, connections_needed, server_connections_needed
 from lab.core.outcome import TIMEOUT, notation, ordered
 from lab.core.profiles import claims_for_run
+from lab.core.provenance import lab_info
 from lab.core.records import Record
-from lab.core.results import SCHEMA_VERSION, git_commit, write_record
+from lab.core.results import SCHEMA_VERSION, write_record
 from lab.core.scenario import (
     Actor,
     Env,
@@ -393,11 +392,7 @@ async def _run_variant(
             "knobs": knobs.to_json(),
             "params": dict(plan.params),
             "servers": {i.product: i.to_json() for i in servers.infos()},
-            "lab": {
-                "version": __version__,
-                "git_commit": git_commit(),
-                "python": platform.python_version(),
-            },
+            "lab": lab_info(),
             "outcomes": ordered(outcomes, scenario.outcomes),
             "wall_ms": round(wall_ms, 1),
             "latency_ms": percentiles([x for v in latencies.values() for x in v]),

@@ -242,6 +242,9 @@ def _context(a: Sequence[Record], b: Sequence[Record]) -> list[Change]:
     la, lb = ra.get("lab") or {}, rb.get("lab") or {}
     for key in ("version", "git_commit", "python"):
         out.append(_same(f"lab {key}", str(la.get(key, "-")), str(lb.get(key, "-"))))
+    libs_a, libs_b = la.get("libraries") or {}, lb.get("libraries") or {}
+    for name in sorted(set(libs_a) | set(libs_b)):  # records before 2026-12 have none
+        out.append(_same(name, str(libs_a.get(name, "-")), str(libs_b.get(name, "-"))))
     out.append(_same("started", str(ra.get("started_at", "-")), str(rb.get("started_at", "-"))))
     return out
 

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import platform
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lab import __version__
+from lab.core.provenance import lab_info
 from lab.core.records import ExploreCell
 from lab.core.results import (
     SCHEMA_VERSION,
-    git_commit,
     results_root,
     write_json,
 )
@@ -125,11 +123,7 @@ async def explore(
         "deadlock_timeout_ms": deadlock_ms,
         "isolation": levels_all,
         "servers": {i.product: i.to_json() for i in servers.infos()},
-        "lab": {
-            "version": __version__,
-            "git_commit": git_commit(),
-            "python": platform.python_version(),
-        },
+        "lab": lab_info(),
         "variants": by_variant,
     }
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-import platform
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lab import __version__
+from lab.core.provenance import lab_info
 from lab.core.results import (
     SCHEMA_VERSION,
-    git_commit,
     results_root,
     write_json,
 )
@@ -64,11 +62,7 @@ def trace_record(
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "deadlock_timeout_ms": deadlock_ms,
         "servers": {i.product: i.to_json() for i in servers.infos()},
-        "lab": {
-            "version": __version__,
-            "git_commit": git_commit(),
-            "python": platform.python_version(),
-        },
+        "lab": lab_info(),
         "svg": None,
         "runs": [{"variant": r.variant, "isolation": r.isolation, **r.to_json()} for r in results],
     }

@@ -120,3 +120,36 @@ def open_for(
             need_pgbouncer=need_pgbouncer,
             mode=mode,
         )
+
+
+def would_use() -> list[str]:
+    """Where each server of a run would come from now, one line per product, without
+    starting one (`locklab --version`): the order open_servers() resolves them in."""
+    from lab.servers import docker, kept_servers, missing_pgbouncer
+
+    mode = os.environ.get("LOCKLAB_SERVERS", "auto")
+    kept = kept_servers() if mode == "auto" else None
+    lines = []
+    for product, env, image, listed in (
+        ("postgresql", "LOCKLAB_PG_DSN", docker.PG_IMAGE, pg_available),
+        ("redis", "LOCKLAB_REDIS_URL", docker.REDIS_IMAGE, redis_available),
+    ):
+        given = kept.pg if kept and product == "postgresql" else kept.redis if kept else None
+        if os.environ.get(env):
+            lines.append(
+                f"{product}: the server at {env} (its version is read when a run connects)"
+            )
+        elif given is not None:
+            lines.append(f"{product}: {given.info.version}, {given.info.source}")
+        elif mode == "docker":
+            lines.append(f"{product}: Docker image {image} (--servers docker)")
+        elif found := listed():
+            others = "".join(f"; also {a.version} ({a.source})" for a in found[1:])
+            lines.append(f"{product}: {found[0].version} from {found[0].source}{others}")
+        else:
+            lines.append(f"{product}: none found (pip install 'locklab[servers]')")
+    why = missing_pgbouncer(None)
+    lines.append(
+        f"pgbouncer: {why}" if why else "pgbouncer: the system's, started in front of PostgreSQL"
+    )
+    return lines
