@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -115,6 +116,25 @@ def test_symlinked_state_folder_is_left_alone(
     assert servers_down() == []
     assert "is a symlink" in capsys.readouterr().err
     assert (victim / "precious.txt").exists() and sleeper.poll() is None
+
+
+def test_own_state_folder_too_open_is_closed_not_refused(
+    root_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user's own state folder at 755 (others may read, not write): closed to 700 and
+    used, without a warning on every command; at 777 (others may write) it is refused,
+    and the warning says that."""
+    from lab.procs.trust import private_dir
+
+    folder = root_dir / f"locklab-state-{os.geteuid()}"
+    folder.mkdir(mode=0o700)
+    folder.chmod(0o755)
+    assert private_dir(create=False) == folder
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert capsys.readouterr().err == ""
+    folder.chmod(0o777)
+    assert private_dir(create=False) is None
+    assert "has mode 777 (others may write it)" in capsys.readouterr().err
 
 
 def test_a_trusted_state_file_still_cannot_name_a_foreign_folder_or_pid(

@@ -59,8 +59,11 @@ def distrust(path: Path, *, directory: bool, private: bool) -> str | None:
         return "is not a regular file"
     if st.st_uid != os.geteuid():
         return f"is owned by uid {st.st_uid}, not {os.geteuid()}"
-    if st.st_mode & (0o077 if private else 0o022):
-        return f"has mode {stat.S_IMODE(st.st_mode):o} (others may write it)"
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o022:
+        return f"has mode {mode:o} (others may write it)"
+    if private and mode & 0o077:
+        return f"has mode {mode:o} (others may read it; private is {700 if directory else 600})"
     return None
 
 
@@ -105,6 +108,16 @@ def private_dir(create: bool = True) -> Path | None:
     why = distrust(path, directory=True, private=True)
     if why == "does not exist":
         return None
+    if why is not None and "others may read it" in why:
+        # the user's own folder (not a link; nobody else may write it), only too open:
+        # close it rather than refuse it on every command
+        with contextlib.suppress(OSError):
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+        why = distrust(path, directory=True, private=True)
     if why is not None:
         warn(f"{path} {why}; not using it, left alone")
         return None
