@@ -516,3 +516,23 @@ async def test_waiters_released_inside_one_step_complete_in_it(
     )
     assert sq.waited == ["s2 write", "s3 alter"]
     assert await db.fetchval("SELECT v FROM t WHERE id = 1") == 2
+
+
+async def take(s: Session) -> str:
+    """Both sessions: one decrement of row 1 that returns the new value, then COMMIT."""
+    sql = "UPDATE t SET v = v - 1 WHERE id = $1 RETURNING v"
+    async with s.transaction():
+        await s.step("take", s.conn.fetchval, sql, 1, shown=show_sql(sql, (1,)))
+    return "ok"
+
+
+async def test_a_completed_result_keeps_its_sign(
+    db: asyncpg.Pool, sessions: list[asyncpg.Connection]
+) -> None:
+    """A waiter's result that starts with '-' prints whole after <... completed>: the
+    prefix '-> ' is removed, not every leading '-', '>' and ' ' (it printed `2` for -2)."""
+    sq = seq(db, sessions, take)
+    await sq.run(("s1 take", "s2 take", "s1 commit", "s2 commit"))
+    lines = sq.transcript.text().splitlines()
+    assert lines[1].endswith("-> -1"), lines
+    assert lines[4].startswith("s2 take") and lines[4].endswith("<... completed> -2"), lines

@@ -181,7 +181,9 @@ class Sequencer(Cast):
         self.clock.ended(st.session.name, step, result)
         st.taken.append(step)
         if st.said_waiting:
-            line = Line(f"{st.session.name} {step}", "", f"<... completed> {result.lstrip('-> ')}")
+            line = Line(
+                f"{st.session.name} {step}", "", f"<... completed> {result.removeprefix('-> ')}"
+            )
             line.more = list(more)
             self._done.append((st.session.index, line))
             st.said_waiting = False
