@@ -17,7 +17,7 @@ from lab.core.steps import Session, schedule, show_ids, show_sql
 from lab.pinned.cast import InvalidPermutation, ScheduleError
 from lab.pinned.interleave import InterleaveTimeout
 from lab.pinned.permutations import count_interleavings, interleavings
-from lab.pinned.sequencer import Sequencer
+from lab.pinned.sequencer import Rules, Sequencer
 from lab.servers import Servers
 from tests.conftest import throwaway_database
 
@@ -53,15 +53,18 @@ async def cross(s: Session) -> str:
     return "ok"
 
 
-def seq(
-    db: asyncpg.Pool, sessions: list[asyncpg.Connection], code: object, **kw: object
-) -> Sequencer:
+def seq(db: asyncpg.Pool, sessions: list[asyncpg.Connection], code: object, **kw: Any) -> Sequencer:
+    """s1 and s2 running `code`; keywords that are Rules' fields go into the Rules."""
+    rules = {k: kw.pop(k) for k in list(kw) if k in Rules.__dataclass_fields__}
+    if "ends_by_itself" in rules:
+        rules["ends_by_itself"] = frozenset(rules["ends_by_itself"])
     return Sequencer(
         db,
         {"s1": (sessions[0], code), "s2": (sessions[1], code)},  # type: ignore[dict-item]
         label="test",
         header="schedule test",
-        **kw,  # type: ignore[arg-type]
+        rules=Rules(**rules),
+        **kw,
     )
 
 

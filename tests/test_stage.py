@@ -15,7 +15,7 @@ from lab.core.scenario import Env
 from lab.core.steps import Session
 from lab.errors import ScenarioFailure
 from lab.pinned.cast import InvalidPermutation, ScheduleError
-from lab.pinned.sequencer import Sequencer
+from lab.pinned.sequencer import Rules, Sequencer
 from lab.pinned.stage import Fault, InProcess
 from lab.pinned.timed import Step, run_steps
 
@@ -47,7 +47,7 @@ def stage(faults: dict[str, Fault] = FAULTS, finish: bool = False) -> Sequencer:
         {"P": (none, local), "L": (none, local)},
         processes={"P": InProcess(SCRIPT, {"who": "P"}, faults)},
         env=env(),
-        finish=finish,
+        rules=Rules(finish=finish),
         label="stage-test",
         header="schedule t",
     )

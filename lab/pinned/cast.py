@@ -27,7 +27,7 @@ class ScheduleError(ScenarioFailure):
     """Session code asked for a step its schedule does not have where it asked for it."""
 
 
-class _Aborted(BaseException):
+class Aborted(BaseException):
     """Raised at a step point when the sequencer ends a run early: the session's code
     unwinds through its transaction (ROLLBACK) and the connection stays usable."""
 
@@ -43,7 +43,7 @@ class InvalidPermutation(Exception):
 
 
 @dataclass
-class _State:
+class SessionState:
     session: Session
     pid: int  # its backend, for the server's look (0: none to look at)
     proc: InProcess | None = None  # it runs in a worker process
@@ -76,17 +76,17 @@ class Cast:
     db: Fetcher | None
     label: str
     env: Env | None
-    states: dict[str, _State]
+    states: dict[str, SessionState]
     names: dict[int, str]
     transcript: Transcript
     clock: StepClock
 
     def _end_step(
-        self, st: _State, step: str, result: str, more: tuple[str, ...] | list[str]
+        self, st: SessionState, step: str, result: str, more: tuple[str, ...] | list[str]
     ) -> None:
         raise NotImplementedError
 
-    def _notify(self, st: _State | None = None) -> None:
+    def _notify(self, st: SessionState | None = None) -> None:
         raise NotImplementedError
 
     def normalise(self, text: str) -> str:
@@ -115,7 +115,7 @@ class Cast:
 
     # --- the actors in worker processes ----------------------------------------------------
 
-    def _on_event(self, st: _State, ev: Event) -> None:
+    def _on_event(self, st: SessionState, ev: Event) -> None:
         f, name = ev.fields, st.session.name
         if ev.name == "asks":
             st.shown, st.pid = str(f.get("shown", "")), int(f.get("pid") or 0)
@@ -142,7 +142,7 @@ class Cast:
                 st.failure = f"{name} died: {st.worker.status()}"
         self._notify(st)
 
-    async def _spawn(self, st: _State, proc: InProcess) -> None:
+    async def _spawn(self, st: SessionState, proc: InProcess) -> None:
         st.worker = await Worker.spawn(
             proc.script,
             {**proc.config, "pinned": True},
@@ -152,7 +152,7 @@ class Cast:
             preload=("lab.pinned.stage",),
         )
 
-    async def _fault(self, st: _State, step: str, fault: Fault) -> None:
+    async def _fault(self, st: SessionState, step: str, fault: Fault) -> None:
         """A fault step on a process actor (see lab/pinned/stage.py)."""
         w, name, who = st.worker, st.session.name, f"{st.session.name} {step}"
         assert w is not None
@@ -193,6 +193,6 @@ class Cast:
         rows = await self.db.fetch("SELECT 1 FROM pg_stat_activity WHERE pid = $1", pid)
         return not rows
 
-    def _fault_line(self, st: _State, step: str, shown: str, result: str) -> None:
+    def _fault_line(self, st: SessionState, step: str, shown: str, result: str) -> None:
         self.transcript.add(f"{st.session.name} {step}", shown, f"-> {result}")
         self.clock.ended(st.session.name, step, result, shown)

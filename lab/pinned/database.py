@@ -7,6 +7,7 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -18,7 +19,7 @@ from lab.load.redisclients import redis_client
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
 from lab.pinned.schedules import PinnedResult, pinned_of
-from lab.pinned.sequencer import RESOLVE_S, Sequencer
+from lab.pinned.sequencer import RESOLVE_S, Rules, Sequencer
 from lab.pinned.stage import STEP_S, Staged
 from lab.servers import Servers
 from lab.servers.base import with_database
@@ -198,17 +199,23 @@ class PinnedLab(PinnedDatabase):
             sessions = {
                 s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)
             }
-            kw: dict[str, Any] = dict(
-                label=f"{sc.id} / {variant} / {name or 'interleaving'}",
-                header=self.header(variant, name or "interleaving", isolation),
+            rules = Rules(
                 resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
+                ends_by_itself=pinned.ends_by_itself.get(variant, frozenset()),
             )
-            own = pinned.ends_by_itself.get(variant, frozenset())
+            kw: dict[str, Any] = {}
             if isinstance(pinned, Staged) and pinned.processes is not None:
                 # a cast: some sessions in worker processes, with faults (lab/pinned/stage.py)
-                procs = pinned.processes(env, variant)
-                kw.update(processes=procs, env=env, finish=not name, timeout=STEP_S)
-            seq = Sequencer(self.watch or self.pool, sessions, ends_by_itself=own, **kw)
+                kw.update(processes=pinned.processes(env, variant), env=env)
+                rules = replace(rules, finish=not name, timeout=STEP_S)
+            seq = Sequencer(
+                self.watch or self.pool,
+                sessions,
+                label=f"{sc.id} / {variant} / {name or 'interleaving'}",
+                header=self.header(variant, name or "interleaving", isolation),
+                rules=rules,
+                **kw,
+            )
             try:
                 res.outcomes = await seq.run(schedule)
             except InvalidPermutation as exc:

@@ -46,7 +46,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import asyncpg
@@ -55,7 +56,7 @@ from lab.aio import within
 from lab.core.outcome import classify
 from lab.core.steps import Session, on_its_own, parse_step
 from lab.errors import ScenarioFailure
-from lab.pinned.cast import Cast, Code, InvalidPermutation, ScheduleError, _Aborted, _State
+from lab.pinned.cast import Aborted, Cast, Code, InvalidPermutation, ScheduleError, SessionState
 from lab.pinned.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
 from lab.pinned.stage import InProcess
 from lab.pinned.transcript import Line, StepClock, Transcript
@@ -66,7 +67,35 @@ if TYPE_CHECKING:
 POLL_S = 0.002  # between two looks at the server while a step settles
 RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
 
-Overdue = Callable[[Sequence[_State], int], Awaitable[None]]
+# A wait for a session's change also wakes this often: a worker process the kernel holds
+# stopped, or the server breaking a cycle, tells the sequencer nothing by itself.
+WAKE_S = 0.05
+
+Overdue = Callable[[Sequence[SessionState], int], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How the Sequencer runs a schedule (see the module doc): LAB_RULES for the lab's
+    scenarios; PostgreSQL's isolation tester's for its specs (`persist`, `wait_blocked`)."""
+
+    timeout: float = TIMEOUT_S  # a granted step must end or block within this
+    resolve_timeout: float = RESOLVE_S  # every session blocked: how long the server may take
+    ends_by_itself: frozenset[str] = frozenset()  # "s2 ask-row": steps a timeout ends
+    # grant the steps the schedule leaves out, in cast order (an explored interleaving of
+    # some of the steps)
+    finish: bool = False
+    # a session outlives its code (an isolation spec's session keeps its open transaction
+    # and its locks after its last step), so an ended session counts as one that could
+    # still move: a step due on a blocked session is then invalid unless every one is
+    persist: bool = False
+    # a step due on a blocked session waits for its step to end, and after the schedule
+    # each session's blocked step is waited for in the order granted (the isolation tester
+    # since PostgreSQL 14)
+    wait_blocked: bool = False
+
+
+LAB_RULES = Rules()
 
 
 class Watch(Protocol):
@@ -90,17 +119,10 @@ class Sequencer(Cast):
     nothing to look at); `label` names the run in errors ("SCENARIO / VARIANT").
     `processes` are the sessions that run in worker processes (their lab connection stays
     idle), with `env` for their faults' conditions; `finish` grants the steps the schedule
-    leaves out, in cast order (an explored interleaving of some of the steps).
-    `persist`: a session outlives its code (an isolation spec's session keeps its open
-    transaction and its locks after its last step), so an ended session counts as one
-    that could still move: a step due on a blocked session is then invalid unless every
-    session is blocked.
-    `wait_blocked`: a step due on a blocked session waits for its step to end, and after
-    the schedule each session's blocked step is waited for in the order granted (the
-    isolation tester since PostgreSQL 14). `overdue(states, n)` is called each time a step
-    has run `timeout` more seconds without ending or blocking (n = 1, 2, ...), where there
-    would be an InterleaveTimeout: it may cancel the step, or raise. `watch` is told of
-    every item (see Watch).
+    `rules` says how the schedule is run (see Rules). `overdue(states, n)` is called each
+    time a step has run `rules.timeout` more seconds without ending or blocking (n = 1,
+    2, ...), where there would be an InterleaveTimeout: it may cancel the step, or raise.
+    `watch` is told of every item (see Watch).
     """
 
     def __init__(
@@ -110,37 +132,29 @@ class Sequencer(Cast):
         *,
         label: str,
         header: str = "",
-        timeout: float = TIMEOUT_S,
-        resolve_timeout: float = RESOLVE_S,
-        ends_by_itself: Collection[str] = (),
+        rules: Rules = LAB_RULES,
         processes: Mapping[str, InProcess] | None = None,
         env: Env | None = None,
-        finish: bool = False,
-        persist: bool = False,
-        wait_blocked: bool = False,
         overdue: Overdue | None = None,
         watch: Watch | None = None,
     ) -> None:
         self.db = db
-        self.ends_by_itself = frozenset(ends_by_itself)  # "s2 ask-row": see the module doc
+        self.rules = rules
         self.label = label
-        self.timeout = timeout
-        self.resolve_timeout = resolve_timeout  # e.g. a few deadlock_timeouts
-        self.env, self.finish, procs = env, finish, dict(processes or {})
-        self.persist, self.wait_blocked = persist, wait_blocked
+        self.env, procs = env, dict(processes or {})
         self.overdue, self.watch = overdue, watch
         self._launched: dict[str, int] = {}  # session -> when its running step was granted
         self._grants = 0
         self.code = {name: code for name, (_, code) in sessions.items()}
-        self.states: dict[str, _State] = {}
+        self.states: dict[str, SessionState] = {}
         for i, (name, (conn, _)) in enumerate(sessions.items()):
             s = Session(name, conn, i, gate=self)
             pid = conn.get_server_pid() if conn is not None and name not in procs else 0
-            self.states[name] = _State(s, pid, proc=procs.get(name))
+            self.states[name] = SessionState(s, pid, proc=procs.get(name))
         self.names = {st.pid: name for name, st in self.states.items() if st.pid}
         self.transcript = Transcript(header)
         self._changed = asyncio.Event()
-        self._granted: tuple[_State, str, str] | None = None  # session, step, its SQL
+        self._granted: tuple[SessionState, str, str] | None = None  # session, step, its SQL
         self._done: list[tuple[int, Line]] = []  # completions seen while settling
         self._item = ""
         self._aborting = False
@@ -154,13 +168,13 @@ class Sequencer(Cast):
     async def ask(self, session: Session, step: str, shown: str) -> None:
         st = self.states[session.name]
         if self._aborting:
-            raise _Aborted
+            raise Aborted
         st.pending, st.shown = step, shown
         st.grant.clear()
         self._notify(st)
         await st.grant.wait()
         if self._aborting:
-            raise _Aborted
+            raise Aborted
 
     def waiting(self, session: Session, predicate: Callable[[], Awaitable[bool]] | None) -> None:
         self.states[session.name].waits = predicate
@@ -174,7 +188,7 @@ class Sequencer(Cast):
         head, more = self.error_text(exc)
         self._end_step(self.states[session.name], step, head, more)
 
-    def _end_step(self, st: _State, step: str, result: str, more: Sequence[str]) -> None:
+    def _end_step(self, st: SessionState, step: str, result: str, more: Sequence[str]) -> None:
         st.running, st.waits, st.blocked = None, None, False
         if self._aborting:
             return
@@ -191,20 +205,20 @@ class Sequencer(Cast):
             st.result, st.more = result, list(more)
         self._notify(st)
 
-    def _notify(self, st: _State | None = None) -> None:
+    def _notify(self, st: SessionState | None = None) -> None:
         if st is not None:
             st.epoch += 1
         self._changed.set()
 
     # --- running -------------------------------------------------------------------------
 
-    async def _main(self, st: _State) -> None:
+    async def _main(self, st: SessionState) -> None:
         try:
             st.outcome = await self.code[st.session.name](st.session)
         except asyncio.CancelledError:
             st.outcome = "cancelled"
             raise
-        except _Aborted:
+        except Aborted:
             st.outcome = "aborted"
         except BaseException as exc:
             key = classify(exc)
@@ -269,11 +283,11 @@ class Sequencer(Cast):
             self.transcript.add(name, "", f"ends {st.outcome}")
         return {name: st.outcome for name, st in self.states.items()}
 
-    async def _take(self, k: int, st: _State, step: str, later: list[str], own: bool) -> None:
+    async def _take(self, k: int, st: SessionState, step: str, later: list[str], own: bool) -> None:
         """Schedule item `k`: `st`'s `step` (`later`: its steps after this one)."""
         who = st.session.name
         fault = st.proc.faults.get(step) if st.proc is not None else None
-        if not st.ended and st.blocked and self.wait_blocked:
+        if not st.ended and st.blocked and self.rules.wait_blocked:
             await self._wait_for(st)
         elif not st.ended and st.blocked and self._all_blocked():
             await self._resolve()
@@ -304,14 +318,14 @@ class Sequencer(Cast):
                 await self.watch.granted(k, who)
             if self._own:
                 await self._until_ended(st, step)
-            elif f"{who} {step}" in self.ends_by_itself:
+            elif f"{who} {step}" in self.rules.ends_by_itself:
                 await self._ended_if_blocked(st, step)
 
     async def _to_the_end(self) -> None:
         """After the schedule: with `finish`, each session's remaining steps in cast order;
         then every session must end (none left paused or asking)."""
         await self._settle()
-        if self.wait_blocked:
+        if self.rules.wait_blocked:
             order = sorted(
                 self.states.values(), key=lambda st: self._launched.get(st.session.name, 0)
             )
@@ -321,7 +335,7 @@ class Sequencer(Cast):
         for name, st in self.states.items():
             if st.frozen and not st.ended:
                 raise ScheduleError(f"{self.label}: {name} is still paused after the schedule")
-            for _ in range(1000 if self.finish else 0):  # bounded: code has far fewer steps
+            for _ in range(1000 if self.rules.finish else 0):  # bounded: code has far fewer steps
                 if st.ended or st.pending is None:
                     break
                 self._item = f"{name} {st.pending} (after the schedule)"
@@ -364,7 +378,7 @@ class Sequencer(Cast):
                 if st.session.conn is not None:
                     st.session.conn.terminate()
 
-    def _grant(self, st: _State, own: bool = False) -> None:
+    def _grant(self, st: SessionState, own: bool = False) -> None:
         self._own = own
         st.running, st.pending = st.pending, None
         st.result, st.more, st.said_waiting = None, [], False
@@ -381,12 +395,12 @@ class Sequencer(Cast):
         return sum(st.epoch for st in self.states.values())
 
     def _all_blocked(self) -> bool:
-        if self.persist and any(st.ended for st in self.states.values()):
+        if self.rules.persist and any(st.ended for st in self.states.values()):
             return False
         live = [st for st in self.states.values() if not st.ended]
         return bool(live) and all(st.blocked for st in live)
 
-    def _busy(self, st: _State) -> bool:
+    def _busy(self, st: SessionState) -> bool:
         """Neither asking nor ended nor held stopped in its step (it runs, or it is blocked)."""
         if st.failure:
             raise ScenarioFailure(f"{self.label}, at {self._item}: {st.failure}")
@@ -396,7 +410,7 @@ class Sequencer(Cast):
         """Until every live session asks for a grant, has ended, is blocked or is frozen in
         its step."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = loop.time() + self.rules.timeout
         late = 0  # times `overdue` was called
         grace: dict[str, tuple[int, float]] = {}  # session -> (its epoch, grace ends at)
         while True:
@@ -445,19 +459,19 @@ class Sequencer(Cast):
             if loop.time() > deadline and self.overdue is not None:
                 late += 1
                 await self.overdue([st for st in busy if not st.blocked], late)
-                deadline = loop.time() + self.timeout
+                deadline = loop.time() + self.rules.timeout
                 continue
             if loop.time() > deadline:
                 stuck = ", ".join(f"{st.session.name} in {st.running or 'its code'}" for st in busy)
                 raise InterleaveTimeout(
                     f"{self.label}, at {self._item}: {stuck} neither finished nor blocked "
-                    f"in {self.timeout} s"
+                    f"in {self.rules.timeout} s"
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await within(self._changed.wait(), POLL_S)
 
-    async def _until_ended(self, st: _State, step: str) -> None:
+    async def _until_ended(self, st: SessionState, step: str) -> None:
         """A step marked (*): settle, wait until it has ended by itself, then settle again,
         which prints its <... completed> line."""
         await self._settle()
@@ -467,7 +481,7 @@ class Sequencer(Cast):
         self._own = False
         await self._settle()
 
-    async def _ended_if_blocked(self, st: _State, step: str) -> None:
+    async def _ended_if_blocked(self, st: SessionState, step: str) -> None:
         """A step declared to end by itself: settle; if the server shows it blocked, wait
         until it has ended, then settle again, which prints its <... completed> line."""
         await self._settle()
@@ -478,25 +492,25 @@ class Sequencer(Cast):
         )
         await self._settle()
 
-    async def _wait_for(self, st: _State) -> None:
+    async def _wait_for(self, st: SessionState) -> None:
         """`wait_blocked`: until `st`'s blocked step has ended (a lock released, a timeout),
         calling `overdue` each `timeout` seconds; then settle."""
         step, late = st.running, 0
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = loop.time() + self.rules.timeout
         while not st.ended and st.running == step:
             if loop.time() > deadline:
                 if self.overdue is None:
                     raise InterleaveTimeout(
                         f"{self.label}, at {self._item}: {st.session.name} in {step} did not "
-                        f"end in {self.timeout} s"
+                        f"end in {self.rules.timeout} s"
                     )
                 late += 1
                 await self.overdue([st], late)
-                deadline = loop.time() + self.timeout
+                deadline = loop.time() + self.rules.timeout
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await within(self._changed.wait(), 0.05)
+                await within(self._changed.wait(), WAKE_S)
         await self._settle()
 
     async def _resolve(self) -> None:
@@ -512,15 +526,15 @@ class Sequencer(Cast):
         """Until `moved()`, which only the server can bring about (a deadlock detector, a
         timeout); past `resolve_timeout` InterleaveTimeout, naming the item and `failure`."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.resolve_timeout
+        deadline = loop.time() + self.rules.resolve_timeout
         while not moved():
             if loop.time() > deadline:
                 raise InterleaveTimeout(
-                    f"{self.label}, at {self._item}{failure} in {self.resolve_timeout} s"
+                    f"{self.label}, at {self._item}{failure} in {self.rules.resolve_timeout} s"
                 )
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await within(self._changed.wait(), 0.05)
+                await within(self._changed.wait(), WAKE_S)
 
     def _flush(self) -> None:
         """Print the granted step's line, then completions in session order."""

@@ -36,7 +36,7 @@ import asyncpg
 from lab.core.steps import Session, show_sql
 from lab.errors import LabError, ScenarioFailure
 from lab.pinned.cast import InvalidPermutation
-from lab.pinned.sequencer import RESOLVE_S, Sequencer
+from lab.pinned.sequencer import RESOLVE_S, Rules, Sequencer
 from lab.spec.databases import Databases
 from lab.spec.parse import PermutationStep, Spec, SpecError, read_spec
 from lab.spec.run import all_permutations, step_wait_s
@@ -209,9 +209,8 @@ class _Explorer:
             control,
             sessions,
             label=f"{spec.sessions[0].name}.. explore",
-            timeout=limit,
-            resolve_timeout=max(RESOLVE_S, limit),
-            persist=True,  # a spec's session keeps its transaction after its last step
+            # a spec's session keeps its transaction after its last step
+            rules=Rules(timeout=limit, resolve_timeout=max(RESOLVE_S, limit), persist=True),
         )
         schedule = [f"{session_of(spec, ps.name)} {ps.name}" for ps in steps]
         try:

@@ -42,8 +42,8 @@ from typing import Any, cast
 from lab.aio import within
 from lab.core.steps import Session
 from lab.errors import LabError
-from lab.pinned.cast import Code, _State
-from lab.pinned.sequencer import Sequencer
+from lab.pinned.cast import Code, SessionState
+from lab.pinned.sequencer import Rules, Sequencer
 from lab.spec.databases import Databases
 from lab.spec.parse import Blocker, PermutationStep, Spec, read_spec
 from lab.spec.printout import result_table
@@ -247,10 +247,12 @@ class SpecRun:
             None,
             sessions,
             label=f"{self.spec.sessions[0].name}.. trace",
-            timeout=self.step_wait_s,
-            resolve_timeout=self.step_wait_s,
-            persist=True,
-            wait_blocked=True,
+            rules=Rules(
+                timeout=self.step_wait_s,
+                resolve_timeout=self.step_wait_s,
+                persist=True,
+                wait_blocked=True,
+            ),
             overdue=tester.overdue,
             watch=tester,
         )
@@ -396,7 +398,7 @@ class _Tester:
             self.run.gave_up = (first, f"steps {names} block each other and never return")
             raise _Exit
 
-    async def overdue(self, states: Sequence[_State], n: int) -> None:
+    async def overdue(self, states: Sequence[SessionState], n: int) -> None:
         """A step past the tester's limit (n = 1) is cancelled; past twice the limit the
         tester gives up."""
         run = self.run
