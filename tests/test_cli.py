@@ -454,3 +454,18 @@ def test_servers_up_after_a_kept_server_died_stops_the_survivor(tmp_path: Path) 
         assert pid_alive(second["pg_pid"]) and pid_alive(second["redis_pid"])
     finally:
         assert locklab("servers", "down", results=results, env=env).returncode == 0
+
+
+def test_status_beside_a_state_folder_others_may_write(tmp_path: Path) -> None:
+    """A state folder others may write: `servers status` names it and does not advise
+    `servers up`, which would refuse the same folder."""
+    folder = tmp_path / f"locklab-state-{os.geteuid()}"
+    folder.mkdir()
+    folder.chmod(0o777)
+    status = locklab(
+        "servers", "status", results=tmp_path / "results", env={"TMPDIR": str(tmp_path)}
+    )
+    assert status.returncode == 0, status.stderr
+    assert "others may write it" in status.stderr
+    assert "is not usable; remove it or set TMPDIR" in status.stdout
+    assert "servers up" not in status.stdout

@@ -29,10 +29,16 @@ def servers_status_cmd() -> None:
     """Show the kept servers, if any."""
 
     def body() -> None:
-        from lab.servers import kept_servers
+        from lab.procs.trust import distrust
+        from lab.servers import kept_servers, state_path
 
         kept = kept_servers()
-        if kept is None:
+        folder = state_path().parent
+        why = distrust(folder, directory=True, private=True)
+        if kept is None and why not in (None, "does not exist"):
+            # `servers up` would refuse it too (the line above said why)
+            out().print(f"no kept servers: {folder} is not usable; remove it or set TMPDIR")
+        elif kept is None:
             out().print("no kept servers (start them with `locklab servers up`)")
         else:
             report.servers(out(), kept.infos())
