@@ -46,7 +46,7 @@ class NotJudged(Exception):
 class Claim:
     """One sentence of a document, checkable on a run's records."""
 
-    id: str  # the id in shared/claims.md, e.g. "DL-3"
+    id: str  # the document claim's id, e.g. "DL-3" (docs/claims.md lists them all)
     text: str
     variants: tuple[str, ...]  # records the check needs
     check: Check

@@ -1,7 +1,7 @@
 """Runs N actors: arrival pattern, connections opened before the clock, hard timeouts.
 
-Connections are opened before the clock starts, because with every actor connecting
-inside the timed window connection setup is 10–13 % of a 200-actor run (design.md).
+Connections are opened before the clock starts, so that the wall time a run records is
+the scenario's, not its actors' logins (SCRAM, a backend's start) as well.
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ Every run keeps the times its runner measured (``timing``: each step's grant, bl
 end in ms from the schedule's start). A trace record keeps its runs so, and says where
 ``--svg`` drew them; ``locklab report`` draws the runs of both records (lab/output/trace_svg.py).
 
-The package: ``schedules``, ``database``, ``trace``, ``explore``, ``claims``; what is public is re-exported here.
+The package: ``sequencer`` (the one ordering engine: steps granted in schedule order,
+``Rules`` for how), ``cast`` and ``stage`` (sessions in worker processes, faults as
+steps), ``rowgate`` (a session parked between two statements), ``schedules``,
+``database``, ``trace``, ``explore``, ``claims``; what is public is re-exported here.
 """
 
 from __future__ import annotations
