@@ -100,7 +100,7 @@ LAB_RULES = Rules()
 
 class Watch(Protocol):
     """Told of each schedule item with every session settled: what prints the isolation
-    tester's own text (lab/spec/run.py) from what the sessions recorded."""
+    tester's own text (lab/spec/tester.py) from what the sessions recorded."""
 
     async def due(self, k: int, session: str) -> None:
         """Item `k` is due on `session` (with `wait_blocked`, its blocked step has ended)."""
