@@ -12,14 +12,8 @@ from collections.abc import Mapping
 from lab.core.claims import Claim, Record, mutation
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
-from scenarios._paused_holder import beliefs, event, fence_claims
+from scenarios._paused_holder import b_after_a, event, fence_claims
 from scenarios.lease_busy_loop import lease_busy_loop as code
-
-
-def _b_after_a(rec: Record) -> None:
-    """B gets the lock only once A has released it: the beliefs, recomputed, never meet."""
-    event(rec, "B", "got lock")["t_ms"] = event(rec, "A", "release")["t_ms"] + 1
-    rec["evidence"]["beliefs"] = beliefs(rec["trace"])
 
 
 def _overlap(variant: str) -> Claim:
@@ -51,7 +45,7 @@ def _overlap(variant: str) -> Claim:
         check,
         PUBLISHED,
         # both variants busy A alike: the counterfactual is B taking it after A's release
-        counterfactual=mutation(variant, _b_after_a),
+        counterfactual=mutation(variant, b_after_a),
     )
 
 

@@ -23,14 +23,8 @@ from collections.abc import Mapping
 from lab.core.claims import Claim, Record, mutation
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
-from scenarios._paused_holder import beliefs, event, fence_claims
+from scenarios._paused_holder import b_after_a, event, fence_claims
 from scenarios.redlock import redlock as code
-
-
-def _b_after_a(rec: Record) -> None:
-    """B gets the lock only once A has released it: the beliefs, recomputed, never meet."""
-    event(rec, "B", "got lock")["t_ms"] = event(rec, "A", "release")["t_ms"] + 1
-    rec["evidence"]["beliefs"] = beliefs(rec["trace"])
 
 
 def _both_believe(variant: str) -> Claim:
@@ -60,7 +54,7 @@ def _both_believe(variant: str) -> Claim:
         check,
         PUBLISHED_TIMING,
         # both variants freeze A alike: the counterfactual is B's quorum after A's release
-        counterfactual=mutation(variant, _b_after_a),
+        counterfactual=mutation(variant, b_after_a),
     )
 
 
