@@ -26,7 +26,8 @@ from lab.aio import until, within
 from lab.core.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
-from scenarios.lease_gc_pause import FENCE_INVARIANT, Worker, WorkerProcess, _proc_state
+from lab.procs.workers import proc_state
+from scenarios.lease_gc_pause import FENCE_INVARIANT, Worker, WorkerProcess
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease, hold
 from scenarios.lease_gc_pause.worker import QuorumLease
 
@@ -98,7 +99,7 @@ async def overlap(
         tasks.append(asyncio.create_task(b.run(body)))
         await _bounded(b.turn.wait(), "B to take the lock and write", env)
         # the kernel's view of A while B holds the lock: T (stopped) or R (running, busy)
-        env.extra_evidence["a_state_after_b_write"] = _proc_state(proc.proc.pid)
+        env.extra_evidence["a_state_after_b_write"] = proc_state(proc.proc.pid)
         if frozen:
             proc.wake()
         await _bounded(a.done.wait(), "A to resume and finish", env)

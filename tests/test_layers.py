@@ -193,3 +193,72 @@ def test_no_scenario_id_is_named_in_the_lab() -> None:
         if (m := pattern.search(line))
     )
     assert not named, named
+
+
+# --- scenarios/ ------------------------------------------------------------------------
+
+SCENARIOS_DIR = ROOT.parent / "scenarios"
+# Modules of scenarios/ that several scenarios share on purpose (they are named here, so a
+# new one is a decision, not an accident): the paused holder of redlock and
+# lease-busy-loop, the node-postgres seconds of checkout-deadlock and money-transfer.
+SHARED = frozenset({"scenarios._paused_holder", "scenarios._node_seconds"})
+
+
+def scenario_of(module: str) -> str:
+    """The scenario package a module of scenarios/ belongs to ("scenarios.redlock"), or the
+    shared module itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def private_imports(module: str, path: Path) -> list[str]:
+    """Names `module` imports from another scenario (or a shared module) that are private
+    there: a leading underscore on the name, or on a module of its path (SHARED aside)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = node.module or ""
+        if not source.startswith("scenarios.") or scenario_of(source) == scenario_of(module):
+            continue  # not a scenario's module, or one's own
+        private_path = source not in SHARED and any(
+            part.startswith("_") for part in source.split(".")[1:]
+        )
+        for alias in node.names:
+            if private_path or alias.name.startswith("_"):
+                found.append(f"{module}: from {source} import {alias.name}")
+    return found
+
+
+def scenario_modules() -> dict[str, Path]:
+    found = {}
+    for path in SCENARIOS_DIR.rglob("*.py"):
+        parts = path.relative_to(SCENARIOS_DIR.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_scenario_imports_another_ones_private_names() -> None:
+    """A scenario uses another's public names only (its code under test, its setup), and
+    the shared modules named in SHARED; never a private helper of another scenario."""
+    found = [f for m, p in scenario_modules().items() for f in private_imports(m, p)]
+    assert not found, found
+
+
+def test_the_scenario_check_sees_a_private_import(tmp_path: Path) -> None:
+    """Its self-test: another scenario's `_helper`, its private module and a shared
+    module's private name are caught; one's own private names and a shared module's public
+    ones are not."""
+    path = tmp_path / "code.py"
+    path.write_text(
+        "from scenarios.lease_gc_pause import _proc_state\n"
+        "from scenarios.lease_gc_pause._inner import thing\n"
+        "from scenarios.redlock.redlock import _own\n"
+        "from scenarios._paused_holder import _shared\n"
+        "from scenarios._paused_holder import Holder\n"
+    )
+    found = private_imports("scenarios.redlock.claims", path)
+    assert found == [
+        "scenarios.redlock.claims: from scenarios.lease_gc_pause import _proc_state",
+        "scenarios.redlock.claims: from scenarios.lease_gc_pause._inner import thing",
+        "scenarios.redlock.claims: from scenarios._paused_holder import _shared",
+    ]

@@ -4,7 +4,7 @@ choreography.py, its claims in claims.py."""
 
 from __future__ import annotations
 
-from scenarios.lease_gc_pause.choreography import Worker, WorkerProcess, _proc_state
+from scenarios.lease_gc_pause.choreography import Worker, WorkerProcess
 from scenarios.lease_gc_pause.claims import FENCE_INVARIANT, SCENARIO, TTL_MS, invariant, setup
 
 # redlock and lease-busy-loop reuse the setup, the invariant and the worker process
@@ -14,7 +14,6 @@ __all__ = [
     "TTL_MS",
     "Worker",
     "WorkerProcess",
-    "_proc_state",
     "invariant",
     "setup",
 ]

@@ -37,7 +37,6 @@ from lab.pinned.timed import (
     raised,
     run_steps,
 )
-from lab.procs import workers
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, KEY, Code, Hook, Lease, hold, noop
 from scenarios.lease_gc_pause.schedules import token
 
@@ -54,7 +53,6 @@ SCHEDULE = (
 DEL_SLACK_MS = 50.0  # a DEL's reply may be read after the poll that saw its effect
 PAUSE_MODES = ("sigstop", "sleep")
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-_proc_state = workers.proc_state  # the name redlock's and service-lock-order's code import
 Worker = Actor  # the names _paused_holder.py (redlock, lease-busy-loop) imports
 
 
