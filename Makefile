@@ -13,11 +13,11 @@ help:
 	@echo "make compare SCENARIO=<id> | make verify [PROFILE=quick|published] | make test | make lint | make bench"
 	@echo "make servers-up | make servers-down | make docs (the site from docs/, built --strict)"
 
-# Every install comes from requirements/lock.txt: exact versions with their hashes, for the
+# Every install comes from requirements.txt: exact versions with their hashes, for the
 # lab, its tests, lint and docs (Python 3.11 on Linux). pip and setuptools come from the lock
 # too, and the lab itself is installed without build isolation, so that nothing is resolved
 # anew on the day of the install. `make lock` refreshes the lock from pyproject.toml's ranges.
-LOCK := requirements/lock.txt
+LOCK := requirements.txt
 PIP_TOOLS := pip-tools==7.6.2
 
 $(BIN)/locklab: pyproject.toml $(LOCK)

@@ -38,8 +38,8 @@ def floors() -> dict[str, str]:
 
 
 def locked() -> dict[str, str]:
-    """name -> `name==version ; marker` of every pin of requirements/lock.txt."""
-    text = (ROOT / "requirements" / "lock.txt").read_text()
+    """name -> `name==version ; marker` of every pin of requirements.txt."""
+    text = (ROOT / "requirements.txt").read_text()
     pins = re.findall(r"^([A-Za-z0-9][\w.-]*==[^\s;\\]+(?: ;[^\\\n]*)?)", text, re.MULTILINE)
     return {canonicalize_name(p.split("==")[0]): p.strip() for p in pins}
 

