@@ -17,7 +17,8 @@ from lab.core.steps import Session, schedule, show_ids, show_sql
 from lab.pinned.cast import InvalidPermutation, ScheduleError
 from lab.pinned.interleave import InterleaveTimeout
 from lab.pinned.permutations import count_interleavings, interleavings
-from lab.pinned.sequencer import Rules, Sequencer
+from lab.pinned.rules import Rules
+from lab.pinned.sequencer import Sequencer
 from lab.servers import Servers
 from tests.conftest import throwaway_database
 

@@ -15,7 +15,8 @@ from lab.core.scenario import Env
 from lab.core.steps import Session
 from lab.errors import ScenarioFailure
 from lab.pinned.cast import InvalidPermutation, ScheduleError
-from lab.pinned.sequencer import Rules, Sequencer
+from lab.pinned.rules import Rules
+from lab.pinned.sequencer import Sequencer
 from lab.pinned.stage import Fault, InProcess
 from lab.pinned.timed import Step, run_steps
 

@@ -18,8 +18,9 @@ from lab.load.databases import GONE, admin_connect, create_statement, database_n
 from lab.load.redisclients import redis_client
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
+from lab.pinned.rules import RESOLVE_S, Rules
 from lab.pinned.schedules import PinnedResult, pinned_of
-from lab.pinned.sequencer import RESOLVE_S, Rules, Sequencer
+from lab.pinned.sequencer import Sequencer
 from lab.pinned.stage import STEP_S, Staged
 from lab.servers import Servers
 from lab.servers.base import with_database

@@ -2,44 +2,32 @@
 one ordering engine of every pinned run (`locklab trace`, `explore`, verify's canonical
 schedules, lab.testing's pytest plugin).
 
-The sequencer runs K sessions' code concurrently: in the lab's event loop, or in worker
-processes with faults on them as steps of their own (a cast, lab/pinned/stage.py and
-lab/pinned/cast.py). Each step point (``lab.core.steps``) asks for a grant; the
-sequencer grants the schedule's next step, then waits until every
-session has settled: it asks for its next grant, it has ended, or the server reports it
-waiting on a lock (a non-empty ``pg_blocking_pids()``, the isolation
-tester's ``pg_isolation_test_session_is_blocked``; a Redis step declares its own test), or
-it is a worker process the kernel holds stopped in its granted step (SIGSTOP).
-No sleep decides an order: a bounded poll of ``pg_blocking_pids()`` does.
+The sequencer runs K sessions' code concurrently, in the lab's event loop or in worker
+processes with faults as steps of their own (lab/pinned/stage.py, cast.py). Each step point
+(``lab.core.steps``) asks for a grant; the sequencer grants the schedule's next step, then
+waits until every session has settled: it asks for its next grant, it has ended, the server
+reports it waiting on a lock (``pg_blocking_pids()``, as the isolation tester's
+``pg_isolation_test_session_is_blocked``; a Redis step declares its own test), or the kernel
+holds its worker stopped (SIGSTOP). No sleep decides an order: a bounded poll does.
 
 As in PostgreSQL's isolation tester:
 
-* a step of a session that is still blocked makes the permutation invalid
-  (``InvalidPermutation``), unless every live session is blocked: then the server must
-  break the cycle (the deadlock detector, a lock timeout) and the sequencer waits for it
-  (with `wait_blocked`, the tester's rule since PostgreSQL 14, it waits for that session's
-  step in any case);
+* a step of a session still blocked makes the permutation invalid (``InvalidPermutation``)
+  unless every live session is blocked: then the server must break the cycle (deadlock
+  detector, lock timeout) and the sequencer waits for it (with `wait_blocked`, the
+  tester's rule since PostgreSQL 14, it waits for that session's step in any case);
 * a session that has ended (returned, or raised) has its remaining steps skipped, and a
   session that returned past a step (out of stock after its read) skips that step;
 * the transcript prints each step with its SQL and result, ``<waiting ...>`` when the
   server reports the session blocked, ``<... completed>`` when it moves on;
-* a step marked ``(*)`` in the schedule (``"s2 alter(*)"``) blocks and ends by itself (a
-  lock_timeout or statement_timeout fires): it prints ``<waiting ...>`` as soon as it is
-  granted and the schedule waits for its ``<... completed>`` before the next item, so
-  the text does not depend on whether the server was seen reporting it blocked first;
-* a step the scenario declares as ending by itself (``Pinned.ends_by_itself``) is waited
-  for in the same way, in every schedule, but only once the server shows it blocked: a
-  step that did not block prints its result as any other;
+* a step that ends by itself (``(*)`` in the schedule, or ``Rules.ends_by_itself``) is
+  waited for before the next item (lab/pinned/rules.py);
 * a waiter released inside a granted step (the step commits, or terminates the holder,
   and the waiter's own statement commits and releases the next one) completes within
   that step: the sequencer settles until every released session has ended its step or
   blocks again, and prints the completions after the step's line, in session order.
 
-Transcripts are normalised (pids become session names, xids and OIDs letters) so the
-same schedule prints the same text on every run. The times are kept beside the text, not
-in it: a ``StepClock`` stamps each grant, each step the server showed blocked, each step's
-end and each session's end, in monotonic ms from the schedule's start (what
-``locklab trace --svg`` draws, lab/output/trace_svg.py).
+The transcript and the step clock beside it: lab/pinned/transcript.py.
 """
 
 from __future__ import annotations
@@ -47,8 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import asyncpg
 
@@ -57,59 +44,13 @@ from lab.core.outcome import classify
 from lab.core.steps import Session, on_its_own, parse_step
 from lab.errors import ScenarioFailure
 from lab.pinned.cast import Aborted, Cast, Code, InvalidPermutation, ScheduleError, SessionState
-from lab.pinned.interleave import TIMEOUT_S, Fetcher, InterleaveTimeout, lock_waiters
+from lab.pinned.interleave import Fetcher, InterleaveTimeout, lock_waiters
+from lab.pinned.rules import LAB_RULES, POLL_S, WAKE_S, Overdue, Rules, Watch
 from lab.pinned.stage import InProcess
-from lab.pinned.transcript import Line, StepClock, Transcript
+from lab.pinned.transcript import Line, StepClock, Transcript, completed
 
 if TYPE_CHECKING:
     from lab.core.env import Env
-
-POLL_S = 0.002  # between two looks at the server while a step settles
-RESOLVE_S = 30.0  # every session blocked: how long the server may take to break it, at least
-
-# A wait for a session's change also wakes this often: a worker process the kernel holds
-# stopped, or the server breaking a cycle, tells the sequencer nothing by itself.
-WAKE_S = 0.05
-
-Overdue = Callable[[Sequence[SessionState], int], Awaitable[None]]
-
-
-@dataclass(frozen=True)
-class Rules:
-    """How the Sequencer runs a schedule (see the module doc): LAB_RULES for the lab's
-    scenarios; PostgreSQL's isolation tester's for its specs (`persist`, `wait_blocked`)."""
-
-    timeout: float = TIMEOUT_S  # a granted step must end or block within this
-    resolve_timeout: float = RESOLVE_S  # every session blocked: how long the server may take
-    ends_by_itself: frozenset[str] = frozenset()  # "s2 ask-row": steps a timeout ends
-    # grant the steps the schedule leaves out, in cast order (an explored interleaving of
-    # some of the steps)
-    finish: bool = False
-    # a session outlives its code (an isolation spec's session keeps its open transaction
-    # and its locks after its last step), so an ended session counts as one that could
-    # still move: a step due on a blocked session is then invalid unless every one is
-    persist: bool = False
-    # a step due on a blocked session waits for its step to end, and after the schedule
-    # each session's blocked step is waited for in the order granted (the isolation tester
-    # since PostgreSQL 14)
-    wait_blocked: bool = False
-
-
-LAB_RULES = Rules()
-
-
-class Watch(Protocol):
-    """Told of each schedule item with every session settled: what prints the isolation
-    tester's own text (lab/spec/tester.py) from what the sessions recorded."""
-
-    async def due(self, k: int, session: str) -> None:
-        """Item `k` is due on `session` (with `wait_blocked`, its blocked step has ended)."""
-
-    async def granted(self, k: int, session: str) -> None:
-        """Item `k` was granted and every session has settled since."""
-
-    async def ended(self) -> None:
-        """The schedule is done and every session has ended."""
 
 
 class Sequencer(Cast):
@@ -118,8 +59,8 @@ class Sequencer(Cast):
     `db` observes the server (a pool on the same database, not one of the sessions; None:
     nothing to look at); `label` names the run in errors ("SCENARIO / VARIANT").
     `processes` are the sessions that run in worker processes (their lab connection stays
-    idle), with `env` for their faults' conditions; `finish` grants the steps the schedule
-    `rules` says how the schedule is run (see Rules). `overdue(states, n)` is called each
+    idle), with `env` for their faults' conditions. `rules` says how the schedule is run
+    (lab/pinned/rules.py). `overdue(states, n)` is called each
     time a step has run `rules.timeout` more seconds without ending or blocking (n = 1,
     2, ...), where there would be an InterleaveTimeout: it may cancel the step, or raise.
     `watch` is told of every item (see Watch).
@@ -195,9 +136,7 @@ class Sequencer(Cast):
         self.clock.ended(st.session.name, step, result)
         st.taken.append(step)
         if st.said_waiting:
-            line = Line(
-                f"{st.session.name} {step}", "", f"<... completed> {result.removeprefix('-> ')}"
-            )
+            line = Line(f"{st.session.name} {step}", "", completed(result))
             line.more = list(more)
             self._done.append((st.session.index, line))
             st.said_waiting = False
@@ -545,7 +484,7 @@ class Sequencer(Cast):
             if self._own and st.result is not None:  # (*): it ended before it was seen blocked
                 self.clock.waiting(st.session.name, step)
                 self.transcript.add(who, shown, "<waiting ...>")
-                done = f"<... completed> {st.result.removeprefix('-> ')}"
+                done = completed(st.result)
                 self.transcript.add(who, "", done, st.more)
                 st.result = None
             elif st.result is not None:

@@ -1,5 +1,11 @@
 """What a pinned run printed and when: the transcript (header, step lines, DETAIL lines,
-the sessions' ends, invariants) and each granted step on the schedule's clock."""
+the sessions' ends, invariants) and each granted step on the schedule's clock.
+
+Transcripts are normalised (pids become session names, xids and OIDs letters) so the
+same schedule prints the same text on every run. The times are kept beside the text, not
+in it: a ``StepClock`` stamps each grant, each step the server showed blocked, each step's
+end and each session's end, in monotonic ms from the schedule's start (what
+``locklab trace --svg`` draws, lab/output/trace_svg.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,12 @@ def error_fields(exc: BaseException) -> dict[str, str]:
         message = getattr(exc, "message", None) or str(exc).splitlines()[0]
         return {"sqlstate": exc.sqlstate, "message": message, "detail": exc.detail or ""}
     return {"type": type(exc).__name__, "message": str(exc)}
+
+
+def completed(result: str) -> str:
+    """The line of a step that ends after it was shown waiting: its result without the
+    ``-> `` a finished step's result starts with (a prefix, not characters: ``-> -2``)."""
+    return f"<... completed> {result.removeprefix('-> ')}"
 
 
 @dataclass

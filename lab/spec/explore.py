@@ -36,7 +36,8 @@ import asyncpg
 from lab.core.steps import Session, show_sql
 from lab.errors import LabError, ScenarioFailure
 from lab.pinned.cast import InvalidPermutation
-from lab.pinned.sequencer import RESOLVE_S, Rules, Sequencer
+from lab.pinned.rules import RESOLVE_S, Rules
+from lab.pinned.sequencer import Sequencer
 from lab.spec.databases import Databases
 from lab.spec.parse import PermutationStep, Spec, SpecError, read_spec
 from lab.spec.run import all_permutations, step_wait_s

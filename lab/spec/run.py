@@ -38,7 +38,8 @@ from typing import Any, cast
 
 from lab.errors import LabError
 from lab.pinned.cast import Code
-from lab.pinned.sequencer import Rules, Sequencer
+from lab.pinned.rules import Rules
+from lab.pinned.sequencer import Sequencer
 from lab.spec.databases import Databases
 from lab.spec.parse import Blocker, PermutationStep, Spec, read_spec
 from lab.spec.printout import result_table
