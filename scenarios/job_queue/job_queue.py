@@ -88,7 +88,8 @@ async def handle(s: Session, rows: Sequence[asyncpg.Record]) -> None:
 
 async def turn(env: Env, s: Session, locking: str) -> str:
     """Pinned: one turn of a worker, its claim and its handler's side effect."""
-    await handle(s, rows := await claim(env, s, locking))
+    rows = await claim(env, s, locking)
+    await handle(s, rows)
     return CLAIMED if rows else EMPTY
 
 

@@ -40,6 +40,16 @@ Hook = Callable[[], Awaitable[None]]
 async def noop() -> None: ...  # a hook that does nothing (no stall, no work)
 
 
+def _acquired(fence: int | None) -> str:
+    """What the transcript shows of an acquire: the fence, or busy."""
+    return f"OK, fence={fence}" if fence else "busy"
+
+
+def _got(value: bytes | None) -> str:
+    """What it shows of a GET: the token's first letter, or (nil)."""
+    return f"<{value.decode()[:1]}>" if value else "(nil)"
+
+
 class Held(Protocol):  # what `hold` needs of a lease: this one, or redlock's quorum
     def report(self, event: str, **fields: Any) -> None: ...
     async def acquire(self) -> int | None: ...
@@ -73,8 +83,9 @@ class Lease:
     async def acquire(self) -> int | None:
         """The fence number when the lock was free, None when it was busy."""
         shown = f"SET {KEY} <{self.token[:1]}> NX PX {self.ttl_ms}; INCR {KEY}:fence"
-        said = lambda f: f"OK, fence={f}" if f else "busy"  # noqa: E731
-        fence: int | None = await self.steps.step("acquire", self._take, shown=shown, result=said)
+        fence: int | None = await self.steps.step(
+            "acquire", self._take, shown=shown, result=_acquired
+        )
         return fence
 
     async def write(self, fence: int, body: str) -> int:
@@ -92,9 +103,9 @@ class Lease:
             plain = self.release_kind == "del"
             shown = f"DEL {KEY}" if plain else f"EVAL cad {KEY} <{self.token[:1]}>"
             return int(await step("release", delete if plain else cad, shown=shown))
-        said = lambda v: f"<{v.decode()[:1]}>" if v else "(nil)"  # noqa: E731
-        value = await step("get", self.redis.get, self.key, shown=f"GET {KEY}", result=said)
-        self.report("GET", mine=(mine := value in (self.token, self.token.encode())))
+        value = await step("get", self.redis.get, self.key, shown=f"GET {KEY}", result=_got)
+        mine = value in (self.token, self.token.encode())
+        self.report("GET", mine=mine)
         if not mine:  # GET-then-DEL: the check runs in the client
             return 0
         await window()
