@@ -105,20 +105,24 @@ def private_dir(create: bool = True) -> Path | None:
     if create and not os.path.lexists(path):
         with contextlib.suppress(FileExistsError):  # someone made it meanwhile: check it
             os.mkdir(path, 0o700)
+    if distrust(path, directory=True, private=False) is None:
+        _close(path)  # the user's own, nobody else may write it: only maybe too open
     why = distrust(path, directory=True, private=True)
     if why == "does not exist":
         return None
-    if why is not None and "others may read it" in why:
-        # the user's own folder (not a link; nobody else may write it), only too open:
-        # close it rather than refuse it on every command
-        with contextlib.suppress(OSError):
-            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                os.fchmod(fd, 0o700)
-            finally:
-                os.close(fd)
-        why = distrust(path, directory=True, private=True)
     if why is not None:
         warn(f"{path} {why}; not using it, left alone")
         return None
     return path
+
+
+def _close(folder: Path) -> None:
+    """Make the user's own folder 0700 (through a descriptor that does not follow a
+    link), rather than refuse it on every command for being readable by others."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            if stat.S_IMODE(os.fstat(fd).st_mode) & 0o077:
+                os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
