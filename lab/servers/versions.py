@@ -130,11 +130,16 @@ def would_use() -> list[str]:
     mode = os.environ.get("LOCKLAB_SERVERS", "auto")
     kept = kept_servers() if mode == "auto" else None
     lines = []
-    for product, env, image, listed in (
-        ("postgresql", "LOCKLAB_PG_DSN", docker.PG_IMAGE, pg_available),
-        ("redis", "LOCKLAB_REDIS_URL", docker.REDIS_IMAGE, redis_available),
+    for product, env, image, listed, given in (
+        ("postgresql", "LOCKLAB_PG_DSN", docker.PG_IMAGE, pg_available, kept.pg if kept else None),
+        (
+            "redis",
+            "LOCKLAB_REDIS_URL",
+            docker.REDIS_IMAGE,
+            redis_available,
+            kept.redis if kept else None,
+        ),
     ):
-        given = kept.pg if kept and product == "postgresql" else kept.redis if kept else None
         if os.environ.get(env):
             lines.append(
                 f"{product}: the server at {env} (its version is read when a run connects)"
