@@ -23,8 +23,11 @@ from lab.core.scenario import Check, Env
 from lab.kit.redislock import COMPARE_AND_DELETE
 from lab.kit.waiters import Call, Command, Sleep, Waiter
 
-KEY, LOCK, STALE = "product:42", "lock:product:42", "product:42:stale"
-CACHE_TTL_S, STALE_TTL_S = 300, 86_400
+KEY = "product:42"
+LOCK = "lock:product:42"
+STALE = "product:42:stale"
+CACHE_TTL_S = 300
+STALE_TTL_S = 86_400
 
 
 class RebuildFailed(Exception):
@@ -59,7 +62,8 @@ def take_lock(env: Env, actor: int, token: str) -> Waiter[bool]:
     env.add("redis_set")
     env.add("lock_attempts")
     ttl_ms = max(1, round(float(env.params["lock_ttl_s"]) * 1000))  # EX 10 is PX 10000
-    if taken := bool((yield Command.set(env.key(LOCK), token, nx=True, px=ttl_ms))):
+    taken = bool((yield Command.set(env.key(LOCK), token, nx=True, px=ttl_ms)))
+    if taken:
         env.state["lock_owner"] = actor  # the lab's bookkeeping: buggy's lock has no token
     return taken
 
@@ -138,10 +142,14 @@ async def rebuild_once(env: Env, actor: int) -> bytes:
     raise TimeoutError("another process holds the rebuild lock")
 
 
-async def stale(env: Env, at_once: bool = False) -> bool:  # -p stale=true: a stale copy?
-    if found := env.params["stale"] and await env.do(get(env, STALE)) is not None:
+async def stale(env: Env, at_once: bool = False) -> bool:
+    """With -p stale=true: is there a stale copy to answer with?"""
+    if not env.params["stale"]:
+        return False
+    found = await env.do(get(env, STALE)) is not None
+    if found:
         env.add("stale_at_once" if at_once else "stale_after_waiting")
-    return bool(found)
+    return found
 
 
 async def invariant(env: Env) -> list[Check]:

@@ -109,7 +109,9 @@ async def _trial(
     env: Env, fix: Fix, trial: int, login: Mapping[str, str], observer: asyncpg.Connection
 ) -> dict[str, Any]:
     p = env.params
-    n, k, inside = p["customers"], p["crash_after"], p["pod2_connect"] == "inside"
+    n = p["customers"]
+    k = p["crash_after"]
+    inside = p["pod2_connect"] == "inside"
 
     def job(pod: str) -> Job:
         return Job(pod, n, fix.unique, fix.xact_lock, p["bill_pause_ms"])

@@ -34,7 +34,9 @@ from asyncpg.transaction import Transaction
 from lab.core.scenario import Env
 from lab.core.steps import Session, show_sql
 
-PERIOD, AMOUNT, LOCK = "2026-09", 100, "billing"
+PERIOD = "2026-09"
+AMOUNT = 100
+LOCK = "billing"
 TRY_LOCK = "SELECT pg_try_advisory_lock(hashtext($1))"
 TRY_XACT_LOCK = "SELECT pg_try_advisory_xact_lock(hashtext($1))"
 UNLOCK = "SELECT pg_advisory_unlock(hashtext($1))"

@@ -38,7 +38,11 @@ class Pod:
     """One pod: a pod.py process (lab.procs.workers), granted step by step."""
 
     def __init__(self, env: Env, job: Job, worker: workers.Worker, lazy: bool) -> None:
-        self.env, self.job, self.name, self.worker, self.lazy = env, job, job.pod, worker, lazy
+        self.env = env
+        self.job = job
+        self.name = job.pod
+        self.worker = worker
+        self.lazy = lazy
         self.backend_pid = 0  # 0 until connected
         self.connect_ms = 0.0
 

@@ -63,7 +63,9 @@ DONE = "UPDATE jobs SET status = 'done', locked_until = NULL WHERE id = ANY($1::
 NOT_DONE = "SELECT id FROM jobs WHERE status <> 'done' ORDER BY id"
 # the leases' end, ms on PostgreSQL's clock, which runs them (the lab's read up to 1 ms short)
 LEASE_END = "SELECT min(extract(epoch FROM locked_until)) * 1000 FROM jobs WHERE id = ANY($1)"
-CLAIMED, EMPTY, DIED = "claimed", "empty", "died"
+CLAIMED = "claimed"
+EMPTY = "empty"
+DIED = "died"
 
 
 async def setup(env: Env) -> None:
@@ -103,7 +105,9 @@ async def worker(env: Env, s: Session, locking: str) -> str:
             env.sample("orphaned_until_ms", float(end))
         env.trace(me, "dies; its jobs stay 'running'", jobs=show_ids(rows))
         return DIED
-    word, batch, nap = CLAIMED if rows else EMPTY, rows, p["poll_ms"] / 1000
+    word = CLAIMED if rows else EMPTY
+    batch = rows
+    nap = p["poll_ms"] / 1000
     for _ in range(int((p["lease_ms"] / 1000 + DRAIN_TIMEOUT_S) / nap) + 1):
         if batch:
             await handle(s, batch)

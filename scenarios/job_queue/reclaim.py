@@ -13,7 +13,9 @@ from lab.core.claims import Record
 
 def _reclaimed(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     rec = records["fixed"]
-    p, c, samples = rec["params"], rec["counters"], rec["samples"]
+    p = rec["params"]
+    c = rec["counters"]
+    samples = rec["samples"]
     orphaned = c.get("orphaned", 0)
     if not p["crash"] or not orphaned:
         return None  # nobody died holding jobs

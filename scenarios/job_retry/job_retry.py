@@ -66,8 +66,8 @@ async def setup(env: Env) -> None:
       at timestamptz NOT NULL DEFAULT clock_timestamp())""")  # the lab's stamps
 
 
-class JobError(Exception):  # what the poison job's handler raises, every time
-    pass
+class JobError(Exception):
+    """What the poison job's handler raises, every time."""
 
 
 Fail = Callable[[asyncpg.Connection, asyncpg.Record, str], Awaitable[None]]

@@ -99,8 +99,12 @@ def _limit(p: Mapping[str, Any]) -> float:
 
 async def choreography(env: Env, code: Code) -> None:
     """A, B and C on one invoice lock: every step at its time, after the step before it."""
-    p, label, limit = dict(env.params), f"{env.scenario} / {env.variant}", _limit(env.params)
-    key, tokens, watch = env.key(KEY), env.state["tokens"], env.state["watch"]
+    p = dict(env.params)
+    label = f"{env.scenario} / {env.variant}"
+    limit = _limit(env.params)
+    key = env.key(KEY)
+    tokens = env.state["tokens"]
+    watch = env.state["watch"]
     a, b, c = (Actor(env, who) for who in "ABC")
     as_process = p["pause_mode"] == "sigstop" or code.killed
     conns: list[asyncpg.Connection] = []
@@ -108,7 +112,9 @@ async def choreography(env: Env, code: Code) -> None:
     procs: list[ProcessActor] = []
 
     def start(w: Actor, pause_at: str | None, stall: Hook, work: Hook) -> None:
-        conn, fkey, token = conns.pop(), f"{key}:fence", tokens[w.who]
+        conn = conns.pop()
+        fkey = f"{key}:fence"
+        token = tokens[w.who]
         lease = Lease(
             env.redis, conn, key, fkey, p["ttl_ms"], token, code.release, code.fenced, w.report
         )
@@ -199,7 +205,9 @@ def timeline(trace: list[dict[str, Any]], redis_spans: list[dict[str, Any]]) -> 
     held: dict[str, dict[str, Any]] = {}
     deletes: list[dict[str, Any]] = []
     for e in trace:
-        who, ev, t = e["who"], e["event"], e["t_ms"]
+        who = e["who"]
+        ev = e["event"]
+        t = e["t_ms"]
         if who == "redis":
             continue
         if ev == "got lock":
@@ -225,7 +233,9 @@ def timeline(trace: list[dict[str, Any]], redis_spans: list[dict[str, Any]]) -> 
     for who, got in held.items():  # never released (the run was cut short)
         spans.append(_bar(who, "belief", got["t_ms"], trace[-1]["t_ms"], f"fence={got['fence']}"))
     for s in redis_spans:  # "ended" says how, for the claims; the label is for reading
-        end, how, label = s["end_ms"], s["how"], "until PX expiry"
+        end = s["end_ms"]
+        how = s["how"]
+        label = "until PX expiry"
         if how == "deleted":  # the DEL that ran between the last poll that saw it and the next
             label = "until deleted"
             lo, hi = s["last_sent"], s["gone_reply"] + DEL_SLACK_MS

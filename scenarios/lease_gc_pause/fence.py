@@ -57,11 +57,9 @@ def _belief_ends_with_lease(rec: Record) -> None:
 
 def _fenced(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["fixed"]
-    aw, bw, row = (
-        _ev(rec, "A", "write"),
-        _ev(rec, "B", "write"),
-        rec["evidence"].get("final_row") or {},
-    )
+    aw = _ev(rec, "A", "write")
+    bw = _ev(rec, "B", "write")
+    row = rec["evidence"].get("final_row") or {}
     held = (
         bool(aw and bw)
         and (bw["rows"], aw["rows"]) == (1, 0)

@@ -143,8 +143,12 @@ class Code:  # what a variant runs: the release, whether the write is fenced, wh
     killed: bool = False  # a fault, not a fix: "A is killed" at its pause point, never wakes
 
     async def __call__(self, env: Env, s: Session) -> str:  # pinned B or C (A: worker.py)
-        key, who, token = env.key(KEY), s.name, env.state["tokens"][s.name]
-        trace, ttl, fkey = partial(env.trace, who), env.params["ttl_ms"], f"{key}:fence"
+        key = env.key(KEY)
+        who = s.name
+        token = env.state["tokens"][s.name]
+        trace = partial(env.trace, who)
+        ttl = env.params["ttl_ms"]
+        fkey = f"{key}:fence"
         lease = Lease(env.redis, s.conn, key, fkey, ttl, token, self.release, self.fenced, trace, s)
         return await hold(lease, who, pause_at=None, stall=noop)
 

@@ -21,7 +21,9 @@ def _third_holder(variant: str) -> ClaimCheck:
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         rec = records[variant]
-        c_got, bc, get = _ev(rec, "C", "got lock"), _both(rec, "B", "C"), _ev(rec, "A", "GET")
+        c_got = _ev(rec, "C", "got lock")
+        bc = _both(rec, "B", "C")
+        get = _ev(rec, "A", "GET")
         held = (
             _ev(rec, "A", "release").get("result") == 1
             and _span(rec, "B", "redis").get("ended") == "deleted by A"

@@ -16,7 +16,9 @@ def _pause_over_ttl(records: Mapping[str, Record]) -> tuple[bool, str]:
     """pause > TTL: A's lease runs out while A believes, and B overlaps; else neither."""
     rec = records["fixed"]
     ttl, pause = rec["params"]["ttl_ms"], rec["params"]["pause_ms"]
-    lease, belief, ab = _span(rec, "A", "redis"), _span(rec, "A", "belief"), _both(rec, "A", "B")
+    lease = _span(rec, "A", "redis")
+    belief = _span(rec, "A", "belief")
+    ab = _both(rec, "A", "B")
     outlived = lease.get("ended") == "expired" and lease["end_ms"] < belief.get("end_ms", 0)
     held = (outlived and ab is not None) if pause > ttl else (not outlived and ab is None)
     both = f"A and B both believed: {_during(ab)}"
@@ -39,11 +41,9 @@ def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
     """The dead holder's lease lasts its whole TTL from SET: whoever tries meanwhile is refused."""
     rec = records["holder-killed"]
     ttl = rec["params"]["ttl_ms"]
-    got, killed, lease = (
-        _ev(rec, "A", "got lock"),
-        _ev(rec, "A", "killed"),
-        _span(rec, "A", "redis"),
-    )
+    got = _ev(rec, "A", "got lock")
+    killed = _ev(rec, "A", "killed")
+    lease = _span(rec, "A", "redis")
     if not (got and killed and lease):  # the run did not make the dead holder
         raise NotJudged("holder-killed: A was not killed after taking the lock")
     tries = [e for e in rec["trace"] if e["who"] != "A" and e["event"] in ("got lock", "lock busy")]

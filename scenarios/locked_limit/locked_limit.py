@@ -51,7 +51,10 @@ READS = {
     },
 }
 FORMS = ("top", "subquery")  # s2's and s3's form
-IN_ORDER, OUT_OF_ORDER, SHORT, WROTE = "ok", "out_of_order", "short", "wrote"
+IN_ORDER = "ok"
+OUT_OF_ORDER = "out_of_order"
+SHORT = "short"
+WROTE = "wrote"
 
 
 async def schema(env: Env) -> None:

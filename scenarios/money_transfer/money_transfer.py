@@ -42,12 +42,14 @@ Attempt = Callable[[Session], Awaitable[str]]  # one try of the whole transactio
 Retryable = Callable[[Exception], bool]  # which errors a retry policy retries
 
 
-class InsufficientFunds(Exception): ...  # the business error: rolls back, never retried
+class InsufficientFunds(Exception):
+    """The business error: rolls the transaction back, and is never retried."""
 
 
 def transfer_of(env: Env, i: int) -> tuple[str, int, int, int]:
     """Actor i sends request i (or i mod idem_keys: a replay); even requests go 1→2."""
-    req = i % env.params["idem_keys"] if env.params["idem_keys"] > 0 else i
+    keys = env.params["idem_keys"]
+    req = i % keys if keys > 0 else i
     src, dst = ACCOUNTS if req % 2 == 0 else ACCOUNTS[::-1]
     return f"transfer-{req}", src, dst, env.params["amount"]
 

@@ -36,7 +36,9 @@ JOB_KEY = 7001  # the cron job's advisory key
 LATER_RUNS = 3  # pod-2's runs after pod-1's failed one
 LOCKS = """SELECT pid FROM pg_locks WHERE locktype = 'advisory'
 AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
-RAN, SKIPPED, FAILED = "ran", "skipped", "failed"
+RAN = "ran"
+SKIPPED = "skipped"
+FAILED = "failed"
 
 
 class JobFailed(Exception):

@@ -33,7 +33,10 @@ BALANCE = 1000
 UPDATE = "UPDATE accounts SET balance = balance - 100 WHERE id = 1"
 LOCK = "SELECT balance FROM accounts WHERE id = 1 FOR UPDATE"
 PROBE = "SELECT balance FROM accounts WHERE id = 1 FOR UPDATE NOWAIT"
-UNDONE, NOT_UNDONE, LOCK_HELD, LOCK_NOT_HELD = "undone", "not_undone", "lock_held", "lock_not_held"
+UNDONE = "undone"
+NOT_UNDONE = "not_undone"
+LOCK_HELD = "lock_held"
+LOCK_NOT_HELD = "lock_not_held"
 
 
 async def setup(env: Env) -> None:

@@ -49,7 +49,9 @@ def _batch(variant: str, locked: bool) -> Judge:
 def _multixacts(variant: str, hot: bool) -> Judge:
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         c = records[variant]["evidence"]["children"]
-        n, mx, members = c["inserts"], c["multixacts"], c["xmax_members"]
+        n = c["inserts"]
+        mx = c["multixacts"]
+        members = c["xmax_members"]
         modes = ", ".join(sorted({m["mode"] for m in members}))
         if hot:
             held = n - 2 <= mx <= n + 2 and sorted(m["xid"] for m in members) == sorted(

@@ -39,7 +39,9 @@ from lab.aio import within
 from lab.core.scenario import Check, Env
 from lab.kit.provider import Provider
 
-CUSTOMER, PERIOD, AMOUNT = "c-1", "2026-09", 100
+CUSTOMER = "c-1"
+PERIOD = "2026-09"
+AMOUNT = 100
 CLIENT_TIMEOUT_S = 0.5  # the billing job's HTTP timeout (an answer on time takes ~ms)
 LATE_REPLY_S = 2.0  # the provider's first answer comes this late, after it charged
 MAX_ATTEMPTS = 5  # the job retries a timed-out call / a 40P01 transaction this often
