@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("lab.load",),  # the harness's run: actors, connections, evidence, the record
     ("lab.pinned",),  # the ordering engine: steps granted in schedule order
     ("lab.spec",),  # PostgreSQL's isolation specs
+    ("lab.gate",),  # the gate on the wire: client statements as step points
     ("lab.verify",),  # profiles run and claims judged
     ("lab.output",),  # the console and the HTML page
     ("lab.cli",),  # the commands

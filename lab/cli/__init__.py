@@ -9,7 +9,7 @@ from lab.cli.base import app
 from lab.cli.options import parse_procs
 
 # The command groups, imported in the order `locklab --help` lists their commands.
-for _group in ("catalogue", "runs", "verify", "pinned", "bench", "servers"):
+for _group in ("catalogue", "runs", "verify", "pinned", "gate", "bench", "servers"):
     importlib.import_module(f"lab.cli.{_group}")
 
 __all__ = ["app", "main", "parse_procs"]

@@ -1,0 +1,231 @@
+"""The gate on the wire, against the real server: drivers log in through it unchanged
+(SCRAM, an SSLRequest answered 'N'), each statement group is held until its keeper lets it
+go, the server's ReadyForQuery ends it, and a CancelRequest reaches the real backend."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from asyncio.subprocess import PIPE
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from lab.gate import Gate, Group, Session, gate_dsn, upstream_of
+from lab.servers import Servers
+
+PSQL = shutil.which("psql") or next(
+    (p for p in ("/usr/lib/postgresql/15/bin/psql",) if os.path.exists(p)), None
+)
+
+
+@dataclass
+class Keeper:
+    """Holds every step until the test lets it go (when `hold`), and notes what it saw."""
+
+    steps: list[tuple[str, str]] = field(default_factory=list)
+    readies: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    logged_in: list[Session] = field(default_factory=list)
+    hold: bool = False
+    arrived: asyncio.Queue[tuple[Session, Group]] = field(default_factory=asyncio.Queue)
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def opened(self, session: Session) -> None:
+        self.logged_in.append(session)
+
+    async def step(self, session: Session, group: Group) -> None:
+        self.steps.append((session.name, group.shown()))
+        await self.arrived.put((session, group))
+        if self.hold:
+            await self.go.wait()
+            self.go.clear()
+
+    def ready(self, session: Session, errors: list[str]) -> None:
+        self.readies.append((session.name, session.status, errors))
+
+    def closed(self, session: Session) -> None:
+        pass
+
+
+@pytest.fixture
+async def gate(servers: Servers, database: str) -> AsyncIterator[tuple[Gate, Keeper, str]]:
+    assert servers.pg is not None
+    keeper = Keeper()
+    log = io.StringIO()
+    async with Gate(upstream_of(servers.pg.dsn), keeper, log) as g:
+        g.log_text = log  # type: ignore[attr-defined]
+        yield g, keeper, gate_dsn(servers.pg.dsn, g.port, database)
+
+
+async def test_pass_through_logs_in_with_scram_and_answers(servers: Servers, database: str) -> None:
+    assert servers.pg is not None
+    async with Gate(upstream_of(servers.pg.dsn)) as g:
+        conn = await asyncpg.connect(gate_dsn(servers.pg.dsn, g.port, database), ssl="prefer")
+        try:
+            assert await conn.fetchval("SELECT count(*) FROM t") == 1
+            assert await conn.fetchval("SELECT $1::int + 1", 41) == 42
+        finally:
+            await conn.close()
+
+
+async def test_statements_are_steps_and_ready_for_query_ends_them(
+    gate: tuple[Gate, Keeper, str],
+) -> None:
+    g, keeper, dsn = gate
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute("UPDATE t SET v = v + $1 WHERE id = 1", 5)
+        with pytest.raises(asyncpg.UndefinedTableError):
+            await conn.execute("SELECT * FROM no_such_table")
+        await conn.execute("ROLLBACK")
+    finally:
+        await conn.close()
+    session = keeper.logged_in[0]
+    assert session.pid == g.sessions[0].pid > 0
+    shown = [text for _, text in keeper.steps]
+    assert shown[-4:] == [
+        "BEGIN",
+        "UPDATE t SET v = v + $1 WHERE id = 1  -- ('5')",
+        "SELECT * FROM no_such_table",
+        "ROLLBACK",
+    ]
+    # the status byte after each: in a transaction, still in it, failed, idle again
+    assert [(s, e) for _, s, e in keeper.readies[-4:]] == [
+        ("T", []),
+        ("T", []),
+        ("E", ["42P01"]),
+        ("I", []),
+    ]
+    log = g.log_text.getvalue()  # type: ignore[attr-defined]
+    assert f"s1 connected pid={session.pid}" in log
+    assert "s1 UPDATE t SET v = v + $1 WHERE id = 1  -- ('5')\n" in log
+    assert "s1 error 42P01\n" in log
+
+
+async def test_a_held_statement_does_not_reach_the_server(
+    gate: tuple[Gate, Keeper, str], servers: Servers
+) -> None:
+    _, keeper, dsn = gate
+    assert servers.pg is not None
+    conn = await asyncpg.connect(dsn)
+    observer = await asyncpg.connect(servers.pg.dsn)
+    try:
+        keeper.hold = True
+        update = asyncio.create_task(conn.execute("UPDATE t SET v = 7 WHERE id = 1"))
+        session, group = await keeper.arrived.get()
+        assert group.shown() == "UPDATE t SET v = 7 WHERE id = 1"
+        query = "SELECT state, query FROM pg_stat_activity WHERE pid = $1"
+        row = await observer.fetchrow(query, session.pid)
+        assert row is not None
+        assert row["state"] == "idle" and "UPDATE" not in row["query"]  # held at the gate
+        assert not update.done()
+        keeper.hold = False
+        keeper.go.set()
+        assert await update == "UPDATE 1"
+        assert await conn.fetchval("SELECT v FROM t WHERE id = 1") == 7
+    finally:
+        keeper.hold = False
+        keeper.go.set()
+        await conn.close()
+        await observer.close()
+
+
+async def test_a_prepare_is_not_a_step_and_a_named_statement_keeps_its_text(
+    gate: tuple[Gate, Keeper, str],
+) -> None:
+    _, keeper, dsn = gate
+    conn = await asyncpg.connect(dsn)
+    try:
+        before = len(keeper.steps)
+        stmt = await conn.prepare("SELECT v FROM t WHERE id = $1")
+        assert len(keeper.steps) == before  # Parse/Describe/Sync runs nothing
+        assert await stmt.fetchval(1) == 0
+        assert await stmt.fetchval(1) == 0
+    finally:
+        await conn.close()
+    assert [t for _, t in keeper.steps[before:]] == ["SELECT v FROM t WHERE id = $1  -- ('1')"] * 2
+
+
+async def test_a_cancel_request_reaches_the_real_backend(gate: tuple[Gate, Keeper, str]) -> None:
+    _, _, dsn = gate
+    conn = await asyncpg.connect(dsn)
+    try:
+        with pytest.raises(TimeoutError):
+            await conn.execute("SELECT pg_sleep(60)", timeout=0.3)
+        # asyncpg sent a CancelRequest on a new connection; only the server can end the
+        # sleep, and the session answers again at once
+        assert await conn.fetchval("SELECT 1", timeout=10) == 1
+    finally:
+        await conn.close()
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+async def test_psql_goes_on_in_plain_text_and_require_gets_one_line(
+    gate: tuple[Gate, Keeper, str], servers: Servers
+) -> None:
+    g, keeper, dsn = gate
+    assert servers.pg is not None and PSQL is not None
+
+    def psql(sslmode: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "PGSSLMODE": sslmode, "PGCONNECT_TIMEOUT": "10"}
+        command = [PSQL, "-X", "-At", "-v", "ON_ERROR_STOP=1", dsn, "-c", "SELECT 6 * 7"]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+
+    done = await asyncio.to_thread(psql, "prefer")
+    assert (done.returncode, done.stdout.strip()) == (0, "42"), done.stderr
+    assert ("s1", "SELECT 6 * 7") in keeper.steps
+    refused = await asyncio.to_thread(psql, "require")
+    assert refused.returncode != 0 and "SSL" in refused.stderr
+    password = servers.pg.dsn.split(":", 2)[2].split("@")[0]
+    assert password not in g.log_text.getvalue()  # type: ignore[attr-defined]
+
+
+async def test_the_gate_command_serves_logs_and_stops_on_sigterm(
+    servers: Servers, database: str, tmp_path: Path
+) -> None:
+    """`locklab gate` prints what a client needs (the password only in a 0600 PGPASSFILE),
+    logs each session's statements, and a SIGTERM ends it in one line, its folder gone."""
+    assert servers.pg is not None
+    log = tmp_path / "gate.log"
+    command = [sys.executable, "-m", "lab.cli", "gate", "--pg-dsn", servers.pg.dsn]
+    proc = await asyncio.create_subprocess_exec(
+        *command, "--log", str(log), stdout=PIPE, stderr=PIPE
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [(await asyncio.wait_for(proc.stdout.readline(), 60)).decode() for _ in range(3)]
+        assert lines[0].startswith("gate: 127.0.0.1:"), lines
+        exported = dict(word.split("=", 1) for word in lines[2].split()[1:])
+        passfile = Path(exported["PGPASSFILE"])
+        assert os.stat(passfile).st_mode & 0o077 == 0
+        password = servers.pg.dsn.split(":", 2)[2].split("@")[0]
+        assert password not in "".join(lines)
+        conn = await asyncpg.connect(
+            host=exported["PGHOST"],
+            port=int(exported["PGPORT"]),
+            user=exported["PGUSER"],
+            database=database,
+            passfile=str(passfile),
+        )
+        assert await conn.fetchval("SELECT v FROM t WHERE id = $1", 1) == 0
+        await conn.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 130
+    assert err.decode().count("\n") == 1 and err.startswith(b"locklab: interrupted")
+    assert not passfile.parent.exists()
+    text = log.read_text()
+    assert "s1 SELECT v FROM t WHERE id = $1  -- ('1')\n" in text and password not in text
