@@ -17,7 +17,6 @@ from lab.cli.options import (
     NoRecord,
     PgDsn,
     PgVersion,
-    ScenarioId,
     SvgFile,
     find_scenario,
     servers_for,
@@ -28,10 +27,44 @@ from lab.errors import LabError
 from lab.output import console as report
 from lab.servers import open_servers
 
+ActorCommands = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--actor",
+        help="A command to run as one actor, through the gate (repeat it; no scenario then). "
+        "It gets PGHOST/PGPORT/PGUSER/PGDATABASE/PGPASSFILE and DATABASE_URL.",
+    ),
+]
+SetupFile = Annotated[
+    Path | None, typer.Option("--setup", help="With --actor: SQL run once, copied per order.")
+]
+InvariantFile = Annotated[
+    Path | None,
+    typer.Option("--invariant", help="With --actor: SQL returning one boolean row (true: kept)."),
+]
+OptionalScenario = Annotated[
+    str | None,
+    typer.Argument(help="Scenario id (see `locklab list`), a scenario file, or FILE.spec."),
+]
+
+
+def _actor_mode(scenario: str | None, actors: list[str] | None, **only: bool) -> bool:
+    """Whether the command runs actors; refuses a mix with a scenario's options."""
+    if not actors:
+        if scenario is None:
+            raise LabError("give a scenario (see `locklab list`), a FILE.spec, or --actor commands")
+        extra = [name for name, on in only.items() if on]
+        if extra:
+            raise LabError(f"{', '.join(extra)}: only with --actor")
+        return False
+    if scenario is not None:
+        raise LabError(f"--actor runs programs, not a scenario: drop {scenario!r}")
+    return True
+
 
 @app.command("trace")
 def trace_cmd(
-    scenario: ScenarioId,
+    scenario: OptionalScenario = None,
     variant: Annotated[
         str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
     ] = "all",
@@ -52,9 +85,28 @@ def trace_cmd(
             "its alternates NAME_1.out, ...); exit 1 on a difference."
         ),
     ] = None,
+    actor: ActorCommands = None,
+    setup: SetupFile = None,
+    invariant: InvariantFile = None,
 ) -> None:
     """Print the transcript of a schedule: each step, its SQL and result, who waited. A
-    PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints."""
+    PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints.
+    With --actor: one order of unchanged programs' statements (--schedule 1,2,1,2)."""
+    only = {"--setup": setup is not None, "--invariant": invariant is not None}
+    if guarded(lambda: _actor_mode(scenario, actor, **only)):
+        from lab.cli.actors import trace_actors
+
+        dl = 100 if deadlock_timeout is None else deadlock_timeout
+
+        def actors() -> None:
+            if dl < 1:
+                raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+            assert actor is not None
+            trace_actors(actor, setup, invariant, schedule, pg_dsn, dl)
+
+        guarded(actors)
+        return
+    assert scenario is not None
     if scenario.endswith(".spec"):
         extra = {
             "--variant": variant != "all",
@@ -211,7 +263,7 @@ def spec_suite_cmd(
 
 @app.command("explore")
 def explore_cmd(
-    scenario: ScenarioId,
+    scenario: OptionalScenario = None,
     variant: Annotated[
         str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
     ] = "all",
@@ -224,10 +276,36 @@ def explore_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the explore record only.")] = False,
     no_record: NoRecord = False,
     svg: SvgFile = None,
+    actor: ActorCommands = None,
+    setup: SetupFile = None,
+    invariant: InvariantFile = None,
+    max_orders: Annotated[
+        int | None, typer.Option("--max", help="With --actor: run at most N orders.")
+    ] = None,
+    first: Annotated[
+        bool, typer.Option("--first", help="With --actor: stop at the first broken order.")
+    ] = False,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
     many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
-    every interleaving of its steps, per isolation level, how each ended."""
+    every interleaving of its steps, per isolation level, how each ended. With --actor:
+    every order of unchanged programs' statements, each on a fresh copy of --setup."""
+    only = {"--setup": setup is not None, "--invariant": invariant is not None}
+    only |= {"--max": max_orders is not None, "--first": first}
+    if guarded(lambda: _actor_mode(scenario, actor, **only)):
+        from lab.cli.actors import explore_actors
+
+        dl = 100 if deadlock_timeout is None else deadlock_timeout
+
+        def actors() -> None:
+            if dl < 1:
+                raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+            assert actor is not None
+            explore_actors(actor, setup, invariant, pg_dsn, dl, max_orders, first, as_json)
+
+        guarded(actors)
+        return
+    assert scenario is not None
     if scenario.endswith(".spec"):
         extra = {"--variant": variant != "all", "--svg": svg is not None}
         given = [name for name, on in extra.items() if on]

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO
 
@@ -50,16 +50,19 @@ class Group:
         return SECRET.sub(r"\1'***'", "; ".join(s.shown() for s in self.statements))
 
 
-@dataclass
+@dataclass(eq=False)  # a session is itself: hashed by identity
 class Session:
     """One client connection that logged in through the gate."""
 
     number: int  # in the order sessions connected, from 1
     peer: tuple[str, int]
     parameters: dict[str, str]
+    actor: int = 0  # the listener it came in on (Gate.start's `actor`)
     pid: int = 0  # the server's backend pid, from BackendKeyData
     status: str = "I"  # ReadyForQuery's: I idle, T in a transaction, E in a failed one
     errors: list[str] = field(default_factory=list)  # SQLSTATEs since the last ReadyForQuery
+    messages: list[str] = field(default_factory=list)  # ... and their messages
+    last_messages: list[str] = field(default_factory=list)  # those of the step that ended
     prepared: dict[str, str] = field(default_factory=dict)  # statement name -> SQL
     types: dict[str, list[int]] = field(default_factory=dict)  # statement name -> param types
     describing: deque[str] = field(default_factory=deque)  # Describe S sent, not yet answered
@@ -112,24 +115,33 @@ class Gate:
         self.keeper = keeper
         self.log = log
         self.sessions: list[Session] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
+        self.failures: list[Exception] = []  # what went wrong outside the protocol
+        self.port = 0  # the first listener's
+        self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def start(self, port: int = 0) -> int:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self.port
+    async def start(self, port: int = 0, actor: int = 0) -> int:
+        """Listen on 127.0.0.1:`port` (0: a free one); sessions that log in on it belong to
+        `actor` (actors are told apart by the port they came in on). Its port."""
+
+        def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Awaitable[None]:
+            return self._serve(reader, writer, actor)
+
+        server = await asyncio.start_server(serve, "127.0.0.1", port)
+        self._servers.append(server)
+        bound = int(server.sockets[0].getsockname()[1])
+        self.port = self.port or bound
+        return bound
 
     async def close(self) -> None:
         """Stop listening and end every relayed connection."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
     async def __aenter__(self) -> Gate:
         await self.start()
@@ -143,19 +155,25 @@ class Gate:
             self.log.write(f"{session.name} {text}\n")
             self.log.flush()
 
-    async def _serve(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+    async def _serve(
+        self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter, actor: int
+    ) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
         try:
-            await self._relay(c_reader, c_writer)
+            await self._relay(c_reader, c_writer, actor)
         except (ConnectionError, asyncio.IncompleteReadError, wire.ProtocolError):
             pass  # either side went away or spoke something else: the connection ends
+        except Exception as exc:  # the keeper's own fault: the gate's owner must hear of it
+            self.failures.append(exc)
         finally:
             self._tasks.discard(task)
             c_writer.close()
 
-    async def _relay(self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter) -> None:
+    async def _relay(
+        self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter, actor: int
+    ) -> None:
         code, packet = await wire.read_packet(c_reader)
         while code in (wire.SSL_REQUEST, wire.GSSENC_REQUEST):
             c_writer.write(b"N")  # no TLS on loopback: the client goes on in plain text
@@ -174,7 +192,7 @@ class Gate:
                 return
             number = len(self.sessions) + 1
             peer = c_writer.get_extra_info("peername") or ("?", 0)
-            session = Session(number, peer, wire.startup_parameters(packet))
+            session = Session(number, peer, wire.startup_parameters(packet), actor)
             self.sessions.append(session)
             await self._watch(session, c_reader, c_writer, s_reader, s_writer)
         finally:
@@ -226,13 +244,16 @@ class Gate:
         if kind == wire.BACKEND_KEY:
             session.pid = int.from_bytes(message[5:9], "big")
         elif kind == wire.ERROR:
-            session.errors.append(wire.error_code(message))
+            fields = wire.error_fields(message)
+            session.errors.append(fields.get("C", "?????"))
+            session.messages.append(fields.get("M", ""))
         elif kind == wire.PARAMETER_TYPES and session.describing:
             session.types[session.describing.popleft()] = wire.parameter_types(message)
         elif kind == wire.READY:
             session.status = chr(message[5])
             session.describing.clear()  # a Describe an error skipped is not answered
             errors, session.errors = session.errors, []
+            session.last_messages, session.messages = session.messages, []
             if not logged_in.is_set():
                 logged_in.set()  # the first ReadyForQuery ends the login
                 who = session.parameters
@@ -257,37 +278,55 @@ class Gate:
     ) -> None:
         """Login messages as they come; after the login, statements in groups, each held
         until the keeper lets it go."""
-        reading = asyncio.ensure_future(wire.read_message(c_reader))
-        login = asyncio.ensure_future(logged_in.wait())
-        while not logged_in.is_set():  # SASL / password messages: straight through, unread
-            done, _ = await asyncio.wait(
-                {reading, login, down}, return_when=asyncio.FIRST_COMPLETED
-            )
-            if down in done:
-                reading.cancel()
-                login.cancel()
-                return
-            if reading in done and not logged_in.is_set():
-                s_writer.write(reading.result()[1])
-                reading = asyncio.ensure_future(wire.read_message(c_reader))
-        login.cancel()
+        first = await self._login(c_reader, s_writer, logged_in, down)
+        if first is None:
+            return
         if self.keeper is not None:
             await self.keeper.opened(session)
         group = Group()
+        kind, message = first
         while True:
-            kind, message = await reading
-            reading = asyncio.ensure_future(wire.read_message(c_reader))
             if kind in (wire.COPY_DATA, wire.COPY_DONE, wire.COPY_FAIL):
                 s_writer.write(message)  # part of the statement already running
-                continue
-            group.messages.append(message)
-            self._take(session, group, kind, message)
+            else:
+                group.messages.append(message)
+                self._take(session, group, kind, message)
             if kind in (wire.QUERY, wire.SYNC, wire.FLUSH, wire.TERMINATE):
                 await self._send(session, group, s_writer)
                 group = Group()
                 if kind == wire.TERMINATE:
-                    reading.cancel()
                     return
+            kind, message = await wire.read_message(c_reader)
+
+    async def _login(
+        self,
+        c_reader: asyncio.StreamReader,
+        s_writer: asyncio.StreamWriter,
+        logged_in: asyncio.Event,
+        down: asyncio.Task[None],
+    ) -> tuple[int, bytes] | None:
+        """Relay the client's login messages (SASL, password: unread) until the server's
+        first ReadyForQuery; then the client's first message after it (None: gone)."""
+        reading = asyncio.ensure_future(wire.read_message(c_reader))
+        login = asyncio.ensure_future(logged_in.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {reading, login, down}, return_when=asyncio.FIRST_COMPLETED
+                )
+                if logged_in.is_set():
+                    return await reading
+                if down in done:
+                    return None
+                if reading in done:
+                    s_writer.write(reading.result()[1])
+                    reading = asyncio.ensure_future(wire.read_message(c_reader))
+        finally:
+            login.cancel()
+            if not reading.done():
+                reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reading
 
     def _take(self, session: Session, group: Group, kind: int, message: bytes) -> None:
         """Read what a client message runs into the group."""

@@ -36,9 +36,9 @@ def client_env(dsn: str, port: int, passfile: Path) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def password_file(dsn: str, port: int) -> Iterator[Path]:
-    """A .pgpass for the gate's port in a lab folder of this process (0700; removed at the
-    end, or by the lab's reaper after a SIGKILL)."""
+def password_file(dsn: str, port: int | None) -> Iterator[Path]:
+    """A .pgpass for the gate's port (None: any port of 127.0.0.1) in a lab folder of this
+    process (0700; removed at the end, or by the lab's reaper after a SIGKILL)."""
     keys = parse_dsn(dsn)
     base = make_base_dir()
     path = folder_of(base) / "gate.pgpass"
@@ -47,9 +47,7 @@ def password_file(dsn: str, port: int) -> Iterator[Path]:
     def escaped(value: str) -> str:
         return value.replace("\\", "\\\\").replace(":", "\\:")
 
-    line = (
-        f"127.0.0.1:{port}:*:{escaped(keys.get('user', '*'))}:{escaped(keys.get('password', ''))}"
-    )
+    line = f"127.0.0.1:{port or '*'}:*:{escaped(keys.get('user', '*'))}:{escaped(keys.get('password', ''))}"
     with os.fdopen(fd, "w") as out:
         out.write(line + "\n")
     try:

@@ -64,15 +64,19 @@ def cstring(body: bytes, at: int) -> tuple[str, int]:
     return body[at:end].decode(errors="replace"), end + 1
 
 
-def error_code(message: bytes) -> str:
-    """The SQLSTATE of an ErrorResponse (field 'C')."""
+def error_fields(message: bytes) -> dict[str, str]:
+    """An ErrorResponse's fields by code: C the SQLSTATE, M the message, ..."""
+    fields: dict[str, str] = {}
     at = 5
     while at < len(message) and message[at] != 0:
-        kind = message[at]
-        value, at = cstring(message, at + 1)
-        if kind == ord("C"):
-            return value
-    return "?????"
+        kind = chr(message[at])
+        fields[kind], at = cstring(message, at + 1)
+    return fields
+
+
+def error_code(message: bytes) -> str:
+    """The SQLSTATE of an ErrorResponse."""
+    return error_fields(message).get("C", "?????")
 
 
 @dataclass
@@ -85,9 +89,9 @@ class Statement:
 
     def shown(self) -> str:
         if not self.params:
-            return self.sql
+            return self.sql.strip()
         values = ", ".join("NULL" if p is None else repr(p) for p in self.params)
-        return f"{self.sql}  -- ({values})"
+        return f"{self.sql.strip()}  -- ({values})"
 
 
 def parse_message(message: bytes) -> tuple[str, str, list[int]]:

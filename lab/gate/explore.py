@@ -1,0 +1,293 @@
+"""Explore unchanged programs: every order of their statements, each on a fresh database.
+
+Exploration is stateless: an order is a list of choices (which held statement goes at
+each point), replayed from the start on a fresh copy of the database (the setup applied
+to a template once, `CREATE DATABASE ... TEMPLATE` per order). The orders are enumerated
+depth first: after an order, the last point that had an untried candidate takes the next
+one. So an actor whose next statement depends on what it read is explored as it runs.
+
+A replay that holds other statements than the first run did at the same point (a timer,
+`SKIP LOCKED`, a random token) cannot be explored this way: the exploration stops there
+and says which actor's statement differed.
+
+After every order the invariant (SQL that returns one boolean row) is read on that
+order's database. An order is kept when it reads true and every actor exited 0; else it
+broke (a psql script with ON_ERROR_STOP that got a 40P01 exits 3). An actor's outcome is
+its exit status and the SQLSTATEs the gate saw it receive.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from lab.errors import LabError
+from lab.gate.dsn import upstream_of
+from lab.gate.order import Actor, Held, OrderRun, run_order
+from lab.gate.serve import password_file
+from lab.spec.wire import parse_dsn
+
+DEADLOCK_TIMEOUT_MS = 100  # on the explored databases: a deadlocking order costs this wait
+
+
+@dataclass
+class Order:
+    """One explored order and how it ended."""
+
+    run: OrderRun
+    kept: bool
+    invariant: str  # what the invariant read, for the transcript
+
+    def outcome(self) -> str:
+        """'kept' or 'broke', then each actor's end: a1=0 a2=3:40P01."""
+        ends = []
+        for number, status in sorted(self.run.exits.items()):
+            codes = sorted(set(self.run.errors.get(number, [])))
+            ends.append(f"a{number}={status}" + (":" + ",".join(codes) if codes else ""))
+        return ("kept " if self.kept else "broke ") + " ".join(ends)
+
+
+@dataclass
+class Exploration:
+    """What explore found over the orders it ran."""
+
+    actors: list[Actor]
+    orders: list[Order] = field(default_factory=list)
+    complete: bool = False  # every order was run
+    stopped: str = ""  # why it stopped before that, in one line
+    deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS
+
+    @property
+    def outcomes(self) -> Counter[str]:
+        return Counter(o.outcome() for o in self.orders)
+
+    @property
+    def broke(self) -> list[Order]:
+        return [o for o in self.orders if not o.kept]
+
+    def as_json(self) -> dict[str, object]:
+        first = self.broke[0] if self.broke else None
+        return {
+            "actors": [a.command for a in self.actors],
+            "orders": len(self.orders),
+            "complete": self.complete,
+            "stopped": self.stopped or None,
+            "kept": len(self.orders) - len(self.broke),
+            "broke": len(self.broke),
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "deadlock_timeout_ms": self.deadlock_timeout_ms,
+            "first_broken": None
+            if first is None
+            else {
+                "schedule": first.run.schedule,
+                "transcript": first.run.transcript,
+                "invariant": first.invariant,
+            },
+        }
+
+
+@dataclass
+class Workspace:
+    """The server, a template database with the setup, and a password file for actors."""
+
+    admin: asyncpg.Connection
+    dsn: str
+    template: str
+    passfile: Path
+    invariant: str
+    deadlock_timeout_ms: int
+
+    @contextlib.asynccontextmanager
+    async def database(self) -> AsyncIterator[tuple[str, asyncpg.Connection]]:
+        """A fresh copy of the template for one order, and an observer on it."""
+        name = f"locklab_actor_{uuid.uuid4().hex[:10]}"
+        await self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
+        try:
+            timeout = f"{self.deadlock_timeout_ms}ms"
+            await self.admin.execute(
+                f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '{timeout}'"
+            )
+            observer = await asyncpg.connect(self.dsn, database=name)
+            try:
+                yield name, observer
+            finally:
+                await observer.close()
+        finally:
+            await self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    async def check(self, observer: asyncpg.Connection) -> tuple[bool, str]:
+        """The invariant on an order's database: (kept, what it read)."""
+        try:
+            row = await observer.fetchrow(self.invariant)
+        except asyncpg.PostgresError as exc:
+            raise LabError(f"the invariant failed: {exc.sqlstate}: {exc}") from None
+        if row is None or len(row) != 1:
+            raise LabError("the invariant must return one row of one boolean column")
+        return row[0] is True, f"{row[0]}"
+
+
+@contextlib.asynccontextmanager
+async def workspace(
+    dsn: str, setup: str, invariant: str, deadlock_timeout_ms: int
+) -> AsyncIterator[Workspace]:
+    admin = await asyncpg.connect(dsn)
+    template = f"locklab_actors_{uuid.uuid4().hex[:10]}"
+    try:
+        await admin.execute(f'CREATE DATABASE "{template}"')
+        try:
+            conn = await asyncpg.connect(dsn, database=template)
+            try:
+                if setup.strip():
+                    await conn.execute(setup)
+            except asyncpg.PostgresError as exc:
+                raise LabError(f"the setup failed: {exc.sqlstate}: {exc}") from None
+            finally:
+                await conn.close()
+            with password_file(dsn, None) as passfile:
+                yield Workspace(admin, dsn, template, passfile, invariant, deadlock_timeout_ms)
+        finally:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+def replay(prefix: Sequence[int]) -> Callable[[int, list[Held]], int]:
+    """Choose as `prefix` says, then the first candidate."""
+
+    def choose(depth: int, candidates: list[Held]) -> int:
+        return prefix[depth] if depth < len(prefix) else 0
+
+    return choose
+
+
+def following(schedule: Sequence[int]) -> Callable[[int, list[Held]], int]:
+    """Choose the held statement of the schedule's next actor (a trace)."""
+
+    def choose(depth: int, candidates: list[Held]) -> int:
+        if depth >= len(schedule):
+            raise LabError(
+                f"the schedule ends after {len(schedule)} statements and more are waiting"
+            )
+        for k, held in enumerate(candidates):
+            if held.actor == schedule[depth]:
+                return k
+        waiting = ", ".join(sorted({f"a{h.actor}" for h in candidates}))
+        raise LabError(
+            f"statement {depth + 1} of the schedule is actor {schedule[depth]}'s, "
+            f"but only {waiting} has a statement waiting"
+        )
+
+    return choose
+
+
+def next_prefix(run: OrderRun) -> list[int] | None:
+    """Depth first: the last point with an untried candidate takes the next one."""
+    for depth in range(len(run.decisions) - 1, -1, -1):
+        decision = run.decisions[depth]
+        if decision.chosen + 1 < len(decision.candidates):
+            return [d.chosen for d in run.decisions[:depth]] + [decision.chosen + 1]
+    return None
+
+
+def diverged(known: Sequence[list[str]], run: OrderRun, prefix: Sequence[int]) -> str | None:
+    """Where a replay held other statements than the order it replays."""
+    for depth in range(min(len(prefix), len(known), len(run.decisions))):
+        before, now = known[depth], run.decisions[depth].candidates
+        if before != now:
+            changed = next((b for b in before if b not in now), before[0] if before else "")
+            return (
+                f"statement {depth + 1} differs between replays: held {now} where an earlier "
+                f"order held {before} (near {changed!r})"
+            )
+    return None
+
+
+async def explore(
+    dsn: str,
+    actors: Sequence[Actor],
+    setup: str,
+    invariant: str,
+    *,
+    max_orders: int | None = None,
+    first: bool = False,
+    deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS,
+    cwd: Path | None = None,
+    progress: Callable[[Order], None] | None = None,
+) -> Exploration:
+    """Run every order of the actors' statements (or up to `max_orders`, or to the first
+    broken one with `first`)."""
+    found = Exploration(list(actors), deadlock_timeout_ms=deadlock_timeout_ms)
+    user = parse_dsn(dsn).get("user", "postgres")
+    async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
+        prefix: list[int] | None = []
+        known: list[list[str]] = []
+        while prefix is not None:
+            if max_orders is not None and len(found.orders) >= max_orders:
+                found.stopped = f"--max {max_orders} reached"
+                return found
+            async with ws.database() as (name, observer):
+                run = await run_order(
+                    upstream_of(dsn),
+                    observer,
+                    actors,
+                    user=user,
+                    database=name,
+                    passfile=ws.passfile,
+                    choose=replay(prefix),
+                    cwd=cwd,
+                )
+                held, read = await ws.check(observer)
+            kept = held and not any(run.exits.values())
+            if (why := diverged(known, run, prefix)) is not None:
+                found.stopped = why
+                return found
+            order = Order(run, kept, read)
+            found.orders.append(order)
+            if progress is not None:
+                progress(order)
+            known = [d.candidates for d in run.decisions]
+            if first and not kept:
+                found.stopped = "--first: stopped at the first broken order"
+                return found
+            prefix = next_prefix(run)
+    found.complete = True
+    return found
+
+
+async def trace(
+    dsn: str,
+    actors: Sequence[Actor],
+    setup: str,
+    invariant: str,
+    schedule: Sequence[int],
+    *,
+    deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS,
+    cwd: Path | None = None,
+) -> Order:
+    """Run one order: the schedule names the actor of each statement in turn."""
+    user = parse_dsn(dsn).get("user", "postgres")
+    async with (
+        workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws,
+        ws.database() as (
+            name,
+            observer,
+        ),
+    ):
+        run = await run_order(
+            upstream_of(dsn),
+            observer,
+            actors,
+            user=user,
+            database=name,
+            passfile=ws.passfile,
+            choose=following(schedule),
+            cwd=cwd,
+        )
+        held, read = await ws.check(observer)
+    return Order(run, held and not any(run.exits.values()), read)

@@ -1,0 +1,327 @@
+"""One order of unchanged programs' statements, run through the gate.
+
+Each actor is a process started with PG* variables pointing at a port of the gate of its
+own, so every connection it opens is known as its. The director holds every statement
+and lets one go at a time. Between two grants it waits until every actor has settled,
+by the same rules as the Sequencer: each live actor has a statement held at the gate, or
+its running statements are reported blocked by the server (``pg_blocking_pids``), or it
+has exited. A statement is done at the server's ReadyForQuery. When no statement is held
+and every live actor is blocked, the server must break the cycle (the deadlock detector,
+a lock timeout): the director waits for it.
+
+Which held statement goes next is the caller's `choose(depth, candidates)`: explore
+replays a list of choices from the start (stateless), trace follows a schedule of actor
+numbers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from lab.aio import within
+from lab.errors import LabError
+from lab.gate.proxy import Gate, Group, Session, Upstream
+from lab.pinned.interleave import lock_waiters
+from lab.pinned.rules import POLL_S
+
+IDLE_S = 30.0  # an actor that neither sends a statement nor ends for this long is stuck
+ORDER_S = 300.0  # one order, at most
+
+
+@dataclass(frozen=True)
+class Actor:
+    """A command to run as one actor: `number` from 1, in the order given."""
+
+    number: int
+    command: str
+
+    def argv(self) -> list[str]:
+        return shlex.split(self.command)
+
+
+@dataclass
+class Held:
+    """A statement waiting at the gate for its turn."""
+
+    session: Session
+    group: Group
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def actor(self) -> int:
+        return self.session.actor
+
+    def label(self, names: Mapping[Session, str]) -> str:
+        return f"{names[self.session]}: {self.group.shown()}"
+
+
+@dataclass
+class Decision:
+    """What was held at one point of an order, and which one went."""
+
+    candidates: list[str]
+    actors: list[int]  # the actor of each candidate
+    chosen: int
+
+
+@dataclass
+class OrderRun:
+    """What one order did: its decisions, transcript, and each actor's end."""
+
+    decisions: list[Decision] = field(default_factory=list)
+    transcript: list[str] = field(default_factory=list)
+    exits: dict[int, int] = field(default_factory=dict)  # actor -> exit status
+    errors: dict[int, list[str]] = field(default_factory=dict)  # actor -> SQLSTATEs received
+    output: dict[int, str] = field(default_factory=dict)  # actor -> the end of its stderr
+
+    @property
+    def schedule(self) -> list[int]:
+        """The actor of each granted statement, in order: a trace's --schedule."""
+        return [d.actors[d.chosen] for d in self.decisions]
+
+
+Choose = Callable[[int, list[Held]], int]
+
+
+class Director:
+    """The gate's keeper for one order (see the module doc)."""
+
+    def __init__(self, observer: asyncpg.Connection, choose: Choose) -> None:
+        self.observer = observer
+        self.choose = choose
+        self.run = OrderRun()
+        self.held: list[Held] = []
+        self.running: dict[Session, str] = {}  # granted, no ReadyForQuery yet -> its text
+        self.waiting: set[Session] = set()  # of those, reported blocked
+        self.done: dict[Session, asyncio.Event] = {}
+        self.changed = asyncio.Event()
+        self.names: dict[Session, str] = {}
+        self.exited: dict[int, int] = {}
+        self._count: dict[int, int] = {}
+
+    # --- the gate's Keeper ---
+
+    async def opened(self, session: Session) -> None:
+        n = self._count[session.actor] = self._count.get(session.actor, 0) + 1
+        self.names[session] = f"a{session.actor}" + (f".{n}" if n > 1 else "")
+        self.changed.set()
+
+    async def step(self, session: Session, group: Group) -> None:
+        held = Held(session, group)
+        self.held.append(held)
+        self.changed.set()
+        await held.go.wait()
+
+    def ready(self, session: Session, errors: list[str]) -> None:
+        self.run.errors.setdefault(session.actor, []).extend(errors)
+        text = self.running.pop(session, None)
+        if text is not None and session in self.waiting:
+            self.waiting.discard(session)
+            self.run.transcript.append(f"step {self.names[session]}: <... completed>")
+        if text is not None:
+            self.run.transcript.extend(f"ERROR:  {m}" for m in session.last_messages)
+        if session in self.done:
+            self.done[session].set()
+        self.changed.set()
+
+    def closed(self, session: Session) -> None:
+        self.running.pop(session, None)
+        self.waiting.discard(session)
+        if session in self.done:
+            self.done[session].set()
+        self.changed.set()
+
+    # --- the order ---
+
+    async def drive(self, procs: Mapping[int, asyncio.subprocess.Process]) -> None:
+        """Grant statements one at a time until every actor has exited."""
+        depth = 0
+        while True:
+            await self._settle(procs)
+            if not self.held:
+                if len(self.exited) == len(procs):
+                    return
+                await self._wait_for_server(procs)  # every live actor is blocked
+                continue
+            candidates = sorted(self.held, key=lambda h: (h.actor, h.session.number))
+            k = self.choose(depth, candidates)
+            depth += 1
+            labels = [h.label(self.names) for h in candidates]
+            self.run.decisions.append(Decision(labels, [h.actor for h in candidates], k))
+            await self._grant(candidates[k])
+
+    async def _grant(self, held: Held) -> None:
+        self.held.remove(held)
+        session = held.session
+        line = f"step {self.names[session]}: {held.group.shown()}"
+        done = self.done[session] = asyncio.Event()
+        self.running[session] = line
+        self.run.transcript.append(line)
+        held.go.set()
+        while not done.is_set():
+            waits = await lock_waiters(self.observer, [session.pid])
+            if session.pid in waits and not done.is_set():
+                self.waiting.add(session)
+                self.run.transcript[self.run.transcript.index(line)] = f"{line} <waiting ...>"
+                return
+            with contextlib.suppress(TimeoutError):
+                await within(done.wait(), POLL_S)
+
+    def _settled(self, procs: Mapping[int, asyncio.subprocess.Process]) -> list[int]:
+        """The live actors that have not settled (see the module doc)."""
+        unsettled = []
+        for number in procs:
+            if number in self.exited or any(h.actor == number for h in self.held):
+                continue
+            mine = [s for s in self.running if s.actor == number]
+            if not mine or any(s not in self.waiting for s in mine):
+                unsettled.append(number)
+        return unsettled
+
+    async def _settle(self, procs: Mapping[int, asyncio.subprocess.Process]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + IDLE_S
+        while True:
+            self.changed.clear()
+            await self._look_at_waits()
+            unsettled = self._settled(procs)
+            if not unsettled:
+                return
+            if loop.time() > deadline:
+                last = self.run.transcript[-1] if self.run.transcript else "its start"
+                raise LabError(
+                    f"actor {unsettled[0]} neither sent a statement nor ended in {IDLE_S:.0f} s "
+                    f"(after {last!r})"
+                )
+            with contextlib.suppress(TimeoutError):
+                await within(self.changed.wait(), POLL_S if self.running else 0.5)
+
+    async def _look_at_waits(self) -> None:
+        """Mark running statements the server reports blocked."""
+        if not self.running:
+            return
+        waits = await lock_waiters(self.observer, [s.pid for s in self.running])
+        for session, line in list(self.running.items()):
+            if session.pid in waits and session not in self.waiting:
+                self.waiting.add(session)
+                at = self.run.transcript.index(line)
+                self.run.transcript[at] = f"{line} <waiting ...>"
+
+    async def _wait_for_server(self, procs: Mapping[int, asyncio.subprocess.Process]) -> None:
+        """Every live actor waits on a lock: a deadlock detector or a timeout ends it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ORDER_S
+        while not self.held and len(self.exited) < len(procs):
+            if not self.running:
+                return  # nothing runs: _settle will see what the actors do next
+            if loop.time() > deadline:
+                raise LabError("every actor waits on a lock and the server never ended it")
+            self.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await within(self.changed.wait(), POLL_S * 10)
+            if any(s not in self.waiting for s in self.running):
+                return
+
+
+def actor_env(
+    actor_port: int, user: str, database: str, passfile: Path, base: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment an actor starts with: its own port of the gate in every form drivers
+    read (PG*, DATABASE_URL, JDBC_DATABASE_URL); the password only in PGPASSFILE."""
+    env = {k: v for k, v in base.items() if not k.startswith("PG") and k != "DATABASE_URL"}
+    env.update(
+        PGHOST="127.0.0.1",
+        PGPORT=str(actor_port),
+        PGUSER=user,
+        PGDATABASE=database,
+        PGPASSFILE=str(passfile),
+        DATABASE_URL=f"postgresql://{user}@127.0.0.1:{actor_port}/{database}",
+        JDBC_DATABASE_URL=f"jdbc:postgresql://127.0.0.1:{actor_port}/{database}?user={user}",
+    )
+    return env
+
+
+async def run_order(
+    upstream: Upstream,
+    observer: asyncpg.Connection,
+    actors: Sequence[Actor],
+    *,
+    user: str,
+    database: str,
+    passfile: Path,
+    choose: Choose,
+    cwd: Path | None = None,
+) -> OrderRun:
+    """Start the actors through a fresh gate, drive them to their ends, return the order."""
+    director = Director(observer, choose)
+    procs: dict[int, asyncio.subprocess.Process] = {}
+    said: dict[int, bytearray] = {}
+    async with Gate(upstream, director) as gate:
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            for actor in actors:
+                port = await gate.start(actor=actor.number)
+                env = actor_env(port, user, database, passfile, os.environ)
+                proc = procs[actor.number] = await _spawn(actor, env, cwd)
+                said[actor.number] = bytearray()
+                tasks.append(asyncio.create_task(_tail(proc, said[actor.number])))
+                tasks.append(asyncio.create_task(_exit(actor.number, proc, director)))
+            try:
+                await within(director.drive(procs), ORDER_S)
+            except TimeoutError:
+                raise LabError(f"one order took over {ORDER_S:.0f} s") from None
+        finally:
+            for proc in procs.values():
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if gate.failures:
+            raise gate.failures[0]
+    director.run.exits = dict(director.exited)
+    director.run.output = {n: text.decode(errors="replace") for n, text in said.items()}
+    return director.run
+
+
+async def _spawn(actor: Actor, env: dict[str, str], cwd: Path | None) -> asyncio.subprocess.Process:
+    try:
+        argv = actor.argv()
+    except ValueError as exc:
+        raise LabError(f"actor {actor.number}: {exc} in {actor.command!r}") from None
+    if not argv:
+        raise LabError(f"actor {actor.number} is an empty command")
+    try:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # its own process group: stopped as a whole
+        )
+    except OSError as exc:
+        raise LabError(f"actor {actor.number}: cannot run {argv[0]!r}: {exc.strerror}") from None
+
+
+async def _tail(proc: asyncio.subprocess.Process, kept: bytearray, size: int = 2000) -> None:
+    """Keep the last `size` bytes of what the actor wrote on stderr."""
+    assert proc.stderr is not None
+    while chunk := await proc.stderr.read(1 << 14):
+        kept += chunk
+        del kept[:-size]
+
+
+async def _exit(number: int, proc: asyncio.subprocess.Process, director: Director) -> None:
+    director.exited[number] = await proc.wait()
+    director.held = [h for h in director.held if h.actor != number]  # sent, then it died
+    director.changed.set()

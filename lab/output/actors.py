@@ -1,0 +1,52 @@
+"""What explore and trace print for actors (unchanged programs through the gate)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from lab.gate.explore import Exploration, Order
+from lab.gate.order import Actor
+
+
+def _actors(console: Console, actors: list[Actor]) -> None:
+    for actor in actors:
+        console.print(f"  a{actor.number}: {actor.command}", markup=False)
+
+
+def print_order(console: Console, order: Order, actors: list[Actor]) -> None:
+    """One order's transcript, then how each actor ended and the invariant."""
+    _actors(console, actors)
+    for line in order.run.transcript:
+        console.print(line, markup=False)
+    console.print(f"invariant: {order.invariant}; {order.outcome()}", markup=False)
+    for number, text in sorted(order.run.output.items()):
+        lines = text.strip().splitlines()
+        if order.run.exits.get(number) and lines:
+            said = next((line for line in lines if "ERROR" in line or "error" in line), lines[-1])
+            console.print(f"a{number} exited {order.run.exits[number]}: {said}", markup=False)
+
+
+def print_exploration(console: Console, found: Exploration) -> None:
+    """The outcome classes with their counts, the first broken order as a transcript."""
+    how = "every order" if found.complete else f"stopped: {found.stopped}"
+    console.print(
+        f"explore: {len(found.actors)} actors, {len(found.orders)} orders ({how}); "
+        f"deadlock_timeout {found.deadlock_timeout_ms} ms on each order's database",
+        markup=False,
+    )
+    table = Table("outcome", "orders", box=None, pad_edge=False)
+    for outcome, count in sorted(found.outcomes.items(), key=lambda kv: (-kv[1], kv[0])):
+        table.add_row(outcome, str(count))
+    console.print(table)
+    if not found.broke:
+        console.print(f"kept in all {len(found.orders)} orders", markup=False)
+        return
+    first = found.broke[0]
+    schedule = ",".join(str(a) for a in first.run.schedule)
+    console.print(
+        f"broke in {len(found.broke)} of {len(found.orders)} orders; the first "
+        f"(trace --schedule {schedule}):",
+        markup=False,
+    )
+    print_order(console, first, found.actors)

@@ -1,0 +1,139 @@
+"""Unchanged programs explored through the gate: psql scripts as actors, every order of
+their statements on a fresh copy of the setup, judged by an SQL invariant and by how each
+actor exited. The scripts are the ones in examples/psql/."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.gate.explore import explore, trace
+from lab.gate.order import Actor
+from lab.servers import Servers
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "psql"
+PSQL = shutil.which("psql")
+pytestmark = pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+
+
+def script(name: str) -> str:
+    return f"psql -X -q -v ON_ERROR_STOP=1 -f {EXAMPLES / name}"
+
+
+def actors(*names: str) -> list[Actor]:
+    return [Actor(i, script(n)) for i, n in enumerate(names, 1)]
+
+
+SETUP = (EXAMPLES / "setup.sql").read_text()
+DEPOSITS_KEPT = (EXAMPLES / "deposits-kept.sql").read_text()
+
+
+async def test_read_compute_write_loses_a_deposit_in_four_of_six_orders(servers: Servers) -> None:
+    """Two statements each: 6 orders; the 4 where both reads come before both writes lose
+    a deposit (the invariant reads false); the 2 that run one actor first keep it."""
+    assert servers.pg is not None
+    found = await explore(
+        servers.pg.dsn, actors("deposit.sql", "deposit.sql"), SETUP, DEPOSITS_KEPT
+    )
+    assert found.complete and len(found.orders) == 6
+    assert found.outcomes == {"broke a1=0 a2=0": 4, "kept a1=0 a2=0": 2}
+    first = found.broke[0]
+    assert first.run.transcript == [
+        "step a1: SELECT balance FROM accounts WHERE id = 1",
+        "step a2: SELECT balance FROM accounts WHERE id = 1",
+        "step a1: UPDATE accounts SET balance = 100 + 10 WHERE id = 1;",
+        "step a2: UPDATE accounts SET balance = 100 + 10 WHERE id = 1;",
+    ]
+    assert first.invariant == "False"
+
+
+async def test_for_update_keeps_every_order(servers: Servers) -> None:
+    """The same deposits with the read's row lock: the second reader waits (the gate sees
+    it blocked and grants the other session's statements), and no order loses one."""
+    assert servers.pg is not None
+    pair = actors("deposit-locked.sql", "deposit-locked.sql")
+    found = await explore(servers.pg.dsn, pair, SETUP, DEPOSITS_KEPT)
+    assert found.complete and found.broke == []
+    assert found.outcomes == {"kept a1=0 a2=0": len(found.orders)}
+    waited = [o for o in found.orders if any("<waiting ...>" in line for line in o.run.transcript)]
+    assert waited, "no order had a reader wait on the other's row lock"
+
+
+async def test_opposite_orders_deadlock_in_some_orders_and_one_order_never(
+    servers: Servers,
+) -> None:
+    """Two carts updating two rows in opposite orders: some orders end in a 40P01 for one
+    of them (psql exits 3); the same two carts in one order never do."""
+    assert servers.pg is not None
+    found = await explore(
+        servers.pg.dsn, actors("cart-1-2.sql", "cart-2-1.sql"), SETUP, "SELECT true"
+    )
+    assert found.complete
+    deadlocked = {o for o in found.outcomes if "40P01" in o}
+    assert deadlocked == {"broke a1=0 a2=3:40P01", "broke a1=3:40P01 a2=0"}
+    assert found.outcomes["kept a1=0 a2=0"] > 0
+    sorted_carts = await explore(
+        servers.pg.dsn, actors("cart-1-2.sql", "cart-1-2.sql"), SETUP, "SELECT true"
+    )
+    assert sorted_carts.complete and sorted_carts.broke == []
+
+
+async def test_trace_replays_a_broken_order_from_its_schedule(servers: Servers) -> None:
+    """The first broken order's schedule, given to trace, runs that same order again."""
+    assert servers.pg is not None
+    pair = actors("cart-1-2.sql", "cart-2-1.sql")
+    found = await explore(servers.pg.dsn, pair, SETUP, "SELECT true", first=True)
+    assert found.stopped.startswith("--first") and found.broke == [found.orders[-1]]
+    again = await trace(servers.pg.dsn, pair, SETUP, "SELECT true", found.orders[-1].run.schedule)
+    assert again.run.transcript == found.orders[-1].run.transcript
+    assert again.outcome() == found.orders[-1].outcome()
+
+
+def test_the_command_prints_json_and_refuses_bad_input_in_one_line(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """`locklab explore --actor ... --json` from the examples folder; bad input: one line
+    on stderr and exit 2, before any actor runs."""
+    assert servers.pg is not None
+    lab = [sys.executable, "-m", "lab.cli"]
+    env = {**os.environ, "LOCKLAB_PG_DSN": servers.pg.dsn}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*lab, *args], cwd=EXAMPLES, env=env, capture_output=True, text=True, timeout=300
+        )
+
+    done = run(
+        "explore",
+        "--actor",
+        "psql -X -q -v ON_ERROR_STOP=1 -f deposit.sql",
+        "--actor",
+        "psql -X -q -v ON_ERROR_STOP=1 -f deposit.sql",
+        "--setup",
+        "setup.sql",
+        "--invariant",
+        "deposits-kept.sql",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert (data["orders"], data["kept"], data["broke"], data["complete"]) == (6, 2, 4, True)
+    assert data["first_broken"]["schedule"] == [1, 2, 1, 2]
+    for args, says in [
+        (["explore", "--actor", "psql -f deposit.sql"], "at least two --actor"),
+        (["explore", "lost-update", "--actor", "a", "--actor", "b"], "not a scenario"),
+        (["explore", "--first"], "give a scenario"),
+        (["explore", "lost-update", "--first"], "only with --actor"),
+        (["trace", "--actor", "a", "--actor", "b", "--schedule", "1,3"], "numbered 1 to 2"),
+        (["explore", "--actor", "no-such-program-here", "--actor", "b"], "cannot run"),
+    ]:
+        refused = run(*args)
+        assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+        lines = [line for line in refused.stderr.splitlines() if line.startswith("locklab:")]
+        assert len(lines) == 1 and says in lines[0], (args, refused.stderr)
