@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev lock lock-upgrade floors run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev examples lock lock-upgrade floors run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -85,8 +85,18 @@ compare: venv
 verify: venv
 	$(BIN)/locklab verify --profile $(PROFILE) $(ARGS)
 
-test: dev
+test: dev examples
 	$(BIN)/pytest -q $(ARGS)
+
+# The documents' node-postgres code (examples/node), explored as actors by the tests:
+# installed exactly from its package-lock.json (with integrity hashes). Without npm the
+# tests that need it skip and say why.
+examples: examples/node/node_modules/.package-lock.json
+examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix examples/node --no-audit --no-fund --loglevel=error \
+	    || echo "npm ci failed: the node-postgres examples' tests will skip"; \
+	else echo "npm not found: the node-postgres examples' tests will skip"; fi
 
 lint: dev
 	$(BIN)/ruff format --check .

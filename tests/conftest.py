@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -157,3 +160,30 @@ async def sessions(servers: Servers, database: str) -> AsyncIterator[list[asyncp
     finally:
         for c in conns:
             c.terminate()
+
+
+# --- PostgreSQL's own isolationtester (test_spec, test_gate_explore) ---
+
+
+def _pg_config(servers: Servers) -> str | None:
+    assert servers.pg is not None
+    if servers.pg.bindir is not None and (servers.pg.bindir / "pg_config").is_file():
+        return str(servers.pg.bindir / "pg_config")
+    return shutil.which("pg_config")
+
+
+@pytest.fixture(scope="session")
+def tester(servers: Servers) -> tuple[Path, dict[str, str]]:
+    """The isolationtester of the server's own build, and the environment it runs in (its
+    build's libpq first: the system's may lack what a newer tester calls)."""
+    pg_config = _pg_config(servers)
+    if pg_config is None:
+        pytest.skip("no pg_config: cannot find isolationtester")
+    ask = [pg_config, "--pgxs", "--libdir"]
+    pgxs, libdir = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.split()
+    binary = Path(pgxs).parent.parent / "test" / "isolation" / "isolationtester"
+    if not binary.is_file():
+        pytest.skip(f"isolationtester is not installed beside {pgxs}")
+    env = {k: v for k, v in os.environ.items() if k != "PGAPPNAME"}
+    env["LD_LIBRARY_PATH"] = libdir
+    return binary, env

@@ -4,6 +4,7 @@ actor exited. The scripts are the ones in examples/psql/."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -15,7 +16,11 @@ import pytest
 
 from lab.gate.explore import explore, trace
 from lab.gate.order import Actor
+from lab.gate.spec import export
 from lab.servers import Servers
+from lab.servers.base import with_database
+from lab.spec.parse import parse_spec
+from tests.conftest import throwaway_database
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "psql"
 PSQL = shutil.which("psql")
@@ -137,3 +142,75 @@ def test_the_command_prints_json_and_refuses_bad_input_in_one_line(
         assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
         lines = [line for line in refused.stderr.splitlines() if line.startswith("locklab:")]
         assert len(lines) == 1 and says in lines[0], (args, refused.stderr)
+
+
+async def test_a_broken_order_becomes_a_one_minimal_spec(
+    servers: Servers, tester: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    """The first deadlocking order of the opposite carts, exported and shrunk: PostgreSQL's
+    own isolationtester prints the deadlock on the spec, and on no spec with one step of
+    its permutation dropped (each such run given 1 s before a blocked step is cancelled)."""
+    assert servers.pg is not None
+    dsn = servers.pg.dsn
+    pair = actors("cart-1-2.sql", "cart-2-1.sql")
+    found = await explore(dsn, pair, SETUP, "SELECT true", first=True)
+    exported = await export(found.broke[0], SETUP, "SELECT true", dsn, 100)
+    assert "ERROR:  deadlock detected" in exported.output
+    (permutation,) = parse_spec(exported.text).permutations
+    names = [p.name for p in permutation]
+    # each cart's BEGIN and two updates; the COMMITs are not needed
+    assert [n.split("_")[0] for n in names] == ["a1", "a1", "a2", "a2", "a1", "a2"]
+    assert exported.dropped == len(found.broke[0].run.statements) - len(names)
+    binary, env = tester
+
+    async def isolationtester(text: str) -> str:
+        async with throwaway_database(servers, "locklab_export", rows=0) as name:
+            proc = await asyncio.create_subprocess_exec(
+                str(binary),
+                with_database(dsn, name),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env={**env, "PGISOLATIONTIMEOUT": "1", "PG_TEST_TIMEOUT_DEFAULT": "1"},
+            )
+            out, _ = await asyncio.wait_for(proc.communicate(text.encode()), 120)
+        return out.decode()
+
+    assert (await isolationtester(exported.text)) == exported.output
+    for i in range(len(names)):
+        fewer = " ".join(names[:i] + names[i + 1 :])
+        output = await isolationtester(exported.text.replace(" ".join(names), fewer))
+        assert "deadlock detected" not in output, names[i]
+
+
+async def test_a_lost_update_spec_shows_the_invariant_read_false(servers: Servers) -> None:
+    """A broken invariant's spec is the whole order (not shrunk: without a deposit the
+    check would fail for another reason), its last step the check reading false."""
+    assert servers.pg is not None
+    dsn = servers.pg.dsn
+    found = await explore(
+        dsn, actors("deposit.sql", "deposit.sql"), SETUP, DEPOSITS_KEPT, first=True
+    )
+    exported = await export(found.broke[0], SETUP, DEPOSITS_KEPT, dsn, 100)
+    assert exported.dropped == 0 and exported.steps == 4
+    assert "step check: SELECT kept FROM" in exported.output
+    assert exported.output.endswith("kept\n----\nf   \n(1 row)\n\n")
+
+
+def test_explore_spec_writes_a_spec_that_trace_runs(servers: Servers, tmp_path: Path) -> None:
+    """`explore --actor ... --spec F.spec` writes F.spec and F.out; `locklab trace F.spec`
+    prints F.out again."""
+    assert servers.pg is not None
+    env = {**os.environ, "LOCKLAB_PG_DSN": servers.pg.dsn}
+    spec = tmp_path / "lost.spec"
+    deposit = "psql -X -q -v ON_ERROR_STOP=1 -f deposit.sql"
+    args = ["explore", "--actor", deposit, "--actor", deposit, "--setup", "setup.sql"]
+    args += ["--invariant", "deposits-kept.sql", "--spec", str(spec)]
+    lab = [sys.executable, "-m", "lab.cli"]
+    done = subprocess.run([*lab, *args], cwd=EXAMPLES, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"spec: {spec} (4 steps, the whole order: a broken invariant" in done.stdout
+    traced = subprocess.run(
+        [*lab, "trace", str(spec)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert traced.stdout == spec.with_suffix(".out").read_text()

@@ -9,9 +9,7 @@ line. The parser's tests need no server.
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,30 +38,6 @@ def limits(seconds: int) -> dict[str, str]:
 
 
 TESTER_S = 120.0  # a whole spec; the slowest (cancel) takes about 2 s
-
-
-def _pg_config(servers: Servers) -> str | None:
-    assert servers.pg is not None
-    if servers.pg.bindir is not None and (servers.pg.bindir / "pg_config").is_file():
-        return str(servers.pg.bindir / "pg_config")
-    return shutil.which("pg_config")
-
-
-@pytest.fixture(scope="module")
-def tester(servers: Servers) -> tuple[Path, dict[str, str]]:
-    """The isolationtester of the server's own build, and the environment it runs in (its
-    build's libpq first: the system's may lack what a newer tester calls)."""
-    pg_config = _pg_config(servers)
-    if pg_config is None:
-        pytest.skip("no pg_config: cannot find isolationtester")
-    ask = [pg_config, "--pgxs", "--libdir"]
-    pgxs, libdir = subprocess.run(ask, capture_output=True, text=True, check=True).stdout.split()
-    binary = Path(pgxs).parent.parent / "test" / "isolation" / "isolationtester"
-    if not binary.is_file():
-        pytest.skip(f"isolationtester is not installed beside {pgxs}")
-    env = {k: v for k, v in os.environ.items() if k != "PGAPPNAME"}
-    env["LD_LIBRARY_PATH"] = libdir
-    return binary, env
 
 
 @pytest.fixture

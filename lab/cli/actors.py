@@ -11,6 +11,7 @@ from lab.cli.base import err, out
 from lab.errors import LabError
 from lab.gate.explore import explore, trace
 from lab.gate.order import Actor
+from lab.gate.spec import export
 from lab.output import console as report
 from lab.output.actors import print_exploration, print_order
 from lab.servers import open_servers
@@ -52,12 +53,16 @@ def explore_actors(
     max_orders: int | None,
     first: bool,
     as_json: bool,
+    spec: Path | None = None,
 ) -> None:
     actors = actors_of(commands)
     if max_orders is not None and max_orders < 1:
         raise LabError(f"--max {max_orders}: must be at least 1")
+    if spec is not None and spec.suffix != ".spec":
+        raise LabError(f"--spec {spec}: name it FILE.spec (FILE.out is written beside it)")
     check = _read(invariant, "--invariant") or "SELECT true"
     schema = _read(setup, "--setup")
+    exported = None
     with open_servers(pg_dsn, None, need_redis=False) as srv:
         assert srv.pg is not None
         report.servers(err(), srv.infos(), srv.notes)
@@ -68,15 +73,41 @@ def explore_actors(
                 schema,
                 check,
                 max_orders=max_orders,
-                first=first,
+                first=first or spec is not None,
                 deadlock_timeout_ms=deadlock_ms,
                 cwd=Path.cwd(),
             )
         )
+        if spec is not None and found.broke:
+            order = found.broke[0]
+            exported = asyncio.run(export(order, schema, check, srv.pg.dsn, deadlock_ms))
+            spec.write_text(exported.text, encoding="utf-8")
+            spec.with_suffix(".out").write_text(exported.output, encoding="utf-8")
     if as_json:
-        sys.stdout.write(json.dumps(found.as_json()) + "\n")
-    else:
-        print_exploration(out(), found)
+        data = found.as_json()
+        if exported is not None:
+            data["spec"] = {
+                "path": str(spec),
+                "steps": exported.steps,
+                "dropped": exported.dropped,
+                "shrunk": exported.shrunk,
+            }
+        sys.stdout.write(json.dumps(data) + "\n")
+        return
+    print_exploration(out(), found)
+    if exported is not None and spec is not None:
+        how = (
+            f"{exported.dropped} dropped by shrinking, none more can be"
+            if exported.shrunk
+            else "the whole order: a broken invariant is not shrunk"
+        )
+        out().print(
+            f"spec: {spec} ({exported.steps} steps, {how}); the tester's output: "
+            f"{spec.with_suffix('.out')}; `locklab trace {spec}` runs it again",
+            markup=False,
+        )
+    elif spec is not None:
+        out().print(f"no broken order: no spec written to {spec}", markup=False)
 
 
 def trace_actors(

@@ -27,7 +27,8 @@ def bench(
         str,
         typer.Argument(
             help="checkout (against pgbench) | redis (against redis-benchmark) | isolation "
-            "(a spec folder, --specs, against pg_isolation_regress)."
+            "(a spec folder, --specs, against pg_isolation_regress) | gate (pgbench direct, "
+            "through PgBouncer and through locklab gate)."
         ),
     ] = "checkout",
     n: Annotated[
@@ -49,6 +50,7 @@ def bench(
         typer.Option(help="isolation: a folder laid out like src/test/isolation."),
     ] = None,
     lanes: Annotated[int, typer.Option(help="isolation: the lab's lanes.")] = 4,
+    seconds: Annotated[int, typer.Option(help="gate: seconds of each pgbench run.")] = 5,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
     no_record: NoRecord = False,
 ) -> None:
@@ -60,8 +62,10 @@ def bench(
         from lab.core.provenance import lab_info
         from lab.core.results import git_commit, new_run_id, write_json
 
-        if what not in ("checkout", "redis", "isolation"):
-            raise LabError(f"bench {what!r}: expected checkout, redis or isolation")
+        if what not in ("checkout", "redis", "isolation", "gate"):
+            raise LabError(f"bench {what!r}: expected checkout, redis, isolation or gate")
+        if seconds < 1:
+            raise LabError(f"bench --seconds {seconds}: must be at least 1")
         if (what == "isolation") != (specs is not None):
             raise LabError("bench: --specs DIR goes with isolation, and isolation needs it")
         if (n is not None and n < 1) or rounds < 1:
@@ -70,7 +74,10 @@ def bench(
             raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
         run_id = new_run_id()
         short = run_id.replace("-", "")[-8:]
-        if what == "isolation":
+        if what == "gate":
+            data = _bench_gate(seconds, rounds, pg_dsn)
+            name = "gate.json"
+        elif what == "isolation":
             assert specs is not None
             data = _bench_isolation(specs, lanes, pg_dsn)
             name = "isolation.json"
@@ -106,6 +113,16 @@ def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dic
         report.servers(err(), srv.infos(), srv.notes)
         with err().status(f"bench: {rounds} rounds of {n} clients ..."):
             res = asyncio.run(run_bench(srv, n, rounds, run_id))
+        return {**res.to_json(), "servers": {i.product: i.to_json() for i in srv.infos()}}
+
+
+def _bench_gate(seconds: int, rounds: int, pg_dsn: str | None) -> dict[str, Any]:
+    from lab.gate.bench import run_gate_bench
+
+    with open_servers(pg_dsn, None, need_redis=False) as srv:
+        report.servers(err(), srv.infos(), srv.notes)
+        with err().status("bench gate ...") as status:
+            res = asyncio.run(run_gate_bench(srv, seconds, rounds, status.update))
         return {**res.to_json(), "servers": {i.product: i.to_json() for i in srv.infos()}}
 
 

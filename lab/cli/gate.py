@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 
@@ -46,9 +46,18 @@ def gate_cmd(
             assert servers.pg is not None
             for note in servers.notes:
                 say(note)
-            asyncio.run(serve(servers.pg.dsn, port, sink, say))
+            _loop_runner()(serve(servers.pg.dsn, port, sink, say))
 
     guarded(body)
+
+
+def _loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop's when it is installed (a relay spends its time in the loop), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
 
 
 @contextlib.contextmanager

@@ -285,13 +285,21 @@ def explore_cmd(
     first: Annotated[
         bool, typer.Option("--first", help="With --actor: stop at the first broken order.")
     ] = False,
+    spec_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--spec",
+            help="With --actor: write the first broken order as a 1-minimal isolation spec "
+            "(FILE.spec, and the tester's output in FILE.out).",
+        ),
+    ] = None,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
     many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
     every interleaving of its steps, per isolation level, how each ended. With --actor:
     every order of unchanged programs' statements, each on a fresh copy of --setup."""
     only = {"--setup": setup is not None, "--invariant": invariant is not None}
-    only |= {"--max": max_orders is not None, "--first": first}
+    only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import explore_actors
 
@@ -301,7 +309,9 @@ def explore_cmd(
             if dl < 1:
                 raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
             assert actor is not None
-            explore_actors(actor, setup, invariant, pg_dsn, dl, max_orders, first, as_json)
+            explore_actors(
+                actor, setup, invariant, pg_dsn, dl, max_orders, first, as_json, spec_out
+            )
 
         guarded(actors)
         return

@@ -33,7 +33,14 @@ from lab.gate.order import Actor, Held, OrderRun, run_order
 from lab.gate.serve import password_file
 from lab.spec.wire import parse_dsn
 
-DEADLOCK_TIMEOUT_MS = 100  # on the explored databases: a deadlocking order costs this wait
+DEADLOCK_TIMEOUT_MS = 100
+
+
+REPLAYS = 3  # tries of one order whose replay held other statements
+
+
+class Diverged(LabError):
+    """A replay held other statements than the order it replays."""  # on the explored databases: a deadlocking order costs this wait
 
 
 @dataclass
@@ -62,6 +69,7 @@ class Exploration:
     complete: bool = False  # every order was run
     stopped: str = ""  # why it stopped before that, in one line
     deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS
+    replays: int = 0  # orders run again because a replay held other statements
 
     @property
     def outcomes(self) -> Counter[str]:
@@ -82,6 +90,7 @@ class Exploration:
             "broke": len(self.broke),
             "outcomes": dict(sorted(self.outcomes.items())),
             "deadlock_timeout_ms": self.deadlock_timeout_ms,
+            "replays": self.replays,
             "first_broken": None
             if first is None
             else {
@@ -161,7 +170,15 @@ def replay(prefix: Sequence[int]) -> Callable[[int, list[Held]], int]:
     """Choose as `prefix` says, then the first candidate."""
 
     def choose(depth: int, candidates: list[Held]) -> int:
-        return prefix[depth] if depth < len(prefix) else 0
+        if depth >= len(prefix):
+            return 0
+        if prefix[depth] >= len(candidates):
+            held = [h.group.shown() for h in candidates]
+            raise Diverged(
+                f"statement {depth + 1} differs between replays: {len(held)} held {held} where "
+                f"an earlier order had more"
+            )
+        return prefix[depth]
 
     return choose
 
@@ -223,7 +240,6 @@ async def explore(
     """Run every order of the actors' statements (or up to `max_orders`, or to the first
     broken one with `first`)."""
     found = Exploration(list(actors), deadlock_timeout_ms=deadlock_timeout_ms)
-    user = parse_dsn(dsn).get("user", "postgres")
     async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
         prefix: list[int] | None = []
         known: list[list[str]] = []
@@ -231,33 +247,68 @@ async def explore(
             if max_orders is not None and len(found.orders) >= max_orders:
                 found.stopped = f"--max {max_orders} reached"
                 return found
-            async with ws.database() as (name, observer):
-                run = await run_order(
-                    upstream_of(dsn),
-                    observer,
-                    actors,
-                    user=user,
-                    database=name,
-                    passfile=ws.passfile,
-                    choose=replay(prefix),
-                    cwd=cwd,
-                )
-                held, read = await ws.check(observer)
-            kept = held and not any(run.exits.values())
-            if (why := diverged(known, run, prefix)) is not None:
-                found.stopped = why
+            try:
+                order = await _replayed(ws, actors, prefix, known, found, cwd)
+            except Diverged as exc:
+                found.stopped = str(exc)
                 return found
-            order = Order(run, kept, read)
             found.orders.append(order)
             if progress is not None:
                 progress(order)
-            known = [d.candidates for d in run.decisions]
-            if first and not kept:
+            known = [d.candidates for d in order.run.decisions]
+            if first and not order.kept:
                 found.stopped = "--first: stopped at the first broken order"
                 return found
-            prefix = next_prefix(run)
+            prefix = next_prefix(order.run)
     found.complete = True
     return found
+
+
+async def _replayed(
+    ws: Workspace,
+    actors: Sequence[Actor],
+    prefix: list[int],
+    known: list[list[str]],
+    found: Exploration,
+    cwd: Path | None,
+) -> Order:
+    """The order `prefix` leads to. A replay that holds other statements than the order it
+    replays is run again (the server may choose otherwise: which session a deadlock
+    aborts is whose timer fires first), up to REPLAYS times, then Diverged."""
+    for attempt in range(REPLAYS):
+        try:
+            order = await _one_order(ws, actors, replay(prefix), cwd)
+            why = diverged(known, order.run, prefix)
+        except Diverged as exc:
+            why = str(exc)
+        if why is None:
+            return order
+        found.replays += 1
+        if attempt == REPLAYS - 1:
+            raise Diverged(f"{why}; the same in {REPLAYS} replays")
+    raise AssertionError("unreachable")
+
+
+async def _one_order(
+    ws: Workspace,
+    actors: Sequence[Actor],
+    choose: Callable[[int, list[Held]], int],
+    cwd: Path | None,
+) -> Order:
+    """Run one order on a fresh copy of the template and judge it."""
+    async with ws.database() as (name, observer):
+        run = await run_order(
+            upstream_of(ws.dsn),
+            observer,
+            actors,
+            user=parse_dsn(ws.dsn).get("user", "postgres"),
+            database=name,
+            passfile=ws.passfile,
+            choose=choose,
+            cwd=cwd,
+        )
+        held, read = await ws.check(observer)
+    return Order(run, held and not any(run.exits.values()), read)
 
 
 async def trace(
@@ -271,23 +322,5 @@ async def trace(
     cwd: Path | None = None,
 ) -> Order:
     """Run one order: the schedule names the actor of each statement in turn."""
-    user = parse_dsn(dsn).get("user", "postgres")
-    async with (
-        workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws,
-        ws.database() as (
-            name,
-            observer,
-        ),
-    ):
-        run = await run_order(
-            upstream_of(dsn),
-            observer,
-            actors,
-            user=user,
-            database=name,
-            passfile=ws.passfile,
-            choose=following(schedule),
-            cwd=cwd,
-        )
-        held, read = await ws.check(observer)
-    return Order(run, held and not any(run.exits.values()), read)
+    async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
+        return await _one_order(ws, actors, following(schedule), cwd)

@@ -82,6 +82,9 @@ class OrderRun:
     exits: dict[int, int] = field(default_factory=dict)  # actor -> exit status
     errors: dict[int, list[str]] = field(default_factory=dict)  # actor -> SQLSTATEs received
     output: dict[int, str] = field(default_factory=dict)  # actor -> the end of its stderr
+    statements: list[tuple[str, str]] = field(default_factory=list)  # (session, SQL inlined)
+    error_messages: list[str] = field(default_factory=list)  # of every error, in order
+    deadlocked: set[str] = field(default_factory=set)  # sessions that received a 40P01
 
     @property
     def schedule(self) -> list[int]:
@@ -123,6 +126,9 @@ class Director:
 
     def ready(self, session: Session, errors: list[str]) -> None:
         self.run.errors.setdefault(session.actor, []).extend(errors)
+        self.run.error_messages.extend(session.last_messages)
+        if "40P01" in errors:
+            self.run.deadlocked.add(self.names[session])
         text = self.running.pop(session, None)
         if text is not None and session in self.waiting:
             self.waiting.discard(session)
@@ -166,6 +172,8 @@ class Director:
         done = self.done[session] = asyncio.Event()
         self.running[session] = line
         self.run.transcript.append(line)
+        sql = "; ".join(s.inlined() for s in held.group.statements)
+        self.run.statements.append((self.names[session], sql))
         held.go.set()
         while not done.is_set():
             waits = await lock_waiters(self.observer, [session.pid])

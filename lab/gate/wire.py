@@ -11,6 +11,7 @@ every byte as it came.
 from __future__ import annotations
 
 import asyncio
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -18,7 +19,8 @@ PROTOCOL_3_0 = 196608
 SSL_REQUEST = 80877103
 GSSENC_REQUEST = 80877104
 CANCEL_REQUEST = 80877102
-MAX_MESSAGE = 1 << 30  # the server's own limit for a message from a client
+MAX_MESSAGE = 1 << 30
+PARAMETER = re.compile(r"\$(\d+)")  # the server's own limit for a message from a client
 
 # What a client's message asks for (the frontend types of protocol 3.0).
 QUERY, PARSE, BIND, DESCRIBE, EXECUTE, SYNC, FLUSH, CLOSE, TERMINATE = b"QPBDESHCX"
@@ -86,6 +88,20 @@ class Statement:
 
     sql: str
     params: list[str | None] = field(default_factory=list)
+
+    def inlined(self) -> str:
+        """The SQL with each $n replaced by its value as a literal (for a spec's step)."""
+        if not self.params:
+            return self.sql.strip()
+
+        def value(match: re.Match[str]) -> str:
+            n = int(match[1])
+            if not 1 <= n <= len(self.params):
+                return match[0]
+            param = self.params[n - 1]
+            return "NULL" if param is None else "'" + param.replace("'", "''") + "'"
+
+        return PARAMETER.sub(value, self.sql).strip()
 
     def shown(self) -> str:
         if not self.params:

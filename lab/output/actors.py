@@ -39,6 +39,12 @@ def print_exploration(console: Console, found: Exploration) -> None:
     for outcome, count in sorted(found.outcomes.items(), key=lambda kv: (-kv[1], kv[0])):
         table.add_row(outcome, str(count))
     console.print(table)
+    if found.replays:
+        console.print(
+            f"{found.replays} orders ran again: a replay held other statements than the order "
+            "it replayed (the server chose otherwise, e.g. another deadlock victim)",
+            markup=False,
+        )
     if not found.broke:
         console.print(f"kept in all {len(found.orders)} orders", markup=False)
         return

@@ -11,7 +11,9 @@ CURVE_WIDTH = 40  # characters of the bar at the largest ratio shown
 
 
 def print_bench(console: Console, what: str, scale: bool, data: Mapping[str, Any]) -> None:
-    if what == "isolation":
+    if what == "gate":
+        _gate(console, data)
+    elif what == "isolation":
         _isolation(console, data)
     elif what == "redis":
         _redis(console, data)
@@ -23,6 +25,31 @@ def print_bench(console: Console, what: str, scale: bool, data: Mapping[str, Any
 
 def _line(console: Console, text: str) -> None:
     console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _gate(console: Console, d: Mapping[str, Any]) -> None:
+    """TPS medians per script and clients: direct, PgBouncer, the gate, gate / PgBouncer."""
+    _line(console, f"{d['rounds']} rounds of {d['seconds']} s each, interleaved ({d['pgbench']})")
+    _line(
+        console,
+        f"{'script':12} {'clients':>7} {'direct':>9} {'pgbouncer':>9} {'gate':>9}  gate/pgbouncer",
+    )
+    for row in d["rows"]:
+        tps = {r: (row[r] or {}).get("tps") for r in ("direct", "pgbouncer", "gate")}
+        shown = {r: "-" if v is None else f"{v:.0f}" for r, v in tps.items()}
+        ratio = "-"
+        if tps["gate"] and tps["pgbouncer"]:
+            ratio = f"{tps['gate'] / tps['pgbouncer']:.2f}"
+        _line(
+            console,
+            f"{row['script']:12} {row['clients']:>7} {shown['direct']:>9} "
+            f"{shown['pgbouncer']:>9} {shown['gate']:>9}  {ratio}",
+        )
+    for script, added in d["added_us_per_statement"].items():
+        parts = [f"{r} {v:+.0f} us" for r, v in added.items() if v is not None]
+        _line(console, f"added latency per statement, {script}, 1 client: {', '.join(parts)}")
+    if d.get("missing"):
+        _line(console, f"PgBouncer not run: {d['missing']}")
 
 
 def _checkout(console: Console, d: Mapping[str, Any]) -> None:

@@ -208,7 +208,7 @@ def _pgbouncers(servers: Servers) -> None:
 
 
 def extra_pgbouncer(
-    servers: Servers, pool_mode: str, upstream_port: int
+    servers: Servers, pool_mode: str, upstream_port: int, pool_size: int = 4
 ) -> tuple[str, Callable[[], None]]:
     """One more PgBouncer like the lab's own, in `pool_mode`, whose `[databases]` line points
     at 127.0.0.1:`upstream_port` instead of PostgreSQL (a delay proxy in front of it:
@@ -229,7 +229,7 @@ def extra_pgbouncer(
             remove_base_dir(base)
 
     try:
-        bouncer = EmbeddedPgBouncer.create(base, pool_mode, upstream_port, password)
+        bouncer = EmbeddedPgBouncer.create(base, pool_mode, upstream_port, password, pool_size)
         bouncer.start()
     except BaseException:
         stop()
