@@ -5,16 +5,23 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from lab.cli.base import err, out
 from lab.errors import LabError
 from lab.gate.explore import explore, trace
 from lab.gate.order import Actor
-from lab.gate.spec import export
+from lab.gate.spec import Exported, export
 from lab.output import console as report
 from lab.output.actors import print_exploration, print_order
 from lab.servers import open_servers
+
+# Explore's own databases get a short deadlock_timeout: a deadlocking order then costs
+# 0.1 s, not PostgreSQL's default second (--deadlock-timeout when it is the subject).
+DEADLOCK_MS = 100
 
 
 def _read(path: Path | None, what: str) -> str:
@@ -44,50 +51,91 @@ def schedule_of(text: str, actors: list[Actor]) -> list[int]:
     return schedule
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What explore --actor was asked for beyond the actors: a bound, the first failure,
+    JSON, a spec file."""
+
+    max_orders: int | None
+    first: bool
+    as_json: bool
+    spec: Path | None
+
+    def check(self) -> None:
+        """Impossible values, refused before any server starts."""
+        if self.max_orders is not None and self.max_orders < 1:
+            raise LabError(f"--max {self.max_orders}: must be at least 1")
+        if self.spec is not None and self.spec.suffix != ".spec":
+            raise LabError(f"--spec {self.spec}: name it FILE.spec (FILE.out is written beside it)")
+
+
+@dataclass(frozen=True)
+class Gated:
+    """The actors, the setup SQL copied per order, the invariant, the deadlock_timeout."""
+
+    actors: list[Actor]
+    schema: str
+    check: str
+    deadlock_ms: int
+
+
+def gated(
+    commands: list[str], setup: Path | None, invariant: Path | None, deadlock_ms: int | None
+) -> Gated:
+    """Reads the files and checks the values, before any server starts."""
+    actors = actors_of(commands)
+    dl = DEADLOCK_MS if deadlock_ms is None else deadlock_ms
+    if dl < 1:
+        raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+    check = _read(invariant, "--invariant") or "SELECT true"
+    return Gated(actors, _read(setup, "--setup"), check, dl)
+
+
+@contextmanager
+def _postgres(pg_dsn: str | None) -> Iterator[str]:
+    """The lab's PostgreSQL (or --pg-dsn's), named on stderr; its DSN."""
+    with open_servers(pg_dsn, None, need_redis=False) as srv:
+        assert srv.pg is not None
+        report.servers(err(), srv.infos(), srv.notes)
+        yield srv.pg.dsn
+
+
 def explore_actors(
     commands: list[str],
     setup: Path | None,
     invariant: Path | None,
     pg_dsn: str | None,
-    deadlock_ms: int,
-    max_orders: int | None,
-    first: bool,
-    as_json: bool,
-    spec: Path | None = None,
+    deadlock_ms: int | None,
+    asked: Asked,
 ) -> None:
-    actors = actors_of(commands)
-    if max_orders is not None and max_orders < 1:
-        raise LabError(f"--max {max_orders}: must be at least 1")
-    if spec is not None and spec.suffix != ".spec":
-        raise LabError(f"--spec {spec}: name it FILE.spec (FILE.out is written beside it)")
-    check = _read(invariant, "--invariant") or "SELECT true"
-    schema = _read(setup, "--setup")
+    """`locklab explore --actor ...`: every order, counted; the first broken one as a spec."""
+    run = gated(commands, setup, invariant, deadlock_ms)
+    asked.check()
     exported = None
-    with open_servers(pg_dsn, None, need_redis=False) as srv:
-        assert srv.pg is not None
-        report.servers(err(), srv.infos(), srv.notes)
+    with _postgres(pg_dsn) as dsn:
         found = asyncio.run(
             explore(
-                srv.pg.dsn,
-                actors,
-                schema,
-                check,
-                max_orders=max_orders,
-                first=first or spec is not None,
-                deadlock_timeout_ms=deadlock_ms,
+                dsn,
+                run.actors,
+                run.schema,
+                run.check,
+                max_orders=asked.max_orders,
+                first=asked.first or asked.spec is not None,
+                deadlock_timeout_ms=run.deadlock_ms,
                 cwd=Path.cwd(),
             )
         )
-        if spec is not None and found.broke:
-            order = found.broke[0]
-            exported = asyncio.run(export(order, schema, check, srv.pg.dsn, deadlock_ms))
-            spec.write_text(exported.text, encoding="utf-8")
-            spec.with_suffix(".out").write_text(exported.output, encoding="utf-8")
-    if as_json:
+        if asked.spec is not None and found.broke:
+            exported = asyncio.run(
+                export(found.broke[0], run.schema, run.check, dsn, run.deadlock_ms)
+            )
+            asked.spec.write_text(exported.text, encoding="utf-8")
+            asked.spec.with_suffix(".out").write_text(exported.output, encoding="utf-8")
+    if asked.as_json:
         data = found.as_json()
         if exported is not None:
             data["spec"] = {
-                "path": str(spec),
+                "path": str(asked.spec),
                 "steps": exported.steps,
                 "dropped": exported.dropped,
                 "shrunk": exported.shrunk,
@@ -95,19 +143,25 @@ def explore_actors(
         sys.stdout.write(json.dumps(data) + "\n")
         return
     print_exploration(out(), found)
-    if exported is not None and spec is not None:
-        how = (
-            f"{exported.dropped} dropped by shrinking, none more can be"
-            if exported.shrunk
-            else "the whole order: a broken invariant is not shrunk"
-        )
-        out().print(
-            f"spec: {spec} ({exported.steps} steps, {how}); the tester's output: "
-            f"{spec.with_suffix('.out')}; `locklab trace {spec}` runs it again",
-            markup=False,
-        )
-    elif spec is not None:
+    if asked.spec is not None:
+        _say_spec(asked.spec, exported)
+
+
+def _say_spec(spec: Path, exported: Exported | None) -> None:
+    """One line: where the spec went and how small it is, or that none was written."""
+    if exported is None:
         out().print(f"no broken order: no spec written to {spec}", markup=False)
+        return
+    how = (
+        f"{exported.dropped} dropped by shrinking, none more can be"
+        if exported.shrunk
+        else "the whole order: a broken invariant is not shrunk"
+    )
+    out().print(
+        f"spec: {spec} ({exported.steps} steps, {how}); the tester's output: "
+        f"{spec.with_suffix('.out')}; `locklab trace {spec}` runs it again",
+        markup=False,
+    )
 
 
 def trace_actors(
@@ -116,26 +170,23 @@ def trace_actors(
     invariant: Path | None,
     schedule: str | None,
     pg_dsn: str | None,
-    deadlock_ms: int,
+    deadlock_ms: int | None,
 ) -> None:
-    actors = actors_of(commands)
+    """`locklab trace --actor ... --schedule 1,2,1,2`: one order, as a transcript."""
+    run = gated(commands, setup, invariant, deadlock_ms)
     if schedule is None:
         raise LabError("trace --actor needs --schedule: the actor of each statement, e.g. 1,2,1,2")
-    order_of = schedule_of(schedule, actors)
-    check = _read(invariant, "--invariant") or "SELECT true"
-    schema = _read(setup, "--setup")
-    with open_servers(pg_dsn, None, need_redis=False) as srv:
-        assert srv.pg is not None
-        report.servers(err(), srv.infos(), srv.notes)
+    order_of = schedule_of(schedule, run.actors)
+    with _postgres(pg_dsn) as dsn:
         order = asyncio.run(
             trace(
-                srv.pg.dsn,
-                actors,
-                schema,
-                check,
+                dsn,
+                run.actors,
+                run.schema,
+                run.check,
                 order_of,
-                deadlock_timeout_ms=deadlock_ms,
+                deadlock_timeout_ms=run.deadlock_ms,
                 cwd=Path.cwd(),
             )
         )
-    print_order(out(), order, actors)
+    print_order(out(), order, run.actors)

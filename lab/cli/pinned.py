@@ -96,82 +96,100 @@ def trace_cmd(
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import trace_actors
 
-        dl = 100 if deadlock_timeout is None else deadlock_timeout
-
-        def actors() -> None:
-            if dl < 1:
-                raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
-            assert actor is not None
-            trace_actors(actor, setup, invariant, schedule, pg_dsn, dl)
-
-        guarded(actors)
+        guarded(
+            lambda: trace_actors(actor or [], setup, invariant, schedule, pg_dsn, deadlock_timeout)
+        )
         return
     assert scenario is not None
     if scenario.endswith(".spec"):
-        extra = {
+        not_for_spec = {
             "--variant": variant != "all",
             "--schedule": schedule is not None,
             "--isolation": isolation is not None,
             "--svg": svg is not None,
             "--deadlock-timeout": deadlock_timeout is not None,
         }
-        given = [name for name, on in extra.items() if on]
-
-        def spec() -> None:
-            if given:  # the spec says its sessions, steps and permutations itself
-                raise LabError(f"{', '.join(given)}: not for an isolation spec ({scenario})")
-            _trace_spec(Path(scenario), pg_dsn, pg_version, expected)
-
-        guarded(spec)
+        guarded(lambda: _trace_spec(Path(scenario), pg_dsn, pg_version, expected, not_for_spec))
         return
-
-    def body() -> None:
-        from lab.core.results import new_run_id
-        from lab.output.pictures import draw_svg, svg_target
-        from lab.pinned import (
-            isolation_levels,
-            schedules_for,
-            trace,
-            trace_record,
-            write_trace,
+    guarded(
+        lambda: _trace_scenario(
+            scenario,
+            variant,
+            schedule,
+            isolation,
+            deadlock_timeout,
+            pg_dsn,
+            svg,
+            no_record,
+            pg_version,
+            expected,
         )
+    )
 
-        if expected is not None:
-            raise LabError("--expected diffs an isolation spec's output: give a FILE.spec")
-        sc = find_scenario(scenario)
-        runs = schedules_for(sc, variants_of(sc, variant), schedule)
-        levels = isolation_levels(sc, isolation)
-        dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
-        if dl < 1:
-            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
-        picture = None if svg is None else svg_target(svg)
-        console, log, run_id = out(), err(), new_run_id()
-        with servers_for([sc], pg_dsn, None, pg_version=pg_version) as srv:
-            report.servers(log, srv.infos(), srv.notes)
-            shown: list[str] = []
 
-            def show(res: Any) -> None:  # a blank line between two transcripts
-                text = ("\n" if shown else "") + res.transcript
-                console.print(text, markup=False, end="", soft_wrap=True)
-                shown.append(res.name)
+def _trace_scenario(
+    scenario: str,
+    variant: str,
+    schedule: str | None,
+    isolation: str | None,
+    deadlock_timeout: int | None,
+    pg_dsn: str | None,
+    svg: str | None,
+    no_record: bool,
+    pg_version: str | None,
+    expected: Path | None,
+) -> None:
+    """`locklab trace SCENARIO`: each chosen schedule's transcript, then its record."""
+    from lab.core.results import new_run_id
+    from lab.output.pictures import draw_svg, svg_target
+    from lab.pinned import isolation_levels, schedules_for, trace, trace_record, write_trace
 
-            done = asyncio.run(
-                trace(sc, srv, runs, levels, run_id=run_id, deadlock_ms=dl, on_result=show)
-            )
-            record = trace_record(sc, srv, done, run_id=run_id, deadlock_ms=dl)
-        if picture is not None:
-            log.print(draw_svg(record, picture), markup=False)
-        if not no_record:
-            log.print(f"[dim]record: {write_trace(record)}[/dim]")
+    if expected is not None:
+        raise LabError("--expected diffs an isolation spec's output: give a FILE.spec")
+    sc = find_scenario(scenario)
+    runs = schedules_for(sc, variants_of(sc, variant), schedule)
+    levels = isolation_levels(sc, isolation)
+    dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
+    if dl < 1:
+        raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+    picture = None if svg is None else svg_target(svg)
+    console, log, run_id = out(), err(), new_run_id()
+    with servers_for([sc], pg_dsn, None, pg_version=pg_version) as srv:
+        report.servers(log, srv.infos(), srv.notes)
+        shown: list[str] = []
 
-    guarded(body)
+        def show(res: Any) -> None:  # a blank line between two transcripts
+            text = ("\n" if shown else "") + res.transcript
+            console.print(text, markup=False, end="", soft_wrap=True)
+            shown.append(res.name)
+
+        done = asyncio.run(
+            trace(sc, srv, runs, levels, run_id=run_id, deadlock_ms=dl, on_result=show)
+        )
+        record = trace_record(sc, srv, done, run_id=run_id, deadlock_ms=dl)
+    if picture is not None:
+        log.print(draw_svg(record, picture), markup=False)
+    if not no_record:
+        log.print(f"[dim]record: {write_trace(record)}[/dim]")
+
+
+def _not_for_spec(given: dict[str, bool], path: Path) -> None:
+    """Options a spec decides itself (its sessions, steps, permutations) are refused."""
+    named = [name for name, on in given.items() if on]
+    if named:
+        raise LabError(f"{', '.join(named)}: not for an isolation spec ({path})")
 
 
 def _trace_spec(
-    path: Path, pg_dsn: str | None, pg_version: str | None, expected: Path | None
+    path: Path,
+    pg_dsn: str | None,
+    pg_version: str | None,
+    expected: Path | None,
+    given: dict[str, bool],
 ) -> None:
     """`locklab trace FILE.spec`: the spec run on the lab's PostgreSQL, a database of its
     own; stdout is the isolation tester's output, everything else stderr."""
+    _not_for_spec(given, path)
     from lab.servers.versions import open_for
     from lab.spec import read_spec
     from lab.spec.expected import compare_expected
@@ -301,76 +319,75 @@ def explore_cmd(
     only = {"--setup": setup is not None, "--invariant": invariant is not None}
     only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
-        from lab.cli.actors import explore_actors
+        from lab.cli.actors import Asked, explore_actors
 
-        dl = 100 if deadlock_timeout is None else deadlock_timeout
-
-        def actors() -> None:
-            if dl < 1:
-                raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
-            assert actor is not None
-            explore_actors(
-                actor, setup, invariant, pg_dsn, dl, max_orders, first, as_json, spec_out
-            )
-
-        guarded(actors)
+        asked = Asked(max_orders, first, as_json, spec_out)
+        guarded(
+            lambda: explore_actors(actor or [], setup, invariant, pg_dsn, deadlock_timeout, asked)
+        )
         return
     assert scenario is not None
     if scenario.endswith(".spec"):
-        extra = {"--variant": variant != "all", "--svg": svg is not None}
-        given = [name for name, on in extra.items() if on]
-        extra_dl = deadlock_timeout
-
-        def spec() -> None:
-            if given:
-                raise LabError(f"{', '.join(given)}: not for an isolation spec ({scenario})")
-            _explore_spec(Path(scenario), isolation, extra_dl, pg_dsn, as_json, no_record)
-
-        guarded(spec)
-        return
-
-    def body() -> None:
-        from lab.core.results import new_run_id
-        from lab.output.explore import print_explore
-        from lab.output.pictures import draw_svg, svg_target
-        from lab.pinned import (
-            explore,
-            isolation_levels,
-            pinned_of,
-            write_explore,
+        not_for_spec = {"--variant": variant != "all", "--svg": svg is not None}
+        path = Path(scenario)
+        guarded(
+            lambda: _explore_spec(
+                path, isolation, deadlock_timeout, pg_dsn, as_json, no_record, not_for_spec
+            )
         )
+        return
+    guarded(
+        lambda: _explore_scenario(
+            scenario, variant, isolation, deadlock_timeout, pg_dsn, as_json, no_record, svg
+        )
+    )
 
-        sc = find_scenario(scenario)
-        pinned = pinned_of(sc)
-        chosen = variants_of(sc, variant)
-        levels = isolation_levels(sc, isolation or ",".join(pinned.isolation))
-        dl = 100 if deadlock_timeout is None else deadlock_timeout
-        if dl < 1:
-            raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
-        picture = None if svg is None else svg_target(svg)
-        run_id = new_run_id()
-        log = err()
-        with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
-            report.servers(log, srv.infos(), srv.notes)
-            with report.DelayedProgress(log, len(chosen) * len(levels)) as bar:
-                bar.describe(f"explore {sc.id}")
-                plan = {v: levels for v in chosen}
-                record = asyncio.run(
-                    explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl, on_progress=bar.advance)
-                )
-        drew = None if picture is None else draw_svg(record, picture)
-        path = None if no_record else write_explore(record)
-        if as_json:
-            sys.stdout.write(json.dumps(record, default=str) + "\n")
-            return
-        console = _tables()
-        print_explore(console, record)
-        if drew is not None:
-            console.print(drew, markup=False)
-        if path is not None:
-            console.print(f"[dim]record: {path}[/dim]")
 
-    guarded(body)
+def _explore_scenario(
+    scenario: str,
+    variant: str,
+    isolation: str | None,
+    deadlock_timeout: int | None,
+    pg_dsn: str | None,
+    as_json: bool,
+    no_record: bool,
+    svg: str | None,
+) -> None:
+    """`locklab explore SCENARIO`: every interleaving per variant and level, then a table."""
+    from lab.core.results import new_run_id
+    from lab.output.explore import print_explore
+    from lab.output.pictures import draw_svg, svg_target
+    from lab.pinned import explore, isolation_levels, pinned_of, write_explore
+
+    sc = find_scenario(scenario)
+    pinned = pinned_of(sc)
+    chosen = variants_of(sc, variant)
+    levels = isolation_levels(sc, isolation or ",".join(pinned.isolation))
+    dl = 100 if deadlock_timeout is None else deadlock_timeout
+    if dl < 1:
+        raise LabError(f"--deadlock-timeout {dl}: must be at least 1 ms")
+    picture = None if svg is None else svg_target(svg)
+    run_id = new_run_id()
+    log = err()
+    with open_servers(pg_dsn, None, need_redis="redis" in sc.uses) as srv:
+        report.servers(log, srv.infos(), srv.notes)
+        with report.DelayedProgress(log, len(chosen) * len(levels)) as bar:
+            bar.describe(f"explore {sc.id}")
+            plan = {v: levels for v in chosen}
+            record = asyncio.run(
+                explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl, on_progress=bar.advance)
+            )
+    drew = None if picture is None else draw_svg(record, picture)
+    path = None if no_record else write_explore(record)
+    if as_json:
+        sys.stdout.write(json.dumps(record, default=str) + "\n")
+        return
+    console = _tables()
+    print_explore(console, record)
+    if drew is not None:
+        console.print(drew, markup=False)
+    if path is not None:
+        console.print(f"[dim]record: {path}[/dim]")
 
 
 def _explore_spec(
@@ -380,12 +397,15 @@ def _explore_spec(
     pg_dsn: str | None,
     as_json: bool,
     no_record: bool,
+    given: dict[str, bool],
 ) -> None:
+    """`locklab explore FILE.spec`: every permutation of the spec's steps, per level."""
     from lab.core.results import new_run_id, write_json
     from lab.servers.versions import open_for
     from lab.spec.explore import explore_spec, levels_for, table_lines
     from lab.spec.parse import read_spec
 
+    _not_for_spec(given, path)
     read_spec(path)  # a bad spec: one line, exit 2, before any server starts
     levels_for(path.read_text(errors="replace"), isolation)  # a bad --isolation too
     if deadlock_ms is not None and deadlock_ms < 1:
