@@ -13,6 +13,7 @@ import subprocess
 import sys
 from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,16 @@ class Keeper:
         pass
 
 
+@asynccontextmanager
+async def connected(dsn: str, **options: str) -> AsyncIterator[asyncpg.Connection]:
+    """An asyncpg connection, closed however the block ends."""
+    conn = await asyncpg.connect(dsn, **options)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
 @pytest.fixture
 async def gate(servers: Servers, database: str) -> AsyncIterator[tuple[Gate, Keeper, str]]:
     assert servers.pg is not None
@@ -66,29 +77,26 @@ async def gate(servers: Servers, database: str) -> AsyncIterator[tuple[Gate, Kee
 
 
 async def test_pass_through_logs_in_with_scram_and_answers(servers: Servers, database: str) -> None:
+    """Nothing gated: asyncpg logs in through the gate with SCRAM and gets its answers."""
     assert servers.pg is not None
-    async with Gate(upstream_of(servers.pg.dsn)) as g:
-        conn = await asyncpg.connect(gate_dsn(servers.pg.dsn, g.port, database), ssl="prefer")
-        try:
-            assert await conn.fetchval("SELECT count(*) FROM t") == 1
-            assert await conn.fetchval("SELECT $1::int + 1", 41) == 42
-        finally:
-            await conn.close()
+    gate = Gate(upstream_of(servers.pg.dsn))
+    async with gate as g, connected(gate_dsn(servers.pg.dsn, g.port, database), ssl="prefer") as c:
+        assert await c.fetchval("SELECT count(*) FROM t") == 1
+        assert await c.fetchval("SELECT $1::int + 1", 41) == 42
 
 
 async def test_statements_are_steps_and_ready_for_query_ends_them(
     gate: tuple[Gate, Keeper, str],
 ) -> None:
+    """Each statement is one step; ReadyForQuery's status byte and errors end it; the log
+    shows it."""
     g, keeper, dsn = gate
-    conn = await asyncpg.connect(dsn)
-    try:
+    async with connected(dsn) as conn:
         await conn.execute("BEGIN")
         await conn.execute("UPDATE t SET v = v + $1 WHERE id = 1", 5)
         with pytest.raises(asyncpg.UndefinedTableError):
             await conn.execute("SELECT * FROM no_such_table")
         await conn.execute("ROLLBACK")
-    finally:
-        await conn.close()
     session = keeper.logged_in[0]
     assert session.pid == g.sessions[0].pid > 0
     shown = [text for _, text in keeper.steps]
@@ -114,6 +122,7 @@ async def test_statements_are_steps_and_ready_for_query_ends_them(
 async def test_a_held_statement_does_not_reach_the_server(
     gate: tuple[Gate, Keeper, str], servers: Servers
 ) -> None:
+    """A statement the keeper holds is not on the server (pg_stat_activity) until it is let go."""
     _, keeper, dsn = gate
     assert servers.pg is not None
     conn = await asyncpg.connect(dsn)
@@ -142,36 +151,34 @@ async def test_a_held_statement_does_not_reach_the_server(
 async def test_a_prepare_is_not_a_step_and_a_named_statement_keeps_its_text(
     gate: tuple[Gate, Keeper, str],
 ) -> None:
+    """A Parse/Describe group runs nothing, so is no step; a named statement shows its SQL."""
     _, keeper, dsn = gate
-    conn = await asyncpg.connect(dsn)
-    try:
+    async with connected(dsn) as conn:
         before = len(keeper.steps)
         stmt = await conn.prepare("SELECT v FROM t WHERE id = $1")
         assert len(keeper.steps) == before  # Parse/Describe/Sync runs nothing
         assert await stmt.fetchval(1) == 0
         assert await stmt.fetchval(1) == 0
-    finally:
-        await conn.close()
     assert [t for _, t in keeper.steps[before:]] == ["SELECT v FROM t WHERE id = $1  -- ('1')"] * 2
 
 
 async def test_a_cancel_request_reaches_the_real_backend(gate: tuple[Gate, Keeper, str]) -> None:
+    """A driver's CancelRequest through the gate ends the statement on the real backend."""
     _, _, dsn = gate
-    conn = await asyncpg.connect(dsn)
-    try:
+    async with connected(dsn) as conn:
         with pytest.raises(TimeoutError):
             await conn.execute("SELECT pg_sleep(60)", timeout=0.3)
         # asyncpg sent a CancelRequest on a new connection; only the server can end the
         # sleep, and the session answers again at once
         assert await conn.fetchval("SELECT 1", timeout=10) == 1
-    finally:
-        await conn.close()
 
 
 @pytest.mark.skipif(PSQL is None, reason="psql is not installed")
 async def test_psql_goes_on_in_plain_text_and_require_gets_one_line(
     gate: tuple[Gate, Keeper, str], servers: Servers
 ) -> None:
+    """psql's SSLRequest gets 'N': prefer goes on in plain text, require fails; no password
+    is logged."""
     g, keeper, dsn = gate
     assert servers.pg is not None and PSQL is not None
 

@@ -16,11 +16,13 @@ from tests.conftest import knobs_for
 
 
 async def test_until_returns_the_first_truthy_value() -> None:
+    """until() polls a check and returns its first truthy value."""
     seen = iter([0, None, "", 3])
     assert await until(lambda: next(seen), 1, "counting") == 3
 
 
 async def test_until_awaits_an_async_check() -> None:
+    """until() awaits a check that is a coroutine function."""
     calls: list[int] = []
 
     async def check() -> bool:
@@ -32,6 +34,7 @@ async def test_until_awaits_an_async_check() -> None:
 
 
 async def test_until_fails_loudly_naming_what_and_the_last_value() -> None:
+    """until() gives up with one line naming what it waited for and the last value seen."""
     with pytest.raises(
         ScenarioFailure, match=r"^the lock is free: not within 0.05 s \(last seen: 0\)$"
     ):
@@ -56,6 +59,7 @@ def _env() -> Env:
 
 
 async def test_observers_start_in_order_and_stop_last_first() -> None:
+    """Observers start in the declared order, stop in reverse, and stop only once."""
     log: list[str] = []
     started = await start_observers((_recorder(log, "a"), _recorder(log, "b")), _env())
     await stop_observers(started, _env())
@@ -64,6 +68,7 @@ async def test_observers_start_in_order_and_stop_last_first() -> None:
 
 
 async def test_an_observer_that_cannot_start_stops_the_ones_before_it() -> None:
+    """An observer that fails to start stops the ones started before it and raises."""
     log: list[str] = []
     obs = (_recorder(log, "a"), _recorder(log, "b", fail_start=True), _recorder(log, "c"))
     with pytest.raises(RuntimeError, match="b cannot start"):

@@ -27,6 +27,7 @@ def _job(i: int, **kw: object) -> Job:
 
 
 def test_a_run_that_needs_the_machine_waits_for_every_lane_and_then_runs_alone() -> None:
+    """A job that needs the whole machine waits for an empty lane set and then runs alone."""
     alone, other = _job(0, alone=True), _job(1)
     assert pick([alone, other], [_job(2)], 400) is None  # nothing overtakes it either
     assert pick([alone, other], [], 400) is alone
@@ -34,6 +35,7 @@ def test_a_run_that_needs_the_machine_waits_for_every_lane_and_then_runs_alone()
 
 
 def test_one_redis_run_at_a_time_and_no_more_connections_than_the_server_has() -> None:
+    """Shared Redis takes one job at a time; lanes never ask for more connections than allowed."""
     r1, r2, pg = _job(0, redis=True), _job(1, redis=True), _job(2, connections=50)
     assert pick([r2, pg], [r1], 400) is pg
     assert pick([r2], [r1], 400) is None
@@ -43,6 +45,7 @@ def test_one_redis_run_at_a_time_and_no_more_connections_than_the_server_has() -
 
 
 def test_timed_runs_go_together_and_never_beside_cpu_bound_ones() -> None:
+    """Timed jobs run beside each other but never beside a CPU-bound one."""
     t1, t2, other = _job(0, timed=True), _job(1, timed=True), _job(2)
     assert pick([t2, other], [t1], 400) is t2
     assert pick([other], [t1], 400) is None
@@ -51,12 +54,14 @@ def test_timed_runs_go_together_and_never_beside_cpu_bound_ones() -> None:
 
 
 def test_lanes_with_a_redis_of_their_own_run_redis_jobs_side_by_side() -> None:
+    """With a Redis per lane, Redis jobs run side by side."""
     r1, r2 = _job(0, redis=True), _job(1, redis=True)
     assert pick([r2], [r1], 400) is None
     assert pick([r2], [r1], 400, shared_redis=False) is r2
 
 
 def test_the_machine_first_then_timed_then_redis_then_the_longest() -> None:
+    """Jobs are ordered: whole-machine, timed, Redis, then the longest first."""
     jobs = [_job(0, runs=1), _job(1, runs=9), _job(2, redis=True), _job(3, alone=True)]
     jobs.append(_job(4, timed=True))
     assert [j.index for j in order(jobs)] == [3, 4, 2, 1, 0]
@@ -64,6 +69,7 @@ def test_the_machine_first_then_timed_then_redis_then_the_longest() -> None:
 
 
 def test_the_last_verify_on_lanes_says_how_long_each_job_took(tmp_path: Path) -> None:
+    """The newest verify record's schedule gives each job's duration for ordering."""
     old, new = tmp_path / "20261201-100000-aaaa", tmp_path / "20261201-110000-bbbb"
     for folder, secs in ((old, 5.0), (new, 7.5)):
         (folder / "verify").mkdir(parents=True)
@@ -76,6 +82,7 @@ def test_the_last_verify_on_lanes_says_how_long_each_job_took(tmp_path: Path) ->
 
 @pytest.mark.parametrize("bad", ["0", "-2", "three"])
 def test_bad_lanes_are_refused(bad: str) -> None:
+    """An impossible --lanes value is one LabError; auto means one lane for published."""
     with pytest.raises(LabError, match="--lanes"):
         parse_lanes(bad, "quick")
     assert parse_lanes("auto", "published") == 1

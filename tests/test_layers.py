@@ -118,6 +118,7 @@ def test_every_module_has_a_layer() -> None:
 
 
 def test_imports_go_down_the_layers() -> None:
+    """No module of lab/ imports a module of a higher layer."""
     known = modules()
     up = sorted(
         f"{m} -> {d}"
@@ -129,6 +130,7 @@ def test_imports_go_down_the_layers() -> None:
 
 
 def test_the_layer_check_sees_an_import_up(tmp_path: Path) -> None:
+    """The layer check finds an upward import inside a function (it can fail)."""
     (tmp_path / "a.py").write_text("def f():\n    from lab.cli import app\n")
     known = {"lab.core.a": tmp_path / "a.py", "lab.cli": tmp_path / "a.py"}
     assert imports_of("lab.core.a", known["lab.core.a"], known) == {"lab.cli"}
@@ -136,11 +138,13 @@ def test_the_layer_check_sees_an_import_up(tmp_path: Path) -> None:
 
 
 def test_no_import_cycles() -> None:
+    """lab/ has no import cycles."""
     found = [sorted(c) for c in cycles()]
     assert not found, f"import cycles: {found}"
 
 
 def test_the_finder_sees_a_cycle_through_a_function_level_import(tmp_path: Path) -> None:
+    """The cycle finder sees a cycle made by a function-level import (it can fail)."""
     (tmp_path / "a.py").write_text("def f():\n    from lab.b import g\n")
     (tmp_path / "b.py").write_text("from lab.a import f\n")
     known = {"lab.a": tmp_path / "a.py", "lab.b": tmp_path / "b.py"}

@@ -17,6 +17,7 @@ def toy(**params: object) -> Scenario:
 
 
 def test_params_become_defaults_help_and_specs() -> None:
+    """Param declarations give a scenario its defaults, help texts and bounds."""
     sc = toy(stock=Param(1, "units", min=0), seed=7)
     assert sc.params == {"stock": 1, "seed": 7}
     assert sc.param_help == {"stock": "units"}
@@ -34,16 +35,19 @@ def test_params_become_defaults_help_and_specs() -> None:
     ],
 )
 def test_a_value_out_of_bounds_is_one_line(spec: Param, value: object, error: str) -> None:
+    """A -p value out of its bounds is one line naming the parameter and the bound."""
     with pytest.raises(LabError, match=f"^{re.escape(error)}$"):
         spec.check("n_jobs", value)
 
 
 def test_the_unit_comes_from_the_name() -> None:
+    """The unit in an out-of-bounds message comes from the parameter's name (_ms: ms)."""
     with pytest.raises(LabError, match=re.escape("-p lock_timeout_ms=0: at least 1 ms")):
         Param(100, min=1).check("lock_timeout_ms", 0)
 
 
 def test_values_in_bounds_pass_and_validate_runs_after() -> None:
+    """Values within bounds pass, and the scenario's own validate runs after the bounds."""
     seen = []
     sc = Scenario(
         id="toy",
@@ -63,11 +67,13 @@ def test_values_in_bounds_pass_and_validate_runs_after() -> None:
 
 @pytest.mark.parametrize("sc", scenarios.SCENARIOS, ids=[s.id for s in scenarios.SCENARIOS])
 def test_every_default_is_within_its_own_bounds(sc: Scenario) -> None:
+    """Every scenario parameter's default lies within its own bounds."""
     for name, spec in sc.param_specs.items():
         spec.check(name, spec.default)
 
 
 def test_show_says_what_a_param_takes() -> None:
+    """bounds() says in words what values a parameter takes."""
     assert Param(1, min=1).bounds() == ">= 1"
     assert Param(1.0, above=0).bounds() == "> 0"
     assert Param("a", choices=("a", "b")).bounds() == "one of a, b"

@@ -13,6 +13,7 @@ BUGGY_40 = Measured(n=40, outcomes={"ok": 9, "40P01": 31}, wall_ms=20700)
 
 
 def test_a_run_prints_as_the_document_wrote_its_numbers() -> None:
+    """A published measurement prints as the document wrote it: counts, wall time, n."""
     assert BUGGY_200.text() == '{"ok":4,"40P01":196} in 99403 ms (n=200)'
     stampede = Measured(n=500, wall_ms=597, figures={"redis GETs": 2739}, label="50 ms poll")
     assert stampede.text() == "50 ms poll: redis GETs=2739 in 597 ms (n=500)"
@@ -20,6 +21,7 @@ def test_a_run_prints_as_the_document_wrote_its_numbers() -> None:
 
 
 def test_json_round_trip_and_size_choice() -> None:
+    """Measured survives a JSON round trip; at_size picks the run of a size, else the first."""
     assert Measured.from_json(BUGGY_40.to_json()) == BUGGY_40
     assert at_size((BUGGY_200, BUGGY_40), 40) is BUGGY_40
     assert at_size((BUGGY_200, BUGGY_40), 7) is BUGGY_200  # no run of that size: the first
@@ -27,6 +29,7 @@ def test_json_round_trip_and_size_choice() -> None:
 
 
 def test_the_report_reads_declared_numbers_and_old_records_still_draw() -> None:
+    """The report reads declared published numbers, and records without them still draw."""
     new: Record = {
         "published": "prose that says nothing",
         "published_measured": [BUGGY_40.to_json()],

@@ -113,6 +113,7 @@ def test_hostile_text_is_escaped_by_the_template() -> None:
 
 
 def test_the_view_is_frozen_and_the_same_records_give_the_same_page() -> None:
+    """The page view is frozen, and the same records render the same page twice."""
     recs = sample_run()
     one, two = (page_view(recs, "r", generated="g") for _ in range(2))
     assert one == two and render(one) == render(two)

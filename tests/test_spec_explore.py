@@ -119,6 +119,7 @@ def test_a_teardown_that_waits_on_an_open_transaction_is_a_bad_spec(
 
 
 def test_a_spec_with_its_own_level_runs_once(servers: Servers, tmp_path: Path) -> None:
+    """A spec that sets its own isolation level runs once and refuses --isolation."""
     own = WRITE_SKEW.replace("BEGIN;", "BEGIN ISOLATION LEVEL SERIALIZABLE;")
     assert levels_for(own, None) == ["the spec's own"]
     with pytest.raises(LabError, match="sets its own isolation level"):
@@ -129,6 +130,7 @@ def test_a_spec_with_its_own_level_runs_once(servers: Servers, tmp_path: Path) -
 
 
 def test_the_command_prints_a_table_and_keeps_a_record(servers: Servers, tmp_path: Path) -> None:
+    """`locklab explore FILE.spec` prints a table of outcomes and writes a record."""
     assert servers.pg is not None
     spec, results = _spec(tmp_path, WRITE_SKEW, "skew.spec"), tmp_path / "results"
     dsn = ("--pg-dsn", servers.pg.dsn)

@@ -59,6 +59,7 @@ def _folder(tmp_path: Path) -> Path:
 
 
 def test_the_suite_runs_every_spec_and_keeps_the_diffs(servers: Servers, tmp_path: Path) -> None:
+    """spec-suite runs every spec, exits 1 when one differs, and keeps outputs and diffs."""
     assert servers.pg is not None
     folder, results = _folder(tmp_path), tmp_path / "results"
     proc = locklab(
@@ -85,6 +86,7 @@ def test_the_suite_runs_every_spec_and_keeps_the_diffs(servers: Servers, tmp_pat
 
 
 def test_a_schedule_says_which_specs_and_in_what_order(servers: Servers, tmp_path: Path) -> None:
+    """An isolation_schedule file names the specs the suite runs, in its order."""
     assert servers.pg is not None
     folder = _folder(tmp_path)
     (folder / "isolation_schedule").write_text("# two\ntest: write-skew\ntest: deadlock-soft\n")
@@ -114,6 +116,7 @@ def test_a_schedule_says_which_specs_and_in_what_order(servers: Servers, tmp_pat
     ],
 )
 def test_bad_folders_are_one_line(tmp_path: Path, setup: str, pattern: str) -> None:
+    """A folder without specs, expected outputs or a readable schedule is one line, exit 2."""
     folder = tmp_path / "suite"
     folder.mkdir()
     if setup:
@@ -131,6 +134,7 @@ def test_bad_folders_are_one_line(tmp_path: Path, setup: str, pattern: str) -> N
 
 
 def test_skip_reasons_come_from_a_fixed_list() -> None:
+    """A spec is skipped only for a reason from a fixed list (extension, injection point)."""
     have = {"plpgsql", "pageinspect"}
     assert skip_reason("CREATE EXTENSION pageinspect;", have, False) == ""
     assert skip_reason("create extension if not exists amcheck;", have, False) == (

@@ -12,6 +12,7 @@ SPECS, EXPECTED = ROOT / "tests/data/isolation/specs", ROOT / "tests/data/isolat
 
 
 def test_trace_spec_prints_the_testers_text_and_diffs_it(servers: Servers, tmp_path: Path) -> None:
+    """trace FILE.spec prints the tester's text on stdout and --expected diffs it."""
     assert servers.pg is not None
     spec, want = SPECS / "deadlock-simple.spec", EXPECTED / "deadlock-simple.out"
     dsn = ("--pg-dsn", servers.pg.dsn)
@@ -30,6 +31,7 @@ def test_trace_spec_prints_the_testers_text_and_diffs_it(servers: Servers, tmp_p
 
 
 def test_a_bad_spec_is_one_line_naming_file_and_line(tmp_path: Path) -> None:
+    """A spec naming an unknown step is one line naming the file and line, exit 2."""
     bad = tmp_path / "bad.spec"
     bad.write_text("session s1\nstep s1a { SELECT 1; }\npermutation s1a s9z\n")
     proc = locklab("trace", str(bad), results=tmp_path)

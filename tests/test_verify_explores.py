@@ -60,6 +60,7 @@ def test_big_explores_split_into_parts_and_small_ones_stay_whole() -> None:
 
 
 def test_parts_merge_into_one_record_in_order() -> None:
+    """Explore records of parts merge into one, in the order they started."""
     from lab.pinned import merge_explores
 
     a = {"started_at": "2026-01-01T00:00:02", "isolation": ["serializable"], "variants": {"b": 1}}
