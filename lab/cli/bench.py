@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -57,45 +58,28 @@ def bench(
     """The lab against a reference tool on the same server: pgbench (checkout),
     redis-benchmark (redis) or pg_isolation_regress (isolation); both sides, the ratio,
     and a record."""
+    args = _BenchArgs(
+        what=what,
+        n=n,
+        rounds=rounds,
+        scale=scale,
+        procs=procs,
+        redis_client=redis_client,
+        pg_dsn=pg_dsn,
+        redis_url=redis_url,
+        specs=specs,
+        lanes=lanes,
+        seconds=seconds,
+    )
 
     def body() -> None:
-        from lab.core.provenance import lab_info
-        from lab.core.results import git_commit, new_run_id, write_json
+        from lab.core.results import new_run_id
 
-        if what not in ("checkout", "redis", "isolation", "gate"):
-            raise LabError(f"bench {what!r}: expected checkout, redis, isolation or gate")
-        if seconds < 1:
-            raise LabError(f"bench --seconds {seconds}: must be at least 1")
-        if (what == "isolation") != (specs is not None):
-            raise LabError("bench: --specs DIR goes with isolation, and isolation needs it")
-        if (n is not None and n < 1) or rounds < 1:
-            raise LabError("bench: -n and --rounds must be at least 1")
-        if scale and (what != "checkout" or n is not None):
-            raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
+        _check(args)
         run_id = new_run_id()
-        short = run_id.replace("-", "")[-8:]
-        if what == "gate":
-            data = _bench_gate(seconds, rounds, pg_dsn)
-            name = "gate.json"
-        elif what == "isolation":
-            assert specs is not None
-            data = _bench_isolation(specs, lanes, pg_dsn)
-            name = "isolation.json"
-        elif what == "redis":
-            from lab.load.bench import REDIS_SIZES
-
-            data = _bench_redis(short, (n,) if n else REDIS_SIZES, procs, redis_client, redis_url)
-            name = "redis.json"
-        elif scale:
-            data = _bench_scale(short, rounds, pg_dsn)
-            name = "scale.json"
-        else:
-            data = _bench_checkout(short, n or 200, rounds, pg_dsn)
-            name = "result.json"
+        name, data = _measure(args, run_id.replace("-", "")[-8:])
         if not no_record:  # beside run records, in a subfolder: not a scenario run
-            path = results_root() / run_id / "bench" / name
-            write_json(path, {**data, "git_commit": git_commit(), "lab": lab_info()})
-            err().print(f"[dim]record: {path}[/dim]")
+            _record(results_root() / run_id / "bench" / name, data)
         if as_json:
             sys.stdout.write(json.dumps(data, default=str) + "\n")
             return
@@ -104,6 +88,63 @@ def bench(
         bench_report.print_bench(out(), what, scale, data)
 
     guarded(body)
+
+
+@dataclass(frozen=True)
+class _BenchArgs:
+    """What `locklab bench` was asked to measure, as given on the command line."""
+
+    what: str
+    n: int | None
+    rounds: int
+    scale: bool
+    procs: str | None
+    redis_client: str | None
+    pg_dsn: str | None
+    redis_url: str | None
+    specs: Path | None
+    lanes: int
+    seconds: int
+
+
+def _check(a: _BenchArgs) -> None:
+    """Bad or clashing options, each a `LabError` before any server starts."""
+    if a.what not in ("checkout", "redis", "isolation", "gate"):
+        raise LabError(f"bench {a.what!r}: expected checkout, redis, isolation or gate")
+    if a.seconds < 1:
+        raise LabError(f"bench --seconds {a.seconds}: must be at least 1")
+    if (a.what == "isolation") != (a.specs is not None):
+        raise LabError("bench: --specs DIR goes with isolation, and isolation needs it")
+    if (a.n is not None and a.n < 1) or a.rounds < 1:
+        raise LabError("bench: -n and --rounds must be at least 1")
+    if a.scale and (a.what != "checkout" or a.n is not None):
+        raise LabError("bench --scale: the checkout curve has its own n; drop -n / redis")
+
+
+def _measure(a: _BenchArgs, run_id: str) -> tuple[str, dict[str, Any]]:
+    """The bench asked for, run: its record's file name and its data."""
+    if a.what == "gate":
+        return "gate.json", _bench_gate(a.seconds, a.rounds, a.pg_dsn)
+    if a.what == "isolation":
+        assert a.specs is not None
+        return "isolation.json", _bench_isolation(a.specs, a.lanes, a.pg_dsn)
+    if a.what == "redis":
+        from lab.load.bench import REDIS_SIZES
+
+        sizes = (a.n,) if a.n else REDIS_SIZES
+        return "redis.json", _bench_redis(run_id, sizes, a.procs, a.redis_client, a.redis_url)
+    if a.scale:
+        return "scale.json", _bench_scale(run_id, a.rounds, a.pg_dsn)
+    return "result.json", _bench_checkout(run_id, a.n or 200, a.rounds, a.pg_dsn)
+
+
+def _record(path: Path, data: dict[str, Any]) -> None:
+    """Write the bench's data with the commit and the lab's provenance, and say where."""
+    from lab.core.provenance import lab_info
+    from lab.core.results import git_commit, write_json
+
+    write_json(path, {**data, "git_commit": git_commit(), "lab": lab_info()})
+    err().print(f"[dim]record: {path}[/dim]")
 
 
 def _bench_checkout(run_id: str, n: int, rounds: int, pg_dsn: str | None) -> dict[str, Any]:

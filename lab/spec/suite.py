@@ -35,7 +35,7 @@ from pathlib import Path
 from lab.errors import LabError
 from lab.spec.databases import Databases
 from lab.spec.expected import compare_expected
-from lab.spec.parse import SpecError, read_spec
+from lab.spec.parse import Spec, SpecError, read_spec
 from lab.spec.run import Stopped, run_spec_report
 from lab.spec.wire import PgConn
 
@@ -170,22 +170,57 @@ def run_suite(
     names = list(names) if names is not None else suite_names(folder)
     specs = {n: read_spec(folder / "specs" / f"{n}.spec") for n in names}
     texts = {n: (folder / "specs" / f"{n}.spec").read_text(errors="replace") for n in names}
+    skipped, alone, shared = _triage(names, texts, dsn)
+    run = _SuiteRun(folder, dsn, specs, SuiteResult(str(folder), lanes, 0.0), on_done)
+    start = time.monotonic()
+    dbs = Databases(dsn)
+    try:
+        _run_lanes(run, dbs, shared, lanes)
+        _run_alone(run, dbs, alone)
+    except Stopped:
+        raise KeyboardInterrupt from None
+    finally:
+        run.stop.set()
+        dbs.close()
+    for name, why in skipped.items():
+        run.report(SpecOutcome(name, "skipped", why=why))
+    run.result.outcomes = [run.done[n] for n in names]
+    run.result.wall_s = time.monotonic() - start
+    return run.result
+
+
+def _triage(
+    names: Sequence[str], texts: dict[str, str], dsn: str
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """The specs the server cannot run (and why), those that run alone, those for the lanes."""
     extensions, debug_build = _server_facts(dsn)
-    result = SuiteResult(str(folder), lanes, 0.0)
     skipped = {n: why for n in names if (why := skip_reason(texts[n], extensions, debug_build))}
     alone = [n for n in names if n not in skipped and runs_alone(texts[n])]
     shared = [n for n in names if n not in skipped and n not in alone]
-    done: dict[str, SpecOutcome] = {}
-    lock, stop = threading.Lock(), threading.Event()
-    start = time.monotonic()
+    return skipped, alone, shared
 
-    def one(name: str, database: str, by_itself: bool) -> int:
+
+@dataclass
+class _SuiteRun:
+    """What a suite's lanes share: the specs, the result they fill, one lock, one stop."""
+
+    folder: Path
+    dsn: str
+    specs: dict[str, Spec]
+    result: SuiteResult
+    on_done: Callable[[SpecOutcome], None] | None
+    done: dict[str, SpecOutcome] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def one(self, name: str, database: str, by_itself: bool) -> int:
+        """Run one spec on `database`, keep its output and diff; the tester's exit code."""
         t0 = time.monotonic()
         startup = {**STARTUP, "application_name": f"isolation/{name}"}
         text, code, _ = run_spec_report(
-            specs[name], dsn, database=database, startup=startup, stop=stop
+            self.specs[name], self.dsn, database=database, startup=startup, stop=self.stop
         )
-        same, diff = compare_expected(text, _expected_of(folder, name))
+        same, diff = compare_expected(text, _expected_of(self.folder, name))
         outcome = SpecOutcome(
             name,
             "identical" if same is not None else "differs",
@@ -194,57 +229,57 @@ def run_suite(
             wall_s=round(time.monotonic() - t0, 3),
             alone=by_itself,
         )
-        with lock:
-            result.outputs[name] = text
+        with self.lock:
+            self.result.outputs[name] = text
             if same is None:
-                result.diffs[name] = diff
-            done[name] = outcome
-        if on_done is not None:
-            on_done(outcome)
+                self.result.diffs[name] = diff
+            self.done[name] = outcome
+        if self.on_done is not None:
+            self.on_done(outcome)
         return code
 
-    dbs = Databases(dsn)
-    try:
-        queue = list(shared)
-        tag = secrets.token_hex(3)
-        lane_dbs = [dbs.make(f"locklab_suite_{tag}_{k}") for k in range(min(lanes, len(queue)))]
+    def report(self, outcome: SpecOutcome) -> None:
+        """Keep an outcome that was not run (a skip) and tell `on_done`."""
+        self.done[outcome.name] = outcome
+        if self.on_done is not None:
+            self.on_done(outcome)
 
-        def lane(database: str) -> None:
-            while not stop.is_set():
-                with lock:
-                    if not queue:
-                        return
-                    name = queue.pop(0)
-                if one(name, database, False):  # the tester gave up: no teardown ran
-                    with lock:
-                        dbs.remake(database)
 
-        with ThreadPoolExecutor(max_workers=max(1, len(lane_dbs))) as pool:
-            futures = [pool.submit(lane, db) for db in lane_dbs]
-            try:
-                finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
-                for f in finished:
-                    f.result()  # a lane's exception (a server gone) ends the suite
-            except BaseException:
-                stop.set()  # Ctrl-C, or one lane failed: the others stop at their next look
-                raise
-        if alone:
-            database = dbs.make(DBNAME, replace=True)
-            for name in alone:
-                if one(name, database, True):
+def _run_lanes(run: _SuiteRun, dbs: Databases, shared: Sequence[str], lanes: int) -> None:
+    """The shared specs, taken in order by up to `lanes` threads, each on its own database."""
+    queue = list(shared)
+    tag = secrets.token_hex(3)
+    lane_dbs = [dbs.make(f"locklab_suite_{tag}_{k}") for k in range(min(lanes, len(queue)))]
+
+    def lane(database: str) -> None:
+        while not run.stop.is_set():
+            with run.lock:
+                if not queue:
+                    return
+                name = queue.pop(0)
+            if run.one(name, database, False):  # the tester gave up: no teardown ran
+                with run.lock:
                     dbs.remake(database)
-    except Stopped:
-        raise KeyboardInterrupt from None
-    finally:
-        stop.set()
-        dbs.close()
-    for name, why in skipped.items():
-        done[name] = SpecOutcome(name, "skipped", why=why)
-        if on_done is not None:
-            on_done(done[name])
-    result.outcomes = [done[n] for n in names]
-    result.wall_s = time.monotonic() - start
-    return result
+
+    with ThreadPoolExecutor(max_workers=max(1, len(lane_dbs))) as pool:
+        futures = [pool.submit(lane, db) for db in lane_dbs]
+        try:
+            finished, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in finished:
+                f.result()  # a lane's exception (a server gone) ends the suite
+        except BaseException:
+            run.stop.set()  # Ctrl-C, or one lane failed: the others stop at their next look
+            raise
+
+
+def _run_alone(run: _SuiteRun, dbs: Databases, alone: Sequence[str]) -> None:
+    """The specs that touch what every database shares, one by one on the tester's database."""
+    if not alone:
+        return
+    database = dbs.make(DBNAME, replace=True)
+    for name in alone:
+        if run.one(name, database, True):
+            dbs.remake(database)
 
 
 __all__ = ["SKIP_REASONS", "SpecError", "SpecOutcome", "SuiteResult", "run_suite"]
