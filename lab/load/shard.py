@@ -44,7 +44,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lab.aio import within
@@ -274,23 +274,51 @@ def _find_scenario(module: str, scenario_id: str) -> Scenario:
 
 
 async def _worker(cfg: dict[str, Any], out: Any) -> None:
+    """A worker's run: its Redis and Env, its actors released with the others, its result."""
     from lab.load.redisclients import open_redis
-
-    def send(msg: Mapping[str, Any]) -> None:
-        out.write(json.dumps(msg, default=str) + "\n")
-        out.flush()
 
     scenario = _find_scenario(cfg["module"], cfg["scenario"])
     knobs = Knobs(**cfg["knobs"])
-    e = cfg["env"]
     indices: list[int] = cfg["indices"]
     rclient: Any = None
     commands: Any = None
     if "redis" in scenario.uses:
         rclient, commands = await open_redis(
-            e["actors_redis_url"], knobs.redis_client, len(indices)
+            cfg["env"]["actors_redis_url"], knobs.redis_client, len(indices)
         )
-    env = Env(
+    env = _worker_env(cfg, scenario, knobs, rclient)
+    env.commands = commands
+    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    try:
+        if scenario.worker_setup is not None:
+            await scenario.worker_setup(env)
+        released = await _released_by_lab(env, out)
+        cpu0 = time.process_time()
+        res = await run_actors(
+            env,
+            scenario.variants[cfg["variant"]],
+            knobs,
+            uses_pg=cfg["uses_pg"],
+            indices=indices,
+            released=released,
+        )
+        if scenario.worker_done is not None:
+            await scenario.worker_done(env)
+        _send(out, {"result": _result(env, res, len(indices), cpu0, loop_name)})
+    finally:
+        await _close_worker(env, rclient, commands)
+
+
+def _send(out: Any, msg: Mapping[str, Any]) -> None:
+    """Write one protocol message to the lab, a JSON line on `out`."""
+    out.write(json.dumps(msg, default=str) + "\n")
+    out.flush()
+
+
+def _worker_env(cfg: dict[str, Any], scenario: Scenario, knobs: Knobs, rclient: Any) -> Env:
+    """The worker's Env: the lab's database, prefix and URLs, with the worker's own Redis."""
+    e = cfg["env"]
+    return Env(
         scenario=scenario.id,
         variant=cfg["variant"],
         dsn=e["dsn"],
@@ -305,62 +333,56 @@ async def _worker(cfg: dict[str, Any], out: Any) -> None:
         pgbouncer=e["pgbouncer"],
         actors_redis_url=e["actors_redis_url"],
     )
-    env.commands = commands
-    loop_name = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    try:
-        if scenario.worker_setup is not None:
-            await scenario.worker_setup(env)
-        reader = asyncio.StreamReader()
-        loop = asyncio.get_running_loop()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
 
-        async def released() -> float:
-            send({"ready": os.getpid()})
-            line = await reader.readline()
-            if not line:
-                raise ScenarioFailure("the lab went away before the start")
-            go = json.loads(line)
-            env.lab_pids = list(go["pids"])
-            return float(go["go"])
 
-        cpu0 = time.process_time()
-        res = await run_actors(
-            env,
-            scenario.variants[cfg["variant"]],
-            knobs,
-            uses_pg=cfg["uses_pg"],
-            indices=indices,
-            released=released,
-        )
-        if scenario.worker_done is not None:
-            await scenario.worker_done(env)
-        send(
-            {
-                "result": {
-                    "pid": os.getpid(),
-                    "actors": len(indices),
-                    "outcomes": {k: v for k, v in res.outcomes.items() if v},
-                    "latencies_ms": res.latencies_ms,
-                    "wall_ms": res.wall_ms,
-                    "counters": dict(env.counters),
-                    "samples": env.samples,
-                    "evidence": env.extra_evidence,
-                    "events": env.events,
-                    "cpu_s": round(time.process_time() - cpu0, 3),
-                    "peak_rss_mb": round(peak_rss_mb(os.getpid()), 1),
-                    "loop": loop_name,
-                }
-            }
-        )
-    finally:
-        for conn in env.connections:
-            if not conn.is_closed():
-                conn.terminate()
-        if commands is not None:
-            await commands.aclose()
-        if rclient is not None:
-            with contextlib.suppress(Exception):
-                await rclient.aclose()
+async def _released_by_lab(env: Env, out: Any) -> Callable[[], Awaitable[float]]:
+    """The actors' release: say ready to the lab, then read its start instant and PIDs."""
+    reader = asyncio.StreamReader()
+    loop = asyncio.get_running_loop()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    async def released() -> float:
+        _send(out, {"ready": os.getpid()})
+        line = await reader.readline()
+        if not line:
+            raise ScenarioFailure("the lab went away before the start")
+        go = json.loads(line)
+        env.lab_pids = list(go["pids"])
+        return float(go["go"])
+
+    return released
+
+
+def _result(
+    env: Env, res: ActorsResult, actors: int, cpu0: float, loop_name: str
+) -> dict[str, Any]:
+    """The worker's result message: its actors' outcomes and what it measured and used."""
+    return {
+        "pid": os.getpid(),
+        "actors": actors,
+        "outcomes": {k: v for k, v in res.outcomes.items() if v},
+        "latencies_ms": res.latencies_ms,
+        "wall_ms": res.wall_ms,
+        "counters": dict(env.counters),
+        "samples": env.samples,
+        "evidence": env.extra_evidence,
+        "events": env.events,
+        "cpu_s": round(time.process_time() - cpu0, 3),
+        "peak_rss_mb": round(peak_rss_mb(os.getpid()), 1),
+        "loop": loop_name,
+    }
+
+
+async def _close_worker(env: Env, rclient: Any, commands: Any) -> None:
+    """Terminate the scenario's leftover connections; close the pipeline and Redis client."""
+    for conn in env.connections:
+        if not conn.is_closed():
+            conn.terminate()
+    if commands is not None:
+        await commands.aclose()
+    if rclient is not None:
+        with contextlib.suppress(Exception):
+            await rclient.aclose()
 
 
 def main() -> None:

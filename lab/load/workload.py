@@ -13,7 +13,7 @@ import time
 import urllib.parse
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import asyncpg
@@ -152,104 +152,152 @@ async def _run_actors(
     indices: Sequence[int] | None = None,
     released: Callable[[], Awaitable[float]] | None = None,
 ) -> ActorsResult:
+    """Open the actors' connections, run the actors, and close the connections on every path."""
     kind, size = parse_connect(knobs.connect)
     asked = parse_rtt(knobs.rtt).get("pg", 0.0) if uses_pg else 0.0
     offsets = start_offsets(knobs.arrival, knobs.n, knobs.seed)  # bad input before connecting
     mine = list(range(knobs.n)) if indices is None else list(indices)
-    conns: dict[int, asyncpg.Connection] = {}
-    pool: asyncpg.Pool | None = None
-    fifo: FifoPool | None = None
+    conns = _Connections(size)
     try:
-        if uses_pg and (kind == "per-actor" or kind in PGBOUNCER_MODES):
+        if uses_pg:
+            await conns.open(env, kind, mine, dsn)
+        if uses_pg and (asked or kind == "tx-pool"):
+            await conns.measure(env, knobs, asked)
+    except BaseException:
+        await conns.close()
+        raise
+    crowd = _Crowd(env, actor, knobs, conns, offsets)
+    try:
+        return await crowd.run(mine, released)
+    finally:
+        # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
+        await conns.close(env.extra_evidence)
+
+
+@dataclass
+class _Connections:
+    """The actors' PostgreSQL connections: one per actor, asyncpg's pool, or a FIFO pool."""
+
+    size: int  # the pool's, for --connect pool:<size> and tx-pool:<size>
+    own: dict[int, asyncpg.Connection] = field(default_factory=dict)  # actor -> its own
+    pool: asyncpg.Pool | None = None
+    fifo: FifoPool | None = None  # a connection per transaction attempt
+
+    async def open(self, env: Env, kind: str, mine: list[int], dsn: str) -> None:
+        """Open them the --connect way: per actor (direct or via PgBouncer), FIFO, or pooled."""
+        if kind == "per-actor" or kind in PGBOUNCER_MODES:
             opened = await _open_connections(env, len(mine), PGBOUNCER_MODES.get(kind), dsn)
-            conns = dict(zip(mine, opened, strict=True))
-        elif uses_pg and kind == "tx-pool":
-            opened = await _open_connections(env, size, None, dsn)
+            self.own = dict(zip(mine, opened, strict=True))
+        elif kind == "tx-pool":
+            opened = await _open_connections(env, self.size, None, dsn)
 
             async def reconnect() -> asyncpg.Connection:
                 return (await _open_connections(env, 1, None, dsn))[0]
 
-            fifo = FifoPool(opened, reconnect)
-        elif uses_pg:
-            pool = await asyncpg.create_pool(dsn, min_size=size, max_size=size)
-        if uses_pg and (asked or kind == "tx-pool"):
-            if fifo is not None:
-                probe = fifo.conns[0]
-            elif pool is not None:
-                probe = await pool.acquire()  # type: ignore[assignment]
-            else:
-                probe = next(iter(conns.values()))
-            try:
-                env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, asked)
-            finally:
-                if pool is not None:
-                    await pool.release(probe)  # type: ignore[arg-type]
-    except BaseException:
-        await _close(list(conns.values()), pool)
-        if fifo is not None:
-            await fifo.close()
-        raise
-    outcomes: Counter[str] = Counter()
-    latencies: dict[str, list[float]] = {}
-    failure: list[BaseException] = []
+            self.fifo = FifoPool(opened, reconnect)
+        else:
+            self.pool = await asyncpg.create_pool(dsn, min_size=self.size, max_size=self.size)
 
-    async def one(i: int) -> None:
-        # the clock that stamps the start decides it: uvloop's timers have 1 ms grain and
-        # its loop.time() is cached, so a sleep on them alone can end before the offset
-        due = env.t0 + offsets[i]
-        for _ in range(100):  # in practice one sleep, a second when the timer fired early
-            if (left := due - time.perf_counter()) <= 0:
-                break
-            await asyncio.sleep(left)
+    async def measure(self, env: Env, knobs: Knobs, asked: float) -> None:
+        """Time round trips on one of them and on the run's own pool, into env's evidence."""
+        if self.fifo is not None:
+            probe = self.fifo.conns[0]
+        elif self.pool is not None:
+            probe = await self.pool.acquire()  # type: ignore[assignment]
+        else:
+            probe = next(iter(self.own.values()))
+        try:
+            env.extra_evidence["network"] = await _network_evidence(env, knobs, probe, asked)
+        finally:
+            if self.pool is not None:
+                await self.pool.release(probe)  # type: ignore[arg-type]
+
+    async def run(self, actor: Actor, env: Env, i: int, limit_s: float) -> str:
+        """Actor `i`'s outcome word, run on its connection within `limit_s`."""
+        if self.pool is not None:
+            async with self.pool.acquire() as pooled:
+                pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
+                return await hard_limit(actor(env, pconn, i), limit_s)
+        if self.fifo is not None:  # a connection per transaction attempt, FIFO
+            txconn: Any = TxPoolConnection(self.fifo, str(i))
+            return await hard_limit(actor(env, txconn, i), limit_s)
+        return await hard_limit(actor(env, self.own.get(i), i), limit_s)
+
+    async def close(self, evidence: dict[str, Any] | None = None) -> None:
+        """Terminate them all; with `evidence`, record the FIFO pool's counts there first."""
+        await _close(list(self.own.values()), self.pool)
+        if self.fifo is not None:
+            if evidence is not None:
+                evidence["tx_pool"] = {"size": self.size, **self.fifo.stats()}
+            await self.fifo.close()
+
+
+@dataclass
+class _Crowd:
+    """The actors of one process, started at their arrival offsets, their outcomes tallied."""
+
+    env: Env
+    actor: Actor
+    knobs: Knobs
+    conns: _Connections
+    offsets: list[float]
+    outcomes: Counter[str] = field(default_factory=Counter)
+    latencies: dict[str, list[float]] = field(default_factory=dict)  # per outcome key
+    failure: list[BaseException] = field(default_factory=list)  # unclassified errors
+
+    async def run(
+        self, mine: list[int], released: Callable[[], Awaitable[float]] | None
+    ) -> ActorsResult:
+        """Start the clock, run the actors in `mine` until done or the run's hard timeout."""
+        env, knobs = self.env, self.knobs
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            ahead = 0.0
+            if released is not None:  # a shared instant: every worker's clock starts there
+                ahead = max(0.0, await released() - time.monotonic())
+            env.t0 = time.perf_counter() + ahead
+            tasks = [asyncio.create_task(self.one(i)) for i in mine]
+            _, pending = await asyncio.wait(
+                tasks, timeout=knobs.run_timeout_s, return_when=asyncio.FIRST_EXCEPTION
+            )
+            await _cancel(pending)
+            if self.failure:
+                exc = self.failure[0]
+                raise ScenarioFailure(
+                    f"{env.scenario} / {env.variant}: an actor raised {type(exc).__name__}: {exc}"
+                ) from exc
+            self.outcomes[TIMEOUT] += len(pending)  # the run's hard timeout: whoever is left
+            wall_ms = (time.perf_counter() - env.t0) * 1000
+        finally:
+            await _cancel(tasks)
+        return ActorsResult(self.outcomes, wall_ms, self.latencies)
+
+    async def one(self, i: int) -> None:
+        """Actor `i`: wait for its offset, run it, and tally its outcome and latency."""
+        await _sleep_until(self.env.t0 + self.offsets[i])
         start = time.perf_counter()
         try:
-            if pool is not None:
-                async with pool.acquire() as pooled:
-                    pconn: asyncpg.Connection = pooled  # type: ignore[assignment]
-                    word = await hard_limit(actor(env, pconn, i), knobs.actor_timeout_s)
-            elif fifo is not None:  # a connection per transaction attempt, FIFO
-                txconn: Any = TxPoolConnection(fifo, str(i))
-                word = await hard_limit(actor(env, txconn, i), knobs.actor_timeout_s)
-            else:
-                conn = conns.get(i)
-                word = await hard_limit(actor(env, conn, i), knobs.actor_timeout_s)
+            word = await self.conns.run(self.actor, self.env, i, self.knobs.actor_timeout_s)
         except asyncio.CancelledError:
             raise
         except BaseException as exc:
             key = classify(exc)
             if key is None:
-                failure.append(exc)
+                self.failure.append(exc)
                 raise
             word = key
-        latencies.setdefault(word, []).append((time.perf_counter() - start) * 1000)
-        outcomes[word] += 1
+        self.latencies.setdefault(word, []).append((time.perf_counter() - start) * 1000)
+        self.outcomes[word] += 1
 
-    tasks: list[asyncio.Task[None]] = []
-    try:
-        ahead = 0.0
-        if released is not None:  # a shared instant: every worker's clock starts there
-            ahead = max(0.0, await released() - time.monotonic())
-        env.t0 = time.perf_counter() + ahead
-        tasks = [asyncio.create_task(one(i)) for i in mine]
-        _, pending = await asyncio.wait(
-            tasks, timeout=knobs.run_timeout_s, return_when=asyncio.FIRST_EXCEPTION
-        )
-        await _cancel(pending)
-        if failure:
-            exc = failure[0]
-            raise ScenarioFailure(
-                f"{env.scenario} / {env.variant}: an actor raised {type(exc).__name__}: {exc}"
-            ) from exc
-        outcomes[TIMEOUT] += len(pending)  # the run's hard timeout: whoever is left
-        wall_ms = (time.perf_counter() - env.t0) * 1000
-    finally:
-        # Also on Ctrl-C: no actor may outlive its connection, or it dies unobserved.
-        await _cancel(tasks)
-        await _close(list(conns.values()), pool)
-        if fifo is not None:
-            env.extra_evidence["tx_pool"] = {"size": size, **fifo.stats()}
-            await fifo.close()
-    return ActorsResult(outcomes, wall_ms, latencies)
+
+async def _sleep_until(due: float) -> None:
+    """Sleep until time.perf_counter() reaches `due`."""
+    # the clock that stamps the start decides it: uvloop's timers have 1 ms grain and
+    # its loop.time() is cached, so a sleep on them alone can end before the offset
+    for _ in range(100):  # in practice one sleep, a second when the timer fired early
+        if (left := due - time.perf_counter()) <= 0:
+            break
+        await asyncio.sleep(left)
 
 
 async def hard_limit(coro: Awaitable[T], limit_s: float) -> T:
