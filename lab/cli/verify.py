@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -11,80 +10,79 @@ from typing import Annotated, Any
 import typer
 
 from lab.cli.base import _tables, app, err, guarded, out
-from lab.cli.options import (
-    PgDsn,
-    PgVersion,
-    RedisUrl,
-    RedisVersion,
-    find_scenarios,
-    servers_for,
-)
+from lab.cli.options import PgDsn, PgVersion, RedisUrl, RedisVersion, find_scenarios
 from lab.core.results import results_root
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.output import console as report
+from lab.servers import Servers
+from lab.verify.command import VerifyOptions, VerifyRun, verify_command
 from lab.verify.lanes import QUICK_LANES
+
+ScenarioNames = Annotated[
+    list[str] | None,
+    typer.Argument(help="Scenario ids, files or folders (default: the whole catalogue)."),
+]
+ProfileName = Annotated[
+    str, typer.Option(help="quick (shape, about a minute) | published (the documents' sizes).")
+]
+FirstSeed = Annotated[int, typer.Option(help="Seed of the first trial; trial k uses seed+k-1.")]
+TrialCount = Annotated[
+    int | None,
+    typer.Option(help="Judge every claim over this many trials instead of its own count."),
+]
+RecordedRun = Annotated[
+    str | None,
+    typer.Option(help="Judge a recorded run (id or folder) again instead of running."),
+]
+VerdictsAsJson = Annotated[
+    bool, typer.Option("--json", help="The verdicts as one JSON document on stdout.")
+]
+NoRecords = Annotated[bool, typer.Option("--no-record", help="Write no records.")]
+VersionMatrix = Annotated[
+    bool,
+    typer.Option(
+        "--matrix", help="Judge the claims on every server version here: claims x versions."
+    ),
+]
+LaneCount = Annotated[
+    str,
+    typer.Option(
+        help=f"Runs side by side in lane processes: auto (quick: {QUICK_LANES}, published: 1) or K."
+    ),
+]
+Counterfactual = Annotated[
+    bool,
+    typer.Option(
+        "--counterfactual",
+        help="Also run the variants each claim's counterfactual reads, and exit 1 if a "
+        "claim holds on its counterfactual too (it cannot fail).",
+    ),
+]
 
 
 @app.command()
 def verify(
-    scenarios: Annotated[
-        list[str] | None,
-        typer.Argument(help="Scenario ids, files or folders (default: the whole catalogue)."),
-    ] = None,
-    profile: Annotated[
-        str, typer.Option(help="quick (shape, about a minute) | published (the documents' sizes).")
-    ] = "quick",
-    seed: Annotated[int, typer.Option(help="Seed of the first trial; trial k uses seed+k-1.")] = 1,
-    trials: Annotated[
-        int | None,
-        typer.Option(help="Judge every claim over this many trials instead of its own count."),
-    ] = None,
-    recorded: Annotated[
-        str | None,
-        typer.Option(help="Judge a recorded run (id or folder) again instead of running."),
-    ] = None,
+    scenarios: ScenarioNames = None,
+    profile: ProfileName = "quick",
+    seed: FirstSeed = 1,
+    trials: TrialCount = None,
+    recorded: RecordedRun = None,
     pg_dsn: PgDsn = None,
     redis_url: RedisUrl = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="The verdicts as one JSON document on stdout.")
-    ] = False,
-    no_record: Annotated[bool, typer.Option("--no-record", help="Write no records.")] = False,
+    as_json: VerdictsAsJson = False,
+    no_record: NoRecords = False,
     pg_version: PgVersion = None,
     redis_version: RedisVersion = None,
-    matrix: Annotated[
-        bool,
-        typer.Option(
-            "--matrix", help="Judge the claims on every server version here: claims x versions."
-        ),
-    ] = False,
-    lanes: Annotated[
-        str,
-        typer.Option(
-            help=f"Runs side by side in lane processes: auto (quick: {QUICK_LANES}, published: 1) "
-            "or K."
-        ),
-    ] = "auto",
-    counterfactual: Annotated[
-        bool,
-        typer.Option(
-            "--counterfactual",
-            help="Also run the variants each claim's counterfactual reads, and exit 1 if a "
-            "claim holds on its counterfactual too (it cannot fail).",
-        ),
-    ] = False,
+    matrix: VersionMatrix = False,
+    lanes: LaneCount = "auto",
+    counterfactual: Counterfactual = False,
 ) -> None:
     """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
 
     def body() -> None:
-        import time
-
-        from lab.core.profiles import check_profile, profile_settings
-        from lab.load.databases import drop_spares
-        from lab.output.verdicts import print_summary, print_verdicts
-        from lab.verify import steps
-        from lab.verify.command import run_verify, runnable, verify_recorded_run
-        from lab.verify.lanes import lanes_for, parse_lanes
+        from lab.core.profiles import check_profile
+        from lab.verify.lanes import parse_lanes
         from scenarios import SCENARIOS
 
         check_profile(profile)
@@ -92,77 +90,64 @@ def verify(
             raise LabError(f"--trials {trials}: must be at least 1")
         want = parse_lanes(lanes, profile)
         chosen = [sc for s in scenarios or [] for sc in find_scenarios(s)] or list(SCENARIOS)
-        started = time.perf_counter()
-        log = err()
+        asked = VerifyOptions(
+            profile=profile,
+            seed=seed,
+            trials=trials,
+            lanes=want,
+            write=not no_record,
+            counterfactual=counterfactual,
+            recorded=recorded,
+            only=[s.id for s in chosen] if scenarios else [],
+            pg_dsn=pg_dsn,
+            redis_url=redis_url,
+            pg_version=pg_version,
+            redis_version=redis_version,
+        )
         if matrix:
-            if any((recorded, pg_dsn, redis_url, pg_version, redis_version)):
-                raise LabError(
-                    "verify --matrix starts every server version itself: it takes no "
-                    "--recorded, --pg-dsn, --redis-url, --pg-version or --redis-version"
-                )
-            _verify_matrix(chosen, profile, seed, trials, not no_record, as_json)
+            _verify_matrix(chosen, asked, as_json)
             return
-        if recorded is not None:
-            only = [s.id for s in chosen] if scenarios else []
-            vr = verify_recorded_run(
-                recorded, profile, SCENARIOS, only=only, trials=trials, started=started
-            )
-        else:
-            chosen, not_run = runnable(chosen, profile, pg_dsn)
-            if not chosen:  # asked for only what this machine cannot run
-                raise LabError(not_run[0].missing)
-            for r in not_run:
-                log.print(f"locklab: {r.scenario} not judged: {r.missing}", markup=False)
-            total = sum(steps(s, profile, trials, counterfactual) for s in chosen)
-            modes = [profile_settings(s, profile)[0].connect for s in chosen]
-            bouncer = next((m for m in modes if m.startswith("pgbouncer-")), "")
-            with servers_for(chosen, pg_dsn, redis_url, bouncer, pg_version, redis_version) as srv:
-                report.servers(log, srv.infos(), srv.notes)
-                # the spare database the last run made for one that did not come, before
-                # the servers stop (kept or external ones would keep it)
-                srv.stops.append(lambda: asyncio.run(drop_spares(srv)))
-                width, why = lanes_for(want, chosen, srv)
-                if why:
-                    log.print(f"locklab: one lane: {why}", markup=False)
-                with report.DelayedProgress(log, total) as bar:
-                    vr = run_verify(
-                        chosen,
-                        profile,
-                        srv,
-                        SCENARIOS,
-                        lanes=width,
-                        progress=bar,
-                        say=lambda line: log.print(line, markup=False),
-                        seed=seed,
-                        trials=trials,
-                        write=not no_record,
-                        counterfactual=counterfactual,
-                        started=started,
-                        not_run=not_run,
-                    )
-        if as_json:
-            sys.stdout.write(json.dumps(vr.to_json(), default=str) + "\n")
-        else:
-            console = _tables()
-            print_verdicts(console, vr.results)
-            console.print(vr.coverage, markup=False)
-            if vr.run_id and not no_record:
-                console.print(f"[dim]records: {results_root() / vr.run_id}/[/dim]")
-            print_summary(console, vr.summary, vr.wall_s, lanes=vr.lanes)
+        vr = verify_command(chosen, asked, SCENARIOS, _Stderr())
+        _print_verify(vr, as_json, asked.write)
         if not vr.summary.ok or (counterfactual and vr.summary.cannot_fail):
             raise typer.Exit(1)
 
     guarded(body)
 
 
-def _verify_matrix(
-    chosen: list[Scenario],
-    profile: str,
-    seed: int,
-    trials: int | None,
-    write: bool,
-    as_json: bool,
-) -> None:
+class _Stderr:
+    """verify's lines, servers and progress bar on stderr (lab.verify.command.Display)."""
+
+    def __init__(self) -> None:
+        self.log = err()
+
+    def say(self, line: str) -> None:
+        self.log.print(line, markup=False)
+
+    def servers(self, servers: Servers) -> None:
+        report.servers(self.log, servers.infos(), servers.notes)
+
+    def progress(self, total: int) -> report.DelayedProgress:
+        return report.DelayedProgress(self.log, total)
+
+
+def _print_verify(vr: VerifyRun, as_json: bool, write: bool) -> None:
+    """The verdicts as one JSON document, or as tables with the coverage line, where the
+    records went and the summary."""
+    from lab.output.verdicts import print_summary, print_verdicts
+
+    if as_json:
+        sys.stdout.write(json.dumps(vr.to_json(), default=str) + "\n")
+        return
+    console = _tables()
+    print_verdicts(console, vr.results)
+    console.print(vr.coverage, markup=False)
+    if vr.run_id and write:
+        console.print(f"[dim]records: {results_root() / vr.run_id}/[/dim]")
+    print_summary(console, vr.summary, vr.wall_s, lanes=vr.lanes)
+
+
+def _verify_matrix(chosen: list[Scenario], asked: VerifyOptions, as_json: bool) -> None:
     """verify --matrix: claims x server versions (lab/verify/matrix.py); exit 1 if a claim does
     not hold on some version, as verify does."""
     import time
@@ -172,6 +157,12 @@ def _verify_matrix(
     from lab.verify import summarize
     from lab.verify.matrix import columns, run_matrix
 
+    given = (asked.recorded, asked.pg_dsn, asked.redis_url, asked.pg_version, asked.redis_version)
+    if any(given):
+        raise LabError(
+            "verify --matrix starts every server version itself: it takes no "
+            "--recorded, --pg-dsn, --redis-url, --pg-version or --redis-version"
+        )
     started = time.perf_counter()
     cols = columns(chosen)
     run_id = new_run_id()
@@ -187,12 +178,12 @@ def _verify_matrix(
 
         m = run_matrix(
             chosen,
-            profile,
+            asked.profile,
             cols,
             run_id=run_id,
-            seed=seed,
-            trials=trials,
-            write=write,
+            seed=asked.seed,
+            trials=asked.trials,
+            write=asked.write,
             on_column=on_column,
             on_step=on_step,
         )
@@ -204,10 +195,10 @@ def _verify_matrix(
     else:
         console = _tables()
         print_matrix(console, m)
-        if write:
+        if asked.write:
             console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
         console.print(f"matrix: {len(cols)} server builds in {wall:.1f} s", markup=False)
-    if not all(summarize(r, profile).ok for r in m.results.values()):
+    if not all(summarize(r, asked.profile).ok for r in m.results.values()):
         raise typer.Exit(1)
 
 

@@ -1,19 +1,22 @@
-"""`locklab verify` as one call: run the chosen scenarios' claims on servers the caller
-opened (on lanes, or here one after another) or judge a recorded run again, then the
+"""`locklab verify` as one call: open the servers the chosen scenarios need and run their
+claims (on lanes, or here one after another) or judge a recorded run again, then the
 claims across cases, the summary, the coverage line and the saved verdicts, as one typed
-`VerifyRun`. The CLI parses, opens the servers and the progress display, calls this and
-prints what it returns."""
+`VerifyRun`. The CLI parses, calls `verify_command` with where to show what it does
+(`Display`), and prints what it returns."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from lab.core.profiles import profile_settings
 from lab.core.results import new_run_id
 from lab.core.scenario import Scenario
+from lab.errors import LabError
 from lab.servers import Servers, missing_pgbouncer
 from lab.verify.judge import (
     ScenarioVerdicts,
@@ -34,6 +37,36 @@ class Progress(Protocol):
 
 
 Say = Callable[[str], None]  # one line for the user (stderr), e.g. a run that failed
+
+
+class Display(Protocol):
+    """Where verify shows what it does: a line for the user, the servers it runs on, and a
+    progress bar over its variant runs."""
+
+    def say(self, line: str) -> None: ...
+
+    def servers(self, servers: Servers) -> None: ...
+
+    def progress(self, total: int) -> AbstractContextManager[Progress]: ...
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What `locklab verify` was asked, parsed: how to run and judge, and where the servers
+    come from."""
+
+    profile: str
+    seed: int = 1
+    trials: int | None = None  # every claim over this many trials instead of its own count
+    lanes: int = 1  # asked for; `lanes_for` says how many can run
+    write: bool = True
+    counterfactual: bool = False
+    recorded: str | None = None  # judge this recorded run again instead of running
+    only: Sequence[str] = ()  # with `recorded`: the scenarios named (none: every one it has)
+    pg_dsn: str | None = None
+    redis_url: str | None = None
+    pg_version: str | None = None
+    redis_version: str | None = None
 
 
 @dataclass
@@ -72,6 +105,92 @@ def runnable(
     if why is None:
         return list(chosen), []
     return [s for s in chosen if s not in bouncer], [missing_part(s, profile, why) for s in bouncer]
+
+
+def verify_command(
+    chosen: Sequence[Scenario],
+    asked: VerifyOptions,
+    catalogue: Sequence[Scenario],
+    display: Display,
+) -> VerifyRun:
+    """`locklab verify` once parsed: a recorded run judged again, or `chosen` run on the
+    servers they need and judged (those this machine cannot run: not judged, with why);
+    wall_s counts from this call."""
+    started = time.perf_counter()
+    if asked.recorded is not None:
+        return verify_recorded_run(
+            asked.recorded,
+            asked.profile,
+            catalogue,
+            only=asked.only,
+            trials=asked.trials,
+            started=started,
+        )
+    chosen, not_run = runnable(chosen, asked.profile, asked.pg_dsn)
+    if not chosen:  # asked for only what this machine cannot run
+        raise LabError(not_run[0].missing)
+    for r in not_run:
+        display.say(f"locklab: {r.scenario} not judged: {r.missing}")
+    return _run_and_judge(chosen, asked, catalogue, display, started, not_run)
+
+
+def _run_and_judge(
+    chosen: Sequence[Scenario],
+    asked: VerifyOptions,
+    catalogue: Sequence[Scenario],
+    display: Display,
+    started: float,
+    not_run: Sequence[ScenarioVerdicts],
+) -> VerifyRun:
+    """verify's run: the servers opened and shown, on as many lanes as can run, the
+    progress bar over every variant run; the servers stopped before it returns."""
+    from lab.load.databases import drop_spares
+    from lab.verify.lanes import lanes_for
+    from lab.verify.run import steps
+
+    total = sum(steps(s, asked.profile, asked.trials, asked.counterfactual) for s in chosen)
+    with servers_needed(chosen, asked) as srv:
+        display.servers(srv)
+        # the spare database the last run made for one that did not come, before
+        # the servers stop (kept or external ones would keep it)
+        srv.stops.append(lambda: asyncio.run(drop_spares(srv)))
+        width, why = lanes_for(asked.lanes, chosen, srv)
+        if why:
+            display.say(f"locklab: one lane: {why}")
+        with display.progress(total) as bar:
+            return run_verify(
+                chosen,
+                asked.profile,
+                srv,
+                catalogue,
+                lanes=width,
+                progress=bar,
+                say=display.say,
+                seed=asked.seed,
+                trials=asked.trials,
+                write=asked.write,
+                counterfactual=asked.counterfactual,
+                started=started,
+                not_run=not_run,
+            )
+
+
+def servers_needed(chosen: Sequence[Scenario], asked: VerifyOptions) -> Servers:
+    """Every server `chosen` needs (PgBouncer too when a profile connects through it), of
+    the versions asked for (lab/servers/versions.py)."""
+    from lab.servers.versions import open_for
+
+    modes = [profile_settings(s, asked.profile)[0].connect for s in chosen]
+    return open_for(
+        asked.pg_dsn,
+        asked.redis_url,
+        asked.pg_version,
+        asked.redis_version,
+        need_pg=any("pg" in s.uses for s in chosen),
+        need_redis=any("redis" in s.uses for s in chosen),
+        need_pgbouncer=any(m.startswith("pgbouncer-") for m in modes)
+        or any("pgbouncer" in s.uses for s in chosen),
+    )
 
 
 def verify_recorded_run(

@@ -37,8 +37,9 @@ import contextlib
 import json
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from secrets import token_urlsafe
 from typing import Any
@@ -49,7 +50,9 @@ from lab.errors import LabError
 from lab.procs.workers import Event, Worker, WorkerError, next_of
 from lab.servers import Servers
 from lab.servers.base import PgServer, RedisServer, ServerInfo
+from lab.verify.explore import explore_failed, judge_explore
 from lab.verify.jobs import Job, order, past_seconds, pick
+from lab.verify.judge import ScenarioVerdicts
 
 # Lanes a quick verify runs on when not told (`--lanes auto`): the whole quick catalogue on
 # this 2-core machine, idle, no servers kept (docs/load.md): 5 lanes 37.5 / 40.1 / 40.0 s,
@@ -187,16 +190,12 @@ async def run_lanes(
     on_step: Callable[[str], None] | None = None,
     schedule: list[dict[str, Any]] | None = None,
     counterfactual: bool = False,
-) -> list[Any]:
+) -> list[ScenarioVerdicts]:
     """Run `jobs` on `lanes` lane processes; the ScenarioVerdicts in verify's order (loads
     in the plan's order, then each scenario's explore). LabError (bad input, a server
     gone, a lane that died) stops them all. `schedule` gets, per job, its lane and when it
     started and ended (seconds since the lanes were ready)."""
-    from lab.verify import ScenarioVerdicts, explore_failed, judge_explore
-
-    scenario_of = {j.scenario.id: j.scenario for j in jobs}
     from lab.core.results import results_root
-    from lab.load.databases import drop_run_databases
     from lab.procs import lifecycle
 
     free = (servers.pg.max_connections if servers.pg else 10**6) - CONNECTION_RESERVE
@@ -215,19 +214,31 @@ async def run_lanes(
         # a lane runs in a lab folder of its own: the records go where the lab's would
         "results": str(results_root().resolve()),
     }
-    workers: list[Worker] = []
-    own = Servers()  # the lanes' own Redis servers
-    loads: dict[int, ScenarioVerdicts] = {}
-    parts: dict[str, dict[int, dict[str, Any]]] = {}
-    errors: dict[str, str] = {}
-    sent: dict[str, float] = {}
-    done_at: dict[str, float] = {}
-    need_parts = {j.scenario.id: 0 for j in jobs if j.part >= 0}
-    for j in jobs:
-        if j.part >= 0:
-            need_parts[j.scenario.id] += 1
-    # SIGTERM as a cancel of this task, so the lanes are stopped and reaped below whatever
-    # the loop was doing (Ctrl-C is already that: asyncio.run cancels the main task)
+    pool = _Lanes(servers)
+    returned = _Returned(jobs, on_step)
+    with _sigterm_cancels_this_task() as terminated:
+        try:
+            await pool.start(config, min(lanes, len(jobs)), any(j.redis for j in jobs))
+            queue = order(jobs, past_seconds(profile))
+            dispatch = _Dispatch(pool.workers, queue, free, shared_redis=not pool.own_redis)
+            await _run_jobs(dispatch, returned, schedule)
+            await pool.stop()
+        except WorkerError as exc:
+            raise LabError(f"verify lanes: {exc}") from None
+        except asyncio.CancelledError:
+            if terminated:
+                raise KeyboardInterrupt from None  # the command's "interrupted" line, exit 130
+            raise
+        finally:
+            await _clean_up(pool, servers, run_id, folder)
+    return returned.verdicts(profile, write)
+
+
+@contextlib.contextmanager
+def _sigterm_cancels_this_task() -> Iterator[list[bool]]:
+    """SIGTERM as a cancel of the running task, so the lanes are stopped and reaped whatever
+    the loop was doing (Ctrl-C is already that: asyncio.run cancels the main task); the
+    list it gives is not empty once SIGTERM came."""
     loop, task = asyncio.get_running_loop(), asyncio.current_task()
     assert task is not None
     terminated: list[bool] = []
@@ -238,105 +249,188 @@ async def run_lanes(
         task.cancel()
 
     loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    own_redis: list[RedisServer] = []
     try:
-        count = min(lanes, len(jobs))
-        if count > 1 and any(j.redis for j in jobs):
-            own_redis = lane_redis(servers, count - 1, own)
-        for i in range(count):
-            cfg = config
-            if own_redis and i > 0:  # lane 1 keeps the lab's own
-                cfg = {**config, "servers": servers_json(servers, own_redis[i - 1])}
-            workers.append(await Worker.spawn(CHILD, cfg, name=f"lane {i + 1}", ready_s=None))
-        for w in workers:
-            await w.wait_for("ready")
-        queue = order(jobs, past_seconds(profile))
-        busy: dict[Worker, Job] = {}
-        t0 = time.perf_counter()
-        began: dict[int, float] = {}
-        while queue or busy:
-            for w in workers:
-                if w in busy:
-                    continue
-                job = pick(queue, list(busy.values()), free, shared_redis=not own_redis)
-                if job is None:
-                    break
-                queue.remove(job)
-                busy[w] = job
-                began[job.index] = time.perf_counter()
-                sent.setdefault(job.scenario.id, began[job.index])
-                w.send({"job": job.to_json()}, f"job {job.name}")
-            w, ev = await next_of(list(busy), JOB_S, skip=("ready",))
-            if ev.name == "progress":
-                if on_step is not None:
-                    on_step(str(ev.fields["text"]))
-                continue
-            job = busy.pop(w)
-            if schedule is not None:
-                schedule.append(
-                    {
-                        "job": job.key,
-                        "lane": workers.index(w) + 1,
-                        "start_s": round(began[job.index] - t0, 2),
-                        "end_s": round(time.perf_counter() - t0, 2),
-                    }
-                )
-            if ev.name == "refused":
-                raise LabError(str(ev.fields["error"]))
-            if ev.name != "done":
-                raise LabError(
-                    f"verify {w.name} (pid {w.pid}) failed during {job.name}: {_why(ev, w)}"
-                )
-            payload = _take(Path(str(ev.fields["path"])))
-            sid = job.scenario.id
-            if job.part < 0:
-                res = ScenarioVerdicts.from_json(payload["verdicts"])
-                res.records = payload["records"]
-                loads[job.index] = res
-                continue
-            if "error" in payload:
-                errors.setdefault(sid, str(payload["error"]))
-            else:
-                parts.setdefault(sid, {})[job.part] = payload["record"]
-            need_parts[sid] -= 1
-            if need_parts[sid] == 0:
-                done_at[sid] = time.perf_counter()
-                if on_step is not None:
-                    on_step(f"{sid}: explore done")
-        for w in workers:
-            w.send({"stop": True}, "stop")
-        for w in workers:
-            await w.wait_for("returned", STOP_WAIT_S)
-    except WorkerError as exc:
-        raise LabError(f"verify lanes: {exc}") from None
-    except asyncio.CancelledError:
-        if terminated:
-            raise KeyboardInterrupt from None  # the command's "interrupted" line, exit 130
-        raise
+        yield terminated
     finally:
-        for w in workers:
-            w.terminate()  # a lane still at work drops its databases, then exits
-        for w in workers:
-            await _reap(w)
-        # what a lane killed mid-run could not drop (each drops its own otherwise)
-        with contextlib.suppress(Exception):
-            await within(drop_run_databases(servers, run_id), DROP_S)
-        lifecycle.remove_folder(folder)
-        own.close()
         loop.remove_signal_handler(signal.SIGTERM)
         signal.signal(signal.SIGTERM, previous)
-    out: list[Any] = [loads[i] for i in sorted(loads)]
-    for sid in need_parts:
-        sc = scenario_of[sid]
-        if sid in errors:
-            out.append(explore_failed(sc, profile, errors[sid]))
+
+
+@dataclass
+class _Lanes:
+    """The lane processes, and the Redis servers of their own (stopped by `own.close()`)."""
+
+    servers: Servers
+    workers: list[Worker] = field(default_factory=list)
+    own: Servers = field(default_factory=Servers)
+    own_redis: list[RedisServer] = field(default_factory=list)
+
+    async def start(self, config: Mapping[str, Any], count: int, redis_jobs: bool) -> None:
+        """`count` lanes, each ready for a job; past the first, each on a Redis of its own
+        when jobs use Redis and the lab can start one (`lane_redis`)."""
+        if count > 1 and redis_jobs:
+            self.own_redis = lane_redis(self.servers, count - 1, self.own)
+        for i in range(count):
+            cfg = config
+            if self.own_redis and i > 0:  # lane 1 keeps the lab's own
+                cfg = {**config, "servers": servers_json(self.servers, self.own_redis[i - 1])}
+            self.workers.append(await Worker.spawn(CHILD, cfg, name=f"lane {i + 1}", ready_s=None))
+        for w in self.workers:
+            await w.wait_for("ready")
+
+    async def stop(self) -> None:
+        """Tell every lane to stop, and wait for each to drop its spare database and exit."""
+        for w in self.workers:
+            w.send({"stop": True}, "stop")
+        for w in self.workers:
+            await w.wait_for("returned", STOP_WAIT_S)
+
+    async def end(self) -> None:
+        """Terminate every lane (one still at work drops its databases, then exits) and
+        reap it."""
+        for w in self.workers:
+            w.terminate()
+        for w in self.workers:
+            await _reap(w)
+
+
+@dataclass
+class _Dispatch:
+    """Which lane runs which job, and when each job began (perf_counter)."""
+
+    workers: list[Worker]
+    queue: list[Job]  # the jobs not handed out yet, in the order they go
+    free: int  # PostgreSQL connections the runs at once may take
+    shared_redis: bool  # the lanes share the lab's Redis
+    busy: dict[Worker, Job] = field(default_factory=dict)
+    began: dict[int, float] = field(default_factory=dict)  # by job index
+    t0: float = field(default_factory=time.perf_counter)  # the lanes were ready
+
+    def hand_out(self) -> list[Job]:
+        """Give each free lane the first job that may run beside the busy ones; the jobs
+        handed out."""
+        handed: list[Job] = []
+        for w in self.workers:
+            if w in self.busy:
+                continue
+            job = pick(
+                self.queue, list(self.busy.values()), self.free, shared_redis=self.shared_redis
+            )
+            if job is None:
+                break
+            self.queue.remove(job)
+            self.busy[w] = job
+            self.began[job.index] = time.perf_counter()
+            handed.append(job)
+            w.send({"job": job.to_json()}, f"job {job.name}")
+        return handed
+
+    def finished(self, w: Worker) -> tuple[Job, dict[str, Any]]:
+        """The job lane `w` ran, now free, and its entry in the schedule."""
+        job = self.busy.pop(w)
+        return job, {
+            "job": job.key,
+            "lane": self.workers.index(w) + 1,
+            "start_s": round(self.began[job.index] - self.t0, 2),
+            "end_s": round(time.perf_counter() - self.t0, 2),
+        }
+
+
+@dataclass
+class _Returned:
+    """What the lanes sent back, merged into verify's verdicts: each load's, and each
+    scenario's explore from its parts."""
+
+    jobs: Sequence[Job]
+    on_step: Callable[[str], None] | None
+    loads: dict[int, ScenarioVerdicts] = field(default_factory=dict)  # by job index
+    parts: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # an explore's first failed part
+    sent: dict[str, float] = field(default_factory=dict)  # a scenario's first job went out
+    done_at: dict[str, float] = field(default_factory=dict)  # its explore's last part came
+    need_parts: dict[str, int] = field(init=False)  # explore parts still out, by scenario
+
+    def __post_init__(self) -> None:
+        self.need_parts = dict(Counter(j.scenario.id for j in self.jobs if j.part >= 0))
+
+    def progress(self, text: str) -> None:
+        """A line for the progress display."""
+        if self.on_step is not None:
+            self.on_step(text)
+
+    def take(self, job: Job, payload: Mapping[str, Any]) -> None:
+        """Keep what `job` sent: a load's verdicts, or an explore part's record (or error)."""
+        sid = job.scenario.id
+        if job.part < 0:
+            res = ScenarioVerdicts.from_json(payload["verdicts"])
+            res.records = payload["records"]
+            self.loads[job.index] = res
+            return
+        if "error" in payload:
+            self.errors.setdefault(sid, str(payload["error"]))
+        else:
+            self.parts.setdefault(sid, {})[job.part] = payload["record"]
+        self.need_parts[sid] -= 1
+        if self.need_parts[sid] == 0:
+            self.done_at[sid] = time.perf_counter()
+            self.progress(f"{sid}: explore done")
+
+    def verdicts(self, profile: str, write: bool) -> list[ScenarioVerdicts]:
+        """The loads in the plan's order, then each scenario's explore judged whole (its
+        wall time from its first job sent to its last part back)."""
+        scenario_of = {j.scenario.id: j.scenario for j in self.jobs}
+        out = [self.loads[i] for i in sorted(self.loads)]
+        for sid in self.need_parts:
+            sc = scenario_of[sid]
+            if sid in self.errors:
+                out.append(explore_failed(sc, profile, self.errors[sid]))
+                continue
+            got = self.parts[sid]
+            wall = self.done_at[sid] - self.sent[sid]
+            records = [got[i] for i in sorted(got)]
+            out.append(judge_explore(sc, profile, records, write=write, wall_s=wall))
+        return out
+
+
+async def _run_jobs(
+    dispatch: _Dispatch, returned: _Returned, schedule: list[dict[str, Any]] | None
+) -> None:
+    """Hand each free lane the first job that may run now and take back what it sends,
+    until every job is back."""
+    while dispatch.queue or dispatch.busy:
+        for job in dispatch.hand_out():
+            returned.sent.setdefault(job.scenario.id, dispatch.began[job.index])
+        w, ev = await next_of(list(dispatch.busy), JOB_S, skip=("ready",))
+        if ev.name == "progress":
+            returned.progress(str(ev.fields["text"]))
             continue
-        got = parts[sid]
-        wall = done_at[sid] - sent[sid]
-        out.append(
-            judge_explore(sc, profile, [got[i] for i in sorted(got)], write=write, wall_s=wall)
-        )
-    return out
+        job, entry = dispatch.finished(w)
+        if schedule is not None:
+            schedule.append(entry)
+        returned.take(job, _result(ev, w, job))
+
+
+def _result(ev: Event, w: Worker, job: Job) -> dict[str, Any]:
+    """What lane `w` sent for `job`; LabError when it refused the job or failed at it."""
+    if ev.name == "refused":
+        raise LabError(str(ev.fields["error"]))
+    if ev.name != "done":
+        raise LabError(f"verify {w.name} (pid {w.pid}) failed during {job.name}: {_why(ev, w)}")
+    return _take(Path(str(ev.fields["path"])))
+
+
+async def _clean_up(pool: _Lanes, servers: Servers, run_id: str, folder: Path) -> None:
+    """Whatever happened: no lane left, no database of the run, no lab folder, no lane's
+    Redis."""
+    from lab.load.databases import drop_run_databases
+    from lab.procs import lifecycle
+
+    await pool.end()
+    # what a lane killed mid-run could not drop (each drops its own otherwise)
+    with contextlib.suppress(Exception):
+        await within(drop_run_databases(servers, run_id), DROP_S)
+    lifecycle.remove_folder(folder)
+    pool.own.close()
 
 
 def put_json(path: Path, payload: Mapping[str, Any]) -> Path:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
-from lab.core.claims import Claim, Record
+from lab.core.claims import Claim, Record, Verdict
+from lab.core.knobs import Knobs
 from lab.core.profiles import claims_for, profile_settings, setup_of
 from lab.core.results import write_record
 from lab.core.scenario import Scenario
@@ -121,76 +123,146 @@ async def verify_scenario(
     started = time.perf_counter()
     knobs, params = profile_settings(scenario, profile, seed, case)
     claims, skipped = claims_for(scenario, profile, trials, case)
-    k_max = trial_count(claims)
-    if case:
-        run_id = f"{run_id}/{CASE_DIR.format(case=case)}"
-    done: list[Trial] = []
-    result = ScenarioVerdicts(
-        scenario=scenario.id,
+    result = _unjudged(scenario, profile, case, knobs, params, trial_count(claims), skipped)
+    runs = _Trials(
+        scenario,
+        profile,
+        servers,
+        claims,
+        knobs,
+        params,
+        run_id=f"{run_id}/{CASE_DIR.format(case=case)}" if case else run_id,
+        seed=seed,
+        trials_override=trials,
+        write=write,
+        on_step=on_step,
         case=case,
-        title=scenario.title,
-        profile=profile,
-        knobs=knobs.to_json(),
-        params=params,
-        trials=k_max,
-        verdicts=[],
-        skipped=[{**bare_verdict(c), "trials_asked": c.trials} for c in skipped],
+        spare=spare,
+        counterfactual=counterfactual,
     )
+    done: list[Trial] = []
     try:
-        for k in range(1, k_max + 1):
-            variants = run_variants(scenario, profile, claims, k, case, counterfactual)
-            trial_knobs = replace(knobs, seed=seed + k - 1)
-            rid = run_id if k == 1 else f"{run_id}/{TRIAL_DIR.format(k=k)}"
-            plan = RunPlan(
-                scenario,
-                variants,
-                trial_knobs,
-                params,
-                rid,
-                write=False,
-                case=case,
-                spare_after=spare or k < k_max,
-            )
-
-            def step(rec: Record, k: int = k) -> None:
-                if on_step is not None:
-                    trial = f" (trial {k}/{k_max})" if k_max > 1 else ""
-                    on_step(f"{scenario.id}: {rec['variant']}{trial} done")
-
-            records = await run_plan(plan, servers, step)
-            for rec in records:
-                rec["verify"] = {
-                    "profile": profile,
-                    "case": case,
-                    "trial": k,
-                    "trials": k_max,
-                    "trials_override": trials,
-                    "seed": trial_knobs.seed,
-                }
-                if write:
-                    write_record(rec)
-            done.append(Trial(trial_knobs.seed, {r["variant"]: r for r in records}))
+        for k in range(1, runs.count + 1):
+            done.append(await runs.run(k))
             if k == 1:
                 result.records = done[0].records
     except LabError:
         raise
     except Exception as exc:
         result.error = f"{type(exc).__name__}: {exc}"
-        result.verdicts = [
-            {
-                **bare_verdict(c),
-                "held": False,
-                "judged": True,
-                "status": "not held",
-                "trials_asked": c.trials,
-                "measured": f"run failed: {result.error}",
-            }
-            for c in claims
-        ]
-        result.wall_s = time.perf_counter() - started
-        return result
-    result.verdicts = evaluate(
-        claims, done, tuple(scenario.variants), setup_of(scenario, result.knobs, params)
-    )
+        result.verdicts = _run_failed(claims, result.error)
+    else:
+        setup = setup_of(scenario, result.knobs, params)
+        result.verdicts = evaluate(claims, done, tuple(scenario.variants), setup)
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _unjudged(
+    scenario: Scenario,
+    profile: str,
+    case: str,
+    knobs: Knobs,
+    params: dict[str, Any],
+    trials: int,
+    skipped: Sequence[Claim],
+) -> ScenarioVerdicts:
+    """What verify will say of (scenario, case) before its trials run: its settings, and
+    the claims of other profiles or trial counts it skips."""
+    return ScenarioVerdicts(
+        scenario=scenario.id,
+        case=case,
+        title=scenario.title,
+        profile=profile,
+        knobs=knobs.to_json(),
+        params=params,
+        trials=trials,
+        verdicts=[],
+        skipped=[{**bare_verdict(c), "trials_asked": c.trials} for c in skipped],
+    )
+
+
+@dataclass(frozen=True)
+class _Trials:
+    """The trials of one (scenario, case) under a profile: each one's variants, seed and
+    run folder, and what its records say of the verify that ran them."""
+
+    scenario: Scenario
+    profile: str
+    servers: Servers
+    claims: Sequence[Claim]
+    knobs: Knobs
+    params: dict[str, Any]
+    run_id: str  # the case's folder of the verify run
+    seed: int  # trial k runs with seed + k - 1
+    trials_override: int | None  # --trials, kept in every record
+    write: bool
+    on_step: Callable[[str], None] | None
+    case: str
+    spare: bool
+    counterfactual: bool
+
+    @property
+    def count(self) -> int:
+        """How many trials the claims need."""
+        return trial_count(self.claims)
+
+    async def run(self, k: int) -> Trial:
+        """Run trial k's variants, mark (and with `write`, write) their records."""
+        records = await run_plan(self.plan(k), self.servers, self.variant_done(k))
+        seed = self.seed + k - 1
+        for rec in records:
+            rec["verify"] = {
+                "profile": self.profile,
+                "case": self.case,
+                "trial": k,
+                "trials": self.count,
+                "trials_override": self.trials_override,
+                "seed": seed,
+            }
+            if self.write:
+                write_record(rec)
+        return Trial(seed, {r["variant"]: r for r in records})
+
+    def plan(self, k: int) -> RunPlan:
+        """Trial k's run: the variants it needs, its seed, its folder (trial-<k> past the
+        first), a spare database for the run that follows it."""
+        variants = run_variants(
+            self.scenario, self.profile, self.claims, k, self.case, self.counterfactual
+        )
+        return RunPlan(
+            self.scenario,
+            variants,
+            replace(self.knobs, seed=self.seed + k - 1),
+            self.params,
+            self.run_id if k == 1 else f"{self.run_id}/{TRIAL_DIR.format(k=k)}",
+            write=False,
+            case=self.case,
+            spare_after=self.spare or k < self.count,
+        )
+
+    def variant_done(self, k: int) -> Callable[[Record], None]:
+        """The progress line of each variant trial k finishes."""
+        k_max = self.count
+
+        def step(rec: Record) -> None:
+            if self.on_step is not None:
+                trial = f" (trial {k}/{k_max})" if k_max > 1 else ""
+                self.on_step(f"{self.scenario.id}: {rec['variant']}{trial} done")
+
+        return step
+
+
+def _run_failed(claims: Sequence[Claim], error: str) -> list[Verdict]:
+    """Every claim not held, judged on a run that failed with `error`."""
+    return [
+        {
+            **bare_verdict(c),
+            "held": False,
+            "judged": True,
+            "status": "not held",
+            "trials_asked": c.trials,
+            "measured": f"run failed: {error}",
+        }
+        for c in claims
+    ]
