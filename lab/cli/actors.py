@@ -60,6 +60,7 @@ class Asked:
     first: bool
     as_json: bool
     spec: Path | None
+    all_orders: bool = False
 
     def check(self) -> None:
         """Impossible values, refused before any server starts."""
@@ -121,6 +122,7 @@ def explore_actors(
                 run.check,
                 max_orders=asked.max_orders,
                 first=asked.first or asked.spec is not None,
+                all_orders=asked.all_orders,
                 deadlock_timeout_ms=run.deadlock_ms,
                 cwd=Path.cwd(),
             )

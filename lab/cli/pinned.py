@@ -303,6 +303,14 @@ def explore_cmd(
     first: Annotated[
         bool, typer.Option("--first", help="With --actor: stop at the first broken order.")
     ] = False,
+    all_orders: Annotated[
+        bool,
+        typer.Option(
+            "--all-orders",
+            help="With --actor: run every order, also those that differ only in statements "
+            "the server shows commute (docs/gate.md).",
+        ),
+    ] = False,
     spec_out: Annotated[
         Path | None,
         typer.Option(
@@ -318,10 +326,11 @@ def explore_cmd(
     every order of unchanged programs' statements, each on a fresh copy of --setup."""
     only = {"--setup": setup is not None, "--invariant": invariant is not None}
     only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
+    only |= {"--all-orders": all_orders}
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import Asked, explore_actors
 
-        asked = Asked(max_orders, first, as_json, spec_out)
+        asked = Asked(max_orders, first, as_json, spec_out, all_orders)
         guarded(
             lambda: explore_actors(actor or [], setup, invariant, pg_dsn, deadlock_timeout, asked)
         )

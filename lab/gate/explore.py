@@ -10,6 +10,9 @@ A replay that holds other statements than the first run did at the same point (a
 `SKIP LOCKED`, a random token) cannot be explored this way: the exploration stops there
 and says which actor's statement differed.
 
+Orders that differ only by swapping statements that commute are run once (sleep sets
+over the footprints the server shows, lab/gate/reduce.py); `all_orders` runs every one.
+
 After every order the invariant (SQL that returns one boolean row) is read on that
 order's database. An order is kept when it reads true and every actor exited 0; else it
 broke (a psql script with ON_ERROR_STOP that got a 40P01 exits 3). An actor's outcome is
@@ -29,7 +32,8 @@ import asyncpg
 
 from lab.errors import LabError
 from lab.gate.dsn import upstream_of
-from lab.gate.order import Actor, Held, OrderRun, run_order
+from lab.gate.order import Actor, Choose, Decision, OrderRun, run_order
+from lab.gate.reduce import Footprint, Redundant, SleepSets
 from lab.gate.serve import password_file
 from lab.spec.wire import parse_dsn
 
@@ -70,6 +74,8 @@ class Exploration:
     stopped: str = ""  # why it stopped before that, in one line
     deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS
     replays: int = 0  # orders run again because a replay held other statements
+    reduced: bool = True  # orders equivalent to one run are skipped (lab/gate/reduce.py)
+    pruned: int = 0  # orders cut where every held statement slept
 
     @property
     def outcomes(self) -> Counter[str]:
@@ -91,6 +97,8 @@ class Exploration:
             "outcomes": dict(sorted(self.outcomes.items())),
             "deadlock_timeout_ms": self.deadlock_timeout_ms,
             "replays": self.replays,
+            "reduction": "sleep sets" if self.reduced else "none",
+            "pruned": self.pruned,
             "first_broken": None
             if first is None
             else {
@@ -166,14 +174,14 @@ async def workspace(
         await admin.close()
 
 
-def replay(prefix: Sequence[int]) -> Callable[[int, list[Held]], int]:
+def replay(prefix: Sequence[int]) -> Choose:
     """Choose as `prefix` says, then the first candidate."""
 
-    def choose(depth: int, candidates: list[Held]) -> int:
+    def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
         if depth >= len(prefix):
             return 0
-        if prefix[depth] >= len(candidates):
-            held = [h.group.shown() for h in candidates]
+        if prefix[depth] >= len(decision.candidates):
+            held = decision.candidates
             raise Diverged(
                 f"statement {depth + 1} differs between replays: {len(held)} held {held} where "
                 f"an earlier order had more"
@@ -183,18 +191,30 @@ def replay(prefix: Sequence[int]) -> Callable[[int, list[Held]], int]:
     return choose
 
 
-def following(schedule: Sequence[int]) -> Callable[[int, list[Held]], int]:
+def reduced(search: SleepSets, prefix: Sequence[int]) -> Choose:
+    """Replay `prefix`, then the first statement neither explored nor asleep."""
+    check = replay(prefix)
+    pick = search.chooser(prefix)
+
+    def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
+        check(depth, decision, steps)  # a replay that holds fewer: Diverged
+        return pick(depth, decision.candidates, steps)
+
+    return choose
+
+
+def following(schedule: Sequence[int]) -> Choose:
     """Choose the held statement of the schedule's next actor (a trace)."""
 
-    def choose(depth: int, candidates: list[Held]) -> int:
+    def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
         if depth >= len(schedule):
             raise LabError(
                 f"the schedule ends after {len(schedule)} statements and more are waiting"
             )
-        for k, held in enumerate(candidates):
-            if held.actor == schedule[depth]:
+        for k, actor in enumerate(decision.actors):
+            if actor == schedule[depth]:
                 return k
-        waiting = ", ".join(sorted({f"a{h.actor}" for h in candidates}))
+        waiting = ", ".join(sorted({f"a{a}" for a in decision.actors}))
         raise LabError(
             f"statement {depth + 1} of the schedule is actor {schedule[depth]}'s, "
             f"but only {waiting} has a statement waiting"
@@ -233,13 +253,17 @@ async def explore(
     *,
     max_orders: int | None = None,
     first: bool = False,
+    all_orders: bool = False,
     deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS,
     cwd: Path | None = None,
     progress: Callable[[Order], None] | None = None,
 ) -> Exploration:
-    """Run every order of the actors' statements (or up to `max_orders`, or to the first
-    broken one with `first`)."""
+    """Run every order of the actors' statements but those equivalent to one already run
+    (every one with `all_orders`), or up to `max_orders`, or to the first broken one with
+    `first`."""
     found = Exploration(list(actors), deadlock_timeout_ms=deadlock_timeout_ms)
+    found.reduced = not all_orders
+    search = SleepSets()
     async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
         prefix: list[int] | None = []
         known: list[list[str]] = []
@@ -247,8 +271,13 @@ async def explore(
             if max_orders is not None and len(found.orders) >= max_orders:
                 found.stopped = f"--max {max_orders} reached"
                 return found
+            choose = replay(prefix) if all_orders else reduced(search, prefix)
             try:
-                order = await _replayed(ws, actors, prefix, known, found, cwd)
+                order = await _replayed(ws, actors, prefix, known, found, cwd, choose)
+            except Redundant:
+                found.pruned += 1
+                prefix = search.next_prefix()
+                continue
             except Diverged as exc:
                 found.stopped = str(exc)
                 return found
@@ -259,7 +288,11 @@ async def explore(
             if first and not order.kept:
                 found.stopped = "--first: stopped at the first broken order"
                 return found
-            prefix = next_prefix(order.run)
+            if all_orders:
+                prefix = next_prefix(order.run)
+            else:
+                search.finished(order.run.footprints)
+                prefix = search.next_prefix()
     found.complete = True
     return found
 
@@ -271,13 +304,14 @@ async def _replayed(
     known: list[list[str]],
     found: Exploration,
     cwd: Path | None,
+    choose: Choose,
 ) -> Order:
     """The order `prefix` leads to. A replay that holds other statements than the order it
     replays is run again (the server may choose otherwise: which session a deadlock
     aborts is whose timer fires first), up to REPLAYS times, then Diverged."""
     for attempt in range(REPLAYS):
         try:
-            order = await _one_order(ws, actors, replay(prefix), cwd)
+            order = await _one_order(ws, actors, choose, cwd)
             why = diverged(known, order.run, prefix)
         except Diverged as exc:
             why = str(exc)
@@ -292,7 +326,7 @@ async def _replayed(
 async def _one_order(
     ws: Workspace,
     actors: Sequence[Actor],
-    choose: Callable[[int, list[Held]], int],
+    choose: Choose,
     cwd: Path | None,
 ) -> Order:
     """Run one order on a fresh copy of the template and judge it."""

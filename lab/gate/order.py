@@ -9,9 +9,10 @@ has exited. A statement is done at the server's ReadyForQuery. When no statement
 and every live actor is blocked, the server must break the cycle (the deadlock detector,
 a lock timeout): the director waits for it.
 
-Which held statement goes next is the caller's `choose(depth, candidates)`: explore
-replays a list of choices from the start (stateless), trace follows a schedule of actor
-numbers.
+Which held statement goes next is the caller's `choose(depth, decision, footprints)`:
+explore replays a list of choices from the start (stateless), trace follows a schedule of
+actor numbers. After each statement the director reads what the server shows its session
+holding, the statement's footprint (lab/gate/reduce.py), which explore's reduction reads.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import asyncpg
 from lab.aio import within
 from lab.errors import LabError
 from lab.gate.proxy import Gate, Group, Session, Upstream
+from lab.gate.reduce import Footprint, Look, footprint
 from lab.pinned.interleave import lock_waiters
 from lab.pinned.rules import POLL_S
 
@@ -70,7 +72,7 @@ class Decision:
 
     candidates: list[str]
     actors: list[int]  # the actor of each candidate
-    chosen: int
+    chosen: int = -1  # -1 until the choice is made
 
 
 @dataclass
@@ -85,6 +87,7 @@ class OrderRun:
     statements: list[tuple[str, str]] = field(default_factory=list)  # (session, SQL inlined)
     error_messages: list[str] = field(default_factory=list)  # of every error, in order
     deadlocked: set[str] = field(default_factory=set)  # sessions that received a 40P01
+    footprints: list[Footprint] = field(default_factory=list)  # of each granted statement
 
     @property
     def schedule(self) -> list[int]:
@@ -92,7 +95,18 @@ class OrderRun:
         return [d.actors[d.chosen] for d in self.decisions]
 
 
-Choose = Callable[[int, list[Held]], int]
+Choose = Callable[[int, Decision, Sequence[Footprint]], int]
+
+# What a session holds, and whether it holds a snapshot (lab/gate/reduce.py). The
+# transaction's own ids are left out: every transaction has them.
+LOCKS = """
+SELECT CASE WHEN relation IS NOT NULL THEN 'relation:' || relation
+            ELSE locktype || ':' || classid || '.' || objid || '.' || objsubid END,
+       mode
+FROM pg_locks
+WHERE pid = $1 AND granted AND locktype NOT IN ('virtualxid', 'transactionid')
+"""
+SNAPSHOT = "SELECT backend_xmin IS NOT NULL FROM pg_stat_activity WHERE pid = $1"
 
 
 class Director:
@@ -159,11 +173,36 @@ class Director:
                 await self._wait_for_server(procs)  # every live actor is blocked
                 continue
             candidates = sorted(self.held, key=lambda h: (h.actor, h.session.number))
-            k = self.choose(depth, candidates)
-            depth += 1
             labels = [h.label(self.names) for h in candidates]
-            self.run.decisions.append(Decision(labels, [h.actor for h in candidates], k))
-            await self._grant(candidates[k])
+            decision = Decision(labels, [h.actor for h in candidates])
+            decision.chosen = self.choose(depth, decision, self.run.footprints)
+            depth += 1
+            self.run.decisions.append(decision)
+            granted = candidates[decision.chosen]
+            before = await self._look(granted.session)
+            status, waited = granted.session.status, bool(self.waiting)
+            await self._grant(granted)
+            await self._settle(procs)
+            self.run.footprints.append(await self._footprint(granted, before, status, waited))
+
+    async def _look(self, session: Session) -> Look:
+        """What the server shows `session` holding now."""
+        rows = await self.observer.fetch(LOCKS, session.pid)
+        snapshot = await self.observer.fetchval(SNAPSHOT, session.pid)
+        return Look(frozenset((r[0], r[1]) for r in rows), bool(snapshot))
+
+    async def _footprint(self, held: Held, before: Look, status: str, waited: bool) -> Footprint:
+        """The footprint of the granted statement `held`, now that every actor settled."""
+        session = held.session
+        why = ""
+        if waited or self.waiting:
+            why = "a session was blocked before or after it"
+        elif held.actor in self.exited or session in self.running:
+            why = "its actor exited or it did not end"
+        elif "advisory" in held.group.shown().lower():
+            why = "it names an advisory lock"
+        after = Look() if why else await self._look(session)
+        return footprint(held.actor, before, after, (status, session.status), why)
 
     async def _grant(self, held: Held) -> None:
         self.held.remove(held)

@@ -29,12 +29,23 @@ def print_order(console: Console, order: Order, actors: list[Actor]) -> None:
 
 def print_exploration(console: Console, found: Exploration) -> None:
     """The outcome classes with their counts, the first broken order as a transcript."""
-    how = "every order" if found.complete else f"stopped: {found.stopped}"
+    if not found.complete:
+        how = f"stopped: {found.stopped}"
+    elif found.reduced:
+        how = "one of each set of orders that differ only in statements that commute"
+    else:
+        how = "every order"
     console.print(
         f"explore: {len(found.actors)} actors, {len(found.orders)} orders ({how}); "
         f"deadlock_timeout {found.deadlock_timeout_ms} ms on each order's database",
         markup=False,
     )
+    if found.reduced and found.pruned:
+        console.print(
+            f"{found.pruned} more orders were cut where every held statement commuted with "
+            "one explored already (--all-orders runs them all)",
+            markup=False,
+        )
     table = Table("outcome", "orders", box=None, pad_edge=False)
     for outcome, count in sorted(found.outcomes.items(), key=lambda kv: (-kv[1], kv[0])):
         table.add_row(outcome, str(count))
