@@ -25,7 +25,8 @@ from lab.core.knobs import Knobs
 from lab.core.profiles import profile_settings
 from lab.core.records import Record, Verdict
 from lab.core.scenario import Scenario
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.pytest_plugin import ServerNeeds
 from lab.servers import Servers
 from lab.servers.pgbouncer import pgbouncer_missing

@@ -332,7 +332,8 @@ async def test_an_unexpected_error_in_a_scenario_names_it(servers: Servers) -> N
     """A script variant (or setup, or invariant) that raises anything becomes one named failure."""
     from lab.core.scenario import Env, Scenario
     from lab.errors import ScenarioFailure
-    from lab.load.runner import RunPlan, run_plan
+    from lab.load.plan import RunPlan
+    from lab.load.runner import run_plan
     from tests.conftest import knobs_for
 
     async def broken(env: Env) -> None:
@@ -352,7 +353,8 @@ async def test_connections_a_failing_scenario_left_open_are_closed(servers: Serv
     terminates every connection env.connect() handed out."""
     from lab.core.scenario import Env, Scenario
     from lab.errors import ScenarioFailure
-    from lab.load.runner import RunPlan, run_plan
+    from lab.load.plan import RunPlan
+    from lab.load.runner import run_plan
     from tests.conftest import knobs_for, pgbouncer_available
 
     opened: list[asyncpg.Connection] = []

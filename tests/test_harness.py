@@ -10,7 +10,8 @@ import pytest
 from lab.aio import until
 from lab.core.scenario import Check, Env, Observer, Scenario, start_observers, stop_observers
 from lab.errors import ScenarioFailure
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.servers import Servers
 from tests.conftest import knobs_for
 

@@ -11,7 +11,8 @@ from rich.console import Console
 
 from lab.core.records import Record
 from lab.errors import LabError
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.output.timeline import render
 from lab.servers import Servers
 from scenarios.lease_gc_pause import SCENARIO, TTL_MS

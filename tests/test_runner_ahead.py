@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncpg
 
 from lab.load.databases import database_name, drop_spares
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.servers import Servers
 from scenarios.lost_update import SCENARIO
 from tests.conftest import knobs_for

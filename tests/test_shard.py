@@ -12,7 +12,8 @@ import pytest
 from lab.core.knobs import Knobs, start_offsets
 from lab.core.scenario import Env, Scenario
 from lab.errors import ScenarioFailure
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.load.shard import deal
 from lab.procs import forkserver
 from lab.servers import Servers

@@ -518,7 +518,8 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
 def test_run_records_carry_the_claims_they_could_not_judge() -> None:
     """The runner attaches verdicts of the judged claims (a chance claim says it is one run)
     and, per variant, the claims left out with the reason."""
-    from lab.load.runner import RunPlan, _attach_claims
+    from lab.load.plan import RunPlan
+    from lab.load.runner import _attach_claims
 
     knobs, params = profile_settings(TOY, "published")
     plan = RunPlan(TOY, ["buggy", "fixed"], replace(knobs, n=10), params, "r", write=False)
@@ -537,7 +538,8 @@ def test_run_records_carry_the_claims_they_could_not_judge() -> None:
 
 def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
     """A claim comparing buggy with fixed, on a run of buggy alone: not judged, and why."""
-    from lab.load.runner import RunPlan, _attach_claims
+    from lab.load.plan import RunPlan
+    from lab.load.runner import _attach_claims
 
     both = Claim("DL-3", "fixed beats buggy", ("buggy", "fixed"), lambda r: (True, "x"))
     toy = replace(TOY, claims=(both,))

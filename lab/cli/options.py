@@ -17,7 +17,7 @@ import typer
 from lab.core.knobs import Knobs, parse_arrival, parse_connect, parse_redis_client
 from lab.core.scenario import Scenario, check_params
 from lab.errors import LabError
-from lab.load.runner import RunPlan
+from lab.load.plan import RunPlan
 from lab.procs.netdelay import SERVERS, parse_rtt
 from lab.servers import Servers
 

@@ -1,6 +1,9 @@
 """The harness's run of a scenario: one record per scenario x variant.
 
-runner (fresh database, setup, a load or pinned run, invariants, evidence, the record),
+runner (a plan's variants in turn, databases made ahead, claims attached, records
+written), plan (what a run asks for, the connections a variant takes), variant (one
+variant: fresh database, setup, the load, invariants, evidence, the record), databases
+(the run databases on the server), facts (how a variant ran: machine, processes),
 workload (actors, arrival, connections, knobs), txpool (a transaction-mode pool like
 PgBouncer's), shard (the load over worker processes), redisclients (the pooled Redis
 client; the pipelined one is lab/kit/autopipe.py), redisstats and redisbench (Redis's

@@ -32,7 +32,8 @@ from lab.core.knobs import Knobs
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.load.databases import admin_connect, database_name
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.servers import Servers
 from lab.servers.base import with_database, without_password
 

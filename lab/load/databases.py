@@ -42,12 +42,15 @@ async def create_database(servers: Servers, database: str, deadlock_timeout_ms: 
     admin = await admin_connect(servers)
     try:
         await admin.execute(create_statement(servers, database))
-        await admin.execute(
-            f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(deadlock_timeout_ms)}ms'"
-        )
+        await set_deadlock_timeout(admin, database, deadlock_timeout_ms)
     finally:
         await admin.close()
     return database
+
+
+async def set_deadlock_timeout(admin: asyncpg.Connection, database: str, ms: int) -> None:
+    """Give `database` the run's deadlock_timeout, for every session opened on it."""
+    await admin.execute(f"ALTER DATABASE \"{database}\" SET deadlock_timeout = '{int(ms)}ms'")
 
 
 def server_key(servers: Servers) -> str:

@@ -55,7 +55,7 @@ def plan_jobs(
 ) -> list[Job]:
     """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
     from lab.core.profiles import profile_settings
-    from lab.load.runner import pg_connections
+    from lab.load.plan import pg_connections
     from lab.verify import explore_parts, explore_plan, variant_runs, verify_plan
 
     jobs: list[Job] = []

@@ -13,7 +13,8 @@ from lab.core.profiles import claims_for, profile_settings, setup_of
 from lab.core.results import write_record
 from lab.core.scenario import Scenario
 from lab.errors import LabError
-from lab.load.runner import RunPlan, run_plan
+from lab.load.plan import RunPlan
+from lab.load.runner import run_plan
 from lab.servers import Servers
 from lab.verify import counterfactual as cf
 from lab.verify.judge import (
