@@ -1,6 +1,6 @@
 """What a scenario may use during one run (`Env`), and an actor's signature (`Actor`).
 
-The harness makes one Env per run (lab.load.runner); a scenario's code reads its
+The harness makes one Env per run (lab.load.variant); a scenario's code reads its
 database, its Redis and its knobs from it, and reports counters, outcomes and trace
 lines to it.
 """

@@ -115,7 +115,7 @@ async def verify_scenario(
     `counterfactual`, also the variants the claims' counterfactuals read).
 
     `spare`: another run follows; its first database is made during this one's last
-    variant (lab.load.runner.RunPlan.spare_after). Trials after the first take one too.
+    variant (lab.load.plan.RunPlan.spare_after). Trials after the first take one too.
 
     A scenario that fails to run (an undeclared outcome, a crash in its code) becomes an
     error on its claims, so one broken scenario does not hide the rest of the catalogue;
