@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev examples lock lock-upgrade floors run-scenario compare verify test lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev examples lock lock-upgrade floors run-scenario compare verify test reduction lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -87,6 +87,11 @@ verify: venv
 
 test: dev examples
 	$(BIN)/pytest -q $(ARGS)
+
+# The reduction of orders on the whole catalogue (lab/pinned/reduce.py): every outcome
+# class of every interleaving found again, and how many interleavings each way (~4 min).
+reduction: dev
+	LOCKLAB_REDUCTION=all $(BIN)/pytest -q -s tests/test_reduce_catalogue.py $(ARGS)
 
 # The documents' node-postgres code (examples/node), explored as actors by the tests:
 # installed exactly from its package-lock.json (with integrity hashes). Without npm the

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import asyncpg
 import pytest
@@ -57,9 +58,12 @@ class Keeper:
 
 
 @asynccontextmanager
-async def connected(dsn: str, **options: str) -> AsyncIterator[asyncpg.Connection]:
-    """An asyncpg connection, closed however the block ends."""
-    conn = await asyncpg.connect(dsn, **options)
+async def connected(
+    dsn: str, ssl: Literal["prefer"] | None = None
+) -> AsyncIterator[asyncpg.Connection]:
+    """An asyncpg connection (the driver's own default for `ssl`), closed however the
+    block ends."""
+    conn = await asyncpg.connect(dsn, ssl=ssl)
     try:
         yield conn
     finally:

@@ -13,7 +13,8 @@ import pytest
 
 from lab.gate.explore import explore
 from lab.gate.order import Actor
-from lab.gate.reduce import Footprint, Look, Redundant, SleepSets, footprint
+from lab.gate.reduce import Redundant, SleepSets
+from lab.pinned.footprint import Footprint, Look, footprint
 from lab.servers import Servers
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "psql"
@@ -25,18 +26,21 @@ U = ("relation:2", "RowExclusiveLock")
 
 
 def test_the_footprint_reads_the_server_and_says_when_it_cannot() -> None:
-    """Locks give reads and writes; a commit writes all it held; a statement outside a
-    transaction, or one that took the snapshot, commutes with nothing."""
+    """Locks give reads and writes; a step that ends its transaction, runs outside one or
+    begins a new one commutes with nothing; a step that ran nothing touches nothing."""
     in_tx = ("T", "T")
     reading = footprint(1, Look(), Look(frozenset({T_READ})), in_tx)
-    assert (reading.reads, reading.writes) == ({"relation:1"}, frozenset())
-    commit = footprint(1, Look(frozenset({T_READ})), Look(), ("T", "I"))
-    assert commit.writes == {"relation:1"} and not commit.everything
-    assert footprint(1, Look(), Look(), ("I", "I")).everything == "ran outside a transaction"
-    snap = footprint(1, Look(), Look(frozenset({T_READ}), snapshot=True), in_tx)
-    assert snap.everything == "took its transaction's snapshot"
-    begin = footprint(1, Look(), Look(), ("I", "T"))
-    assert begin == Footprint(1)
+    assert reading.reads == {"relation:1"} and not reading.writes
+    writing = footprint(1, Look(frozenset({T_READ})), Look(frozenset({T_READ, T})), in_tx)
+    assert writing.writes == {"relation:1"} and not writing.reads
+    commit = footprint(1, Look(frozenset({T})), Look(), ("T", "I"))
+    assert commit.everything == "ended its transaction"
+    ran = footprint(1, Look(state_change="1"), Look(state_change="2"), ("I", "I"))
+    assert ran.everything == "ran outside a transaction"
+    assert footprint(1, Look(state_change="1"), Look(state_change="1"), ("I", "I")) == Footprint(1)
+    again = footprint(1, Look(xact_start="1"), Look(xact_start="2"), in_tx)
+    assert again.everything == "ended its transaction and began another"
+    assert footprint(1, Look(), Look(), ("I", "T")) == Footprint(1)  # BEGIN
 
 
 def test_commuting_needs_two_actors_and_no_write_on_a_shared_object() -> None:

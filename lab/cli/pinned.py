@@ -173,6 +173,10 @@ def _trace_scenario(
         log.print(f"[dim]record: {write_trace(record)}[/dim]")
 
 
+def _refuse(why: str) -> None:
+    raise LabError(why)
+
+
 def _not_for_spec(given: dict[str, bool], path: Path) -> None:
     """Options a spec decides itself (its sessions, steps, permutations) are refused."""
     named = [name for name, on in given.items() if on]
@@ -303,6 +307,14 @@ def explore_cmd(
     first: Annotated[
         bool, typer.Option("--first", help="With --actor: stop at the first broken order.")
     ] = False,
+    reduce: Annotated[
+        bool,
+        typer.Option(
+            "--reduce",
+            help="A scenario: run one interleaving of each set that differ only in steps the "
+            "server shows commute; the counts are then of those (docs/gate.md).",
+        ),
+    ] = False,
     all_orders: Annotated[
         bool,
         typer.Option(
@@ -330,6 +342,8 @@ def explore_cmd(
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import Asked, explore_actors
 
+        if reduce:
+            guarded(lambda: _refuse("--reduce: actors' orders are reduced already (--all-orders)"))
         asked = Asked(max_orders, first, as_json, spec_out, all_orders)
         guarded(
             lambda: explore_actors(actor or [], setup, invariant, pg_dsn, deadlock_timeout, asked)
@@ -347,7 +361,7 @@ def explore_cmd(
         return
     guarded(
         lambda: _explore_scenario(
-            scenario, variant, isolation, deadlock_timeout, pg_dsn, as_json, no_record, svg
+            scenario, variant, isolation, deadlock_timeout, pg_dsn, as_json, no_record, svg, reduce
         )
     )
 
@@ -361,8 +375,10 @@ def _explore_scenario(
     as_json: bool,
     no_record: bool,
     svg: str | None,
+    reduce: bool,
 ) -> None:
-    """`locklab explore SCENARIO`: every interleaving per variant and level, then a table."""
+    """`locklab explore SCENARIO`: every interleaving per variant and level (with
+    `reduce`, one of each set of equivalent ones), then a table."""
     from lab.core.results import new_run_id
     from lab.output.explore import print_explore
     from lab.output.pictures import draw_svg, svg_target
@@ -384,7 +400,15 @@ def _explore_scenario(
             bar.describe(f"explore {sc.id}")
             plan = {v: levels for v in chosen}
             record = asyncio.run(
-                explore(sc, srv, plan, run_id=run_id, deadlock_ms=dl, on_progress=bar.advance)
+                explore(
+                    sc,
+                    srv,
+                    plan,
+                    run_id=run_id,
+                    deadlock_ms=dl,
+                    on_progress=bar.advance,
+                    reduce=reduce,
+                )
             )
     drew = None if picture is None else draw_svg(record, picture)
     path = None if no_record else write_explore(record)

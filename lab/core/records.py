@@ -52,6 +52,9 @@ class ExploreCell(TypedDict, total=False):
     first_error: PinnedRunJson | None
     canonical: dict[str, PinnedRunJson]  # the canonical schedules' runs, by name
     canonical_only: bool  # the cell counts the canonical schedules only (Pinned's)
+    # with explore's reduce: how many interleavings were not run, each equivalent to one
+    # that ran (lab/pinned/reduce.py); the counts above are of the runs
+    reduction: dict[str, int]
 
 
 class Record(TypedDict, total=False):

@@ -33,8 +33,9 @@ import asyncpg
 from lab.errors import LabError
 from lab.gate.dsn import upstream_of
 from lab.gate.order import Actor, Choose, Decision, OrderRun, run_order
-from lab.gate.reduce import Footprint, Redundant, SleepSets
+from lab.gate.reduce import Redundant, SleepSets
 from lab.gate.serve import password_file
+from lab.pinned.footprint import Footprint
 from lab.spec.wire import parse_dsn
 
 DEADLOCK_TIMEOUT_MS = 100

@@ -31,7 +31,7 @@ import asyncpg
 from lab.aio import within
 from lab.errors import LabError
 from lab.gate.proxy import Gate, Group, Session, Upstream
-from lab.gate.reduce import Footprint, Look, footprint
+from lab.pinned.footprint import Footprint, Look, footprint, look
 from lab.pinned.interleave import lock_waiters
 from lab.pinned.rules import POLL_S
 
@@ -96,17 +96,6 @@ class OrderRun:
 
 
 Choose = Callable[[int, Decision, Sequence[Footprint]], int]
-
-# What a session holds, and whether it holds a snapshot (lab/gate/reduce.py). The
-# transaction's own ids are left out: every transaction has them.
-LOCKS = """
-SELECT CASE WHEN relation IS NOT NULL THEN 'relation:' || relation
-            ELSE locktype || ':' || classid || '.' || objid || '.' || objsubid END,
-       mode
-FROM pg_locks
-WHERE pid = $1 AND granted AND locktype NOT IN ('virtualxid', 'transactionid')
-"""
-SNAPSHOT = "SELECT backend_xmin IS NOT NULL FROM pg_stat_activity WHERE pid = $1"
 
 
 class Director:
@@ -187,9 +176,7 @@ class Director:
 
     async def _look(self, session: Session) -> Look:
         """What the server shows `session` holding now."""
-        rows = await self.observer.fetch(LOCKS, session.pid)
-        snapshot = await self.observer.fetchval(SNAPSHOT, session.pid)
-        return Look(frozenset((r[0], r[1]) for r in rows), bool(snapshot))
+        return await look(self.observer, session.pid)
 
     async def _footprint(self, held: Held, before: Look, status: str, waited: bool) -> Footprint:
         """The footprint of the granted statement `held`, now that every actor settled."""

@@ -1,38 +1,19 @@
 """Fewer orders, none missed: sleep sets over what the server says each statement touched.
 
-Two statements of different actors *commute* when running them in either order leaves
-the same database and gives each the same result. Orders that differ only by swapping
-commuting neighbours are one order for every outcome explore reports, so running one of
-them is enough. This module decides commutation from what the server shows, never from
-the SQL text:
-
-* After each statement the gate reads the statement's session in ``pg_locks``: the
-  relations (tables, indexes, sequences) and other objects its transaction has locked,
-  and in which mode. ``AccessShareLock`` and ``SIReadLock`` are reads; every other mode
-  is a write (``ROW SHARE`` of ``FOR UPDATE`` included). The footprint of a statement is
-  what its session held before it and after it: a transaction keeps its locks to its
-  end, so this covers the statement, and a ``COMMIT`` covers all the transaction did
-  (a commit counts as a write of everything it held: it publishes the writes).
-* Two footprints conflict when one writes an object the other reads or writes.
-  Statements of the same actor always conflict (the program orders them).
-* A statement commutes with nothing (``everything``) when the server cannot show what
-  it touched: it ran outside a transaction (status I before and after: its locks are
-  gone by the time anyone looks), it took its transaction's snapshot (REPEATABLE READ
-  and SERIALIZABLE: ``backend_xmin`` appeared, so it fixes what every later statement
-  sees), it names an advisory lock (a ``pg_try_advisory_lock`` that fails leaves no
-  lock behind), a session was blocked before or after it (a wait is the server ordering
-  two statements), or its actor exited.
+Orders that differ only by swapping neighbouring statements that commute end the same
+way, so explore runs one of them. Whether two statements commute is read from the
+server after each one: its footprint (lab/pinned/footprint.py says the rule: locks in
+``pg_locks``, reads and writes, and when a statement commutes with nothing).
 
 The search is the classic stateless one with *sleep sets* (Godefroid, 1996): after the
 orders that start a point with statement t are explored, t sleeps in the sibling orders
 that start with a statement u commuting with it, and stays asleep down that order while
 each next statement commutes with it too. A point whose every held statement sleeps is
 covered by orders already run: that order is cut there and counted as pruned. Sleep sets
-alone never skip an order that is not equivalent to one explored, so every outcome a
-full enumeration finds is found (under the footprint rule above). What the rule cannot
-see, it does not reduce: effects outside the database (files, a shared cache, the
-clock) are not in any footprint, so actors that talk through them must be explored with
-``--all-orders``.
+skip only orders equivalent to one explored, so every outcome a full enumeration finds
+is found (under the footprint rule). What the rule cannot see, it does not reduce:
+effects outside the database (files, a shared cache, the clock) are in no footprint, so
+actors that talk through them must be explored with ``--all-orders``.
 """
 
 from __future__ import annotations
@@ -41,58 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from lab.errors import LabError
-
-READ_MODES = frozenset({"AccessShareLock", "SIReadLock"})
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """What one statement touched, as the server showed it (see the module doc)."""
-
-    actor: int
-    reads: frozenset[str] = frozenset()
-    writes: frozenset[str] = frozenset()
-    everything: str = ""  # why it commutes with nothing ("" when it may)
-
-    def commutes_with(self, other: Footprint) -> bool:
-        """Whether running the two in either order is the same (different actors, no
-        object one writes and the other touches)."""
-        if self.everything or other.everything or self.actor == other.actor:
-            return False
-        return not (self.writes & (other.reads | other.writes) or other.writes & self.reads)
-
-
-@dataclass(frozen=True)
-class Look:
-    """One session in the server's eyes: its granted locks (object, mode) and whether it
-    holds a snapshot."""
-
-    locks: frozenset[tuple[str, str]] = frozenset()
-    snapshot: bool = False
-
-
-def footprint(
-    actor: int,
-    before: Look,
-    after: Look,
-    status: tuple[str, str],
-    everything: str = "",
-) -> Footprint:
-    """The footprint of a statement from its session's look before and after it and its
-    ReadyForQuery status bytes (before, after); `everything`: a reason found already."""
-    if not everything and status == ("I", "I"):
-        everything = "ran outside a transaction"
-    if not everything and after.snapshot and not before.snapshot:
-        everything = "took its transaction's snapshot"
-    if everything:
-        return Footprint(actor, everything=everything)
-    held = before.locks | after.locks
-    if status[1] == "I":  # it ended the transaction: all it held is published
-        return Footprint(actor, writes=frozenset(obj for obj, _ in held))
-    reads = frozenset(obj for obj, mode in held if mode in READ_MODES)
-    writes = frozenset(obj for obj, mode in held if mode not in READ_MODES)
-    return Footprint(actor, reads - writes, writes)
-
+from lab.pinned.footprint import Footprint
 
 # choose(depth, labels of the held statements, footprints of the statements so far)
 Choose = Callable[[int, list[str], Sequence[Footprint]], int]

@@ -35,6 +35,10 @@ def print_explore(console: Console, record: Mapping[str, Any], transcripts: bool
                 text += ", " + ", ".join(f"{k} in {n}" for k, n in c["sqlstates"].items())
             if c.get("canonical_only"):
                 text += " [dim](canonical schedules only)[/dim]"
+            elif "reduction" in c:
+                alike = c["reduction"]["equivalent"]
+                text += f" [dim](invalid {c['invalid']}, {alike} equivalent to one run, "
+                text += f"of {c['interleavings']})[/dim]"
             else:
                 text += f" [dim](invalid {c['invalid']} of {c['interleavings']})[/dim]"
             cells.append(text)

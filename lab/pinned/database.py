@@ -18,6 +18,7 @@ from lab.load.databases import GONE, admin_connect, create_statement, database_n
 from lab.load.redisclients import redis_client
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
+from lab.pinned.footprint import StepPrints
 from lab.pinned.rules import RESOLVE_S, Rules
 from lab.pinned.schedules import PinnedResult, pinned_of
 from lab.pinned.sequencer import Sequencer
@@ -179,9 +180,16 @@ class PinnedLab(PinnedDatabase):
         return env
 
     async def run(
-        self, variant: str, schedule: Sequence[str], *, isolation: str, name: str = ""
+        self,
+        variant: str,
+        schedule: Sequence[str],
+        *,
+        isolation: str,
+        name: str = "",
+        observe: bool = False,
     ) -> PinnedResult:
-        """Reset, set up, run the sessions under `schedule`, check the invariants."""
+        """Reset, set up, run the sessions under `schedule`, check the invariants; with
+        `observe`, each granted step's footprint too (lab/pinned/footprint.py)."""
         sc, pinned = self.scenario, pinned_of(self.scenario)
         assert self.pool is not None
         env = await self.prepare(variant, isolation)
@@ -200,23 +208,7 @@ class PinnedLab(PinnedDatabase):
             sessions = {
                 s: (conn, bind(code)) for s, conn in zip(pinned.sessions, conns, strict=True)
             }
-            rules = Rules(
-                resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
-                ends_by_itself=pinned.ends_by_itself.get(variant, frozenset()),
-            )
-            kw: dict[str, Any] = {}
-            if isinstance(pinned, Staged) and pinned.processes is not None:
-                # a cast: some sessions in worker processes, with faults (lab/pinned/stage.py)
-                kw.update(processes=pinned.processes(env, variant), env=env)
-                rules = replace(rules, finish=not name, timeout=STEP_S)
-            seq = Sequencer(
-                self.watch or self.pool,
-                sessions,
-                label=f"{sc.id} / {variant} / {name or 'interleaving'}",
-                header=self.header(variant, name or "interleaving", isolation),
-                rules=rules,
-                **kw,
-            )
+            seq = self._sequencer(variant, name, isolation, sessions, env, observe)
             try:
                 res.outcomes = await seq.run(schedule)
             except InvalidPermutation as exc:
@@ -229,6 +221,8 @@ class PinnedLab(PinnedDatabase):
             finally:
                 res.waited = list(seq.waited)
                 res.timing = seq.clock.to_json()
+                if isinstance(seq.watch, StepPrints):
+                    res.footprints = seq.watch.prints
             clean = not any(c.is_closed() or c.is_in_transaction() for c in conns)
             undeclared = set(res.outcomes.values()) - set(sc.outcomes)
             if undeclared:
@@ -252,6 +246,40 @@ class PinnedLab(PinnedDatabase):
                 self.keep(conns)
             else:
                 await self.end_sessions(conns)
+
+    def _sequencer(
+        self,
+        variant: str,
+        name: str,
+        isolation: str,
+        sessions: dict[str, tuple[asyncpg.Connection, Any]],
+        env: Env,
+        observe: bool,
+    ) -> Sequencer:
+        """The Sequencer of one run: the scenario's rules, its worker processes if it is a
+        cast, and with `observe` the footprints' reader."""
+        sc, pinned = self.scenario, pinned_of(self.scenario)
+        rules = Rules(
+            resolve_timeout=max(RESOLVE_S, 3 * self.deadlock_ms / 1000),
+            ends_by_itself=pinned.ends_by_itself.get(variant, frozenset()),
+        )
+        kw: dict[str, Any] = {}
+        if isinstance(pinned, Staged) and pinned.processes is not None:
+            # a cast: some sessions in worker processes, with faults (lab/pinned/stage.py)
+            kw.update(processes=pinned.processes(env, variant), env=env)
+            rules = replace(rules, finish=not name, timeout=STEP_S)
+        looks = self.watch or self.pool
+        if observe and looks is not None:  # the footprints' reader, on the sessions' conns
+            own = {s: conn for s, (conn, _) in sessions.items()}
+            kw.update(watch=StepPrints(looks, own))
+        return Sequencer(
+            looks,
+            sessions,
+            label=f"{sc.id} / {variant} / {name or 'interleaving'}",
+            header=self.header(variant, name or "interleaving", isolation),
+            rules=rules,
+            **kw,
+        )
 
     def header(self, variant: str, name: str, isolation: str) -> str:
         # deadlock_timeout is not printed: it decides when a cycle is broken, not the

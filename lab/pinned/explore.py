@@ -18,8 +18,10 @@ from lab.core.results import (
 from lab.core.scenario import Scenario
 from lab.core.steps import ISOLATION_LEVELS, Pinned
 from lab.pinned.database import PinnedLab, pinned_lab
-from lab.pinned.permutations import count_interleavings, interleavings
+from lab.pinned.permutations import count_interleavings, interleavings, prefixed
+from lab.pinned.reduce import Classes
 from lab.pinned.schedules import EXPLORE_DIR, STEP_ERROR, PinnedResult, pinned_of
+from lab.pinned.stage import Staged
 from lab.servers import Servers
 
 # --- explore -----------------------------------------------------------------------------
@@ -71,11 +73,14 @@ async def explore(
     deadlock_ms: int,
     on_progress: Callable[[str], None] | None = None,
     lane: str = "",
+    reduce: bool = False,
 ) -> dict[str, Any]:
     """Every interleaving of each variant's declared steps at each of its isolation levels
     (`plan`: variant -> levels), and its canonical schedules; the explore record (see the
     module doc). `lane` names this explore's database apart from others of the same
-    scenario running at the same time (see merge_explores)."""
+    scenario running at the same time (see merge_explores). With `reduce`, one
+    interleaving of each set of equivalent ones (lab/pinned/reduce.py), where the server
+    sees every step (no Redis, no worker processes)."""
     pinned = pinned_of(scenario)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     by_variant: dict[str, dict[str, Any]] = {}
@@ -91,19 +96,13 @@ async def explore(
                     if on_progress is not None:
                         on_progress(f"{scenario.id}: {variant} at {iso} done")
                     continue
-                results: list[PinnedResult] = []
-                dead: list[tuple[str, ...]] = []  # prefixes known to be invalid
-                invalid = 0
-                for sched in interleavings(steps):
-                    if any(sched[: len(p)] == p for p in dead):
-                        invalid += 1
-                        continue
-                    res = await lab.run(variant, sched, isolation=iso)
-                    if res.invalid:
-                        dead.append(sched[: res.invalid_at + 1])
-                        invalid += 1
-                    results.append(res)
-                cell = _cell(results, total, invalid)
+                if reduce and _reducible(scenario):
+                    results, invalid, alike = await _reduced(lab, variant, steps, iso)
+                    cell = _cell(results, total, invalid)
+                    cell["reduction"] = {"equivalent": alike}
+                else:
+                    results, invalid = await _every(lab, variant, steps, iso)
+                    cell = _cell(results, total, invalid)
                 cell["canonical"] = {
                     name: (await lab.run(variant, s, isolation=iso, name=name)).to_json()
                     for name, s in pinned.schedules.get(variant, {}).items()
@@ -126,6 +125,63 @@ async def explore(
         "lab": lab_info(),
         "variants": by_variant,
     }
+
+
+async def _every(
+    lab: PinnedLab, variant: str, steps: Mapping[str, Sequence[str]], iso: str
+) -> tuple[list[PinnedResult], int]:
+    """Every interleaving run, but those that start as one found invalid; (results, how
+    many were invalid)."""
+    results: list[PinnedResult] = []
+    dead: list[tuple[str, ...]] = []  # prefixes known to be invalid
+    invalid = 0
+    for sched in interleavings(steps):
+        if prefixed(sched, dead):
+            invalid += 1
+            continue
+        res = await lab.run(variant, sched, isolation=iso)
+        if res.invalid:
+            dead.append(sched[: res.invalid_at + 1])
+            invalid += 1
+        results.append(res)
+    return results, invalid
+
+
+def _reducible(scenario: Scenario) -> bool:
+    """Whether the server sees every step: no Redis, no sessions in worker processes."""
+    pinned = pinned_of(scenario)
+    staged = isinstance(pinned, Staged) and pinned.processes is not None
+    return "redis" not in scenario.uses and not staged
+
+
+async def _reduced(
+    lab: PinnedLab, variant: str, steps: Mapping[str, Sequence[str]], iso: str
+) -> tuple[list[PinnedResult], int, int]:
+    """One interleaving of each set of equivalent ones, passes until a pass runs nothing
+    (lab/pinned/reduce.py); (results, invalid, how many were skipped as equivalent)."""
+    classes = Classes()
+    results: list[PinnedResult] = []
+    dead: list[tuple[str, ...]] = []
+    ran: set[tuple[str, ...]] = set()
+    invalid = 0
+    while True:
+        before = len(ran)
+        for sched in interleavings(steps):
+            if sched in ran or prefixed(sched, dead) or classes.covered(sched):
+                continue
+            res = await lab.run(variant, sched, isolation=iso, observe=True)
+            ran.add(sched)
+            results.append(res)
+            if res.invalid:
+                dead.append(sched[: res.invalid_at + 1])
+                invalid += 1
+            else:
+                classes.learn(sched, res.footprints)
+        if len(ran) == before:
+            break
+    every = list(interleavings(steps))
+    cut = sum(1 for s in every if s not in ran and prefixed(s, dead))  # invalid, not run
+    return results, invalid + cut, len(every) - len(ran) - cut
 
 
 async def _canonical_cell(lab: PinnedLab, pinned: Pinned, variant: str, iso: str) -> ExploreCell:

@@ -12,6 +12,7 @@ from lab.core.records import PinnedRunJson
 from lab.core.scenario import Check, Scenario
 from lab.core.steps import ISOLATION_LEVELS, Pinned, parse_step
 from lab.errors import LabError
+from lab.pinned.footprint import Footprint
 
 EXPLORE_DIR = "explore"
 TRACE_DIR = "trace"
@@ -34,6 +35,8 @@ class PinnedResult:
     invalid_at: int = -1
     evidence: dict[str, Any] = field(default_factory=dict)  # env.extra_evidence of the run
     timing: dict[str, Any] = field(default_factory=dict)  # lab.pinned.sequencer.StepClock.to_json
+    # with `observe`: each granted item's footprint, by its index in the schedule
+    footprints: dict[int, Footprint] = field(default_factory=dict)
 
     @property
     def kept(self) -> bool:
