@@ -11,7 +11,7 @@ import pytest
 from lab.core.knobs import connections_needed, parse_arrival, parse_connect, start_offsets
 from lab.core.outcome import classify, notation, ordered
 from lab.errors import LabError
-from lab.load.workload import hard_limit
+from lab.load.workload import hard_limit, percentiles
 
 
 def test_burst_starts_everyone_at_zero() -> None:
@@ -107,3 +107,18 @@ async def test_hard_limit_returns_the_result_in_time() -> None:
         return "ok"
 
     assert await hard_limit(quick(), 1.0) == "ok"
+
+
+def test_percentiles_are_nearest_rank_on_a_known_list() -> None:
+    """Of 1..200 the p50 is the 100th value, p95 the 190th, p99 the 198th (nearest rank:
+    the ceil(p * n / 100)-th), and each is a value of the list."""
+    assert percentiles([float(v) for v in range(200, 0, -1)]) == {
+        "min": 1.0,
+        "p50": 100.0,
+        "p95": 190.0,
+        "p99": 198.0,
+        "max": 200.0,
+    }
+    assert percentiles([3.0, 1.0, 2.0])["p50"] == 2.0
+    assert percentiles([7.0]) == {"min": 7.0, "p50": 7.0, "p95": 7.0, "p99": 7.0, "max": 7.0}
+    assert percentiles([]) == {}

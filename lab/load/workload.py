@@ -378,17 +378,21 @@ async def _close(conns: list[asyncpg.Connection], pool: asyncpg.Pool | None) -> 
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
+    """min, p50, p95, p99, max of `values` (rounded to 0.1). A percentile is the
+    nearest-rank one: the p-th of n sorted values is the ceil(p * n / 100)-th (the p50 of
+    200 values is the 100th, the p99 the 198th), always a value that was measured."""
     if not values:
         return {}
     s = sorted(values)
 
-    def q(p: float) -> float:
-        return round(s[min(len(s) - 1, int(p * len(s)))], 1)
+    def rank(percent: int) -> float:
+        nearest = -(-percent * len(s) // 100)  # ceil, in integers: no float rounding
+        return round(s[max(nearest, 1) - 1], 1)
 
     return {
         "min": round(s[0], 1),
-        "p50": q(0.50),
-        "p95": q(0.95),
-        "p99": q(0.99),
+        "p50": rank(50),
+        "p95": rank(95),
+        "p99": rank(99),
         "max": round(s[-1], 1),
     }
