@@ -40,6 +40,9 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from lab.core.steps import Session
+from lab.errors import LabError
+from lab.gate.explore import Exploration, explore
+from lab.gate.order import Actor, Call
 from lab.pinned import PinnedDatabase, watch_pool
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.permutations import count_interleavings, interleavings
@@ -238,6 +241,45 @@ async def every_interleaving(
     return out
 
 
+async def explore_functions(
+    dsn: str,
+    functions: Sequence[Call],
+    setup: str = "",
+    invariant: str = "SELECT true",
+    *,
+    first: bool = True,
+    all_orders: bool = False,
+    max_orders: int | None = None,
+) -> Exploration:
+    """Unchanged Python functions as actors through the gate (``locklab explore --actor``'s
+    engine, docs/gate.md): each gets a DSN of its own port (asyncpg, psycopg, SQLAlchemy
+    take it as it is), sync or async, no step names. Every order of their statements on
+    a fresh copy of `setup` (SQL), judged by `invariant` (SQL returning one boolean row)
+    and by whether each function returned; by default it stops at the first broken order,
+    the counterexample a test wants."""
+    actors = [Actor.of(number, call) for number, call in enumerate(functions, 1)]
+    if len(actors) < 2:
+        raise LabError("explore_functions needs at least two functions: an order needs two")
+    return await explore(
+        dsn, actors, setup, invariant, first=first, all_orders=all_orders, max_orders=max_orders
+    )
+
+
+def assert_kept(found: Exploration) -> None:
+    """Fail with the first broken order's transcript, if any order broke."""
+    __tracebackhide__ = True  # pytest shows the caller's line, not this helper's
+    if not found.broke:
+        return
+    order = found.broke[0]
+    head = f"broke in {len(found.broke)} of {len(found.orders)} orders"
+    if found.stopped:
+        head += f" ({found.stopped})"
+    lines = [f"{head}; the first: {order.outcome()}, invariant read {order.invariant}"]
+    lines += order.run.transcript
+    lines += [text.strip() for text in order.run.output.values() if text.strip()]
+    raise AssertionError("\n".join(lines))
+
+
 class LocklabInterleavings:
     """The ``locklab_interleavings`` fixture: the helpers bound to this test's database."""
 
@@ -262,3 +304,13 @@ class LocklabInterleavings:
         schema: Setup | None = None,
     ) -> Interleavings:
         return await every_interleaving(self.dsn, setup, sessions, steps, invariant, schema)
+
+    async def unchanged(
+        self,
+        functions: Sequence[Call],
+        setup: str = "",
+        invariant: str = "SELECT true",
+        *,
+        first: bool = True,
+    ) -> Exploration:
+        return await explore_functions(self.dsn, functions, setup, invariant, first=first)

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import shlex
 import signal
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import quote
 
 import asyncpg
 
@@ -39,12 +41,25 @@ IDLE_S = 30.0  # an actor that neither sends a statement nor ends for this long 
 ORDER_S = 300.0  # one order, at most
 
 
+# A Python function run as an actor: it gets a DSN through its own port of the gate
+# (libpq's and asyncpg's form, the password in a passfile) and may be sync or async.
+Call = Callable[[str], object]
+
+
 @dataclass(frozen=True)
 class Actor:
-    """A command to run as one actor: `number` from 1, in the order given."""
+    """A command (or a Python function, `call`) to run as one actor: `number` from 1, in
+    the order given; `command` names it in the output."""
 
     number: int
     command: str
+    call: Call | None = None
+
+    @classmethod
+    def of(cls, number: int, call: Call) -> Actor:
+        """A function as an actor, named by its qualified name."""
+        name = f"{getattr(call, '__module__', '')}.{getattr(call, '__qualname__', repr(call))}"
+        return cls(number, name.lstrip("."), call)
 
     def argv(self) -> list[str]:
         return shlex.split(self.command)
@@ -151,15 +166,15 @@ class Director:
 
     # --- the order ---
 
-    async def drive(self, procs: Mapping[int, asyncio.subprocess.Process]) -> None:
+    async def drive(self, actors: Collection[int]) -> None:
         """Grant statements one at a time until every actor has exited."""
         depth = 0
         while True:
-            await self._settle(procs)
+            await self._settle(actors)
             if not self.held:
-                if len(self.exited) == len(procs):
+                if len(self.exited) == len(actors):
                     return
-                await self._wait_for_server(procs)  # every live actor is blocked
+                await self._wait_for_server(actors)  # every live actor is blocked
                 continue
             candidates = sorted(self.held, key=lambda h: (h.actor, h.session.number))
             labels = [h.label(self.names) for h in candidates]
@@ -171,7 +186,7 @@ class Director:
             before = await self._look(granted.session)
             status, waited = granted.session.status, bool(self.waiting)
             await self._grant(granted)
-            await self._settle(procs)
+            await self._settle(actors)
             self.run.footprints.append(await self._footprint(granted, before, status, waited))
 
     async def _look(self, session: Session) -> Look:
@@ -210,10 +225,10 @@ class Director:
             with contextlib.suppress(TimeoutError):
                 await within(done.wait(), POLL_S)
 
-    def _settled(self, procs: Mapping[int, asyncio.subprocess.Process]) -> list[int]:
+    def _settled(self, actors: Collection[int]) -> list[int]:
         """The live actors that have not settled (see the module doc)."""
         unsettled = []
-        for number in procs:
+        for number in actors:
             if number in self.exited or any(h.actor == number for h in self.held):
                 continue
             mine = [s for s in self.running if s.actor == number]
@@ -221,13 +236,13 @@ class Director:
                 unsettled.append(number)
         return unsettled
 
-    async def _settle(self, procs: Mapping[int, asyncio.subprocess.Process]) -> None:
+    async def _settle(self, actors: Collection[int]) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + IDLE_S
         while True:
             self.changed.clear()
             await self._look_at_waits()
-            unsettled = self._settled(procs)
+            unsettled = self._settled(actors)
             if not unsettled:
                 return
             if loop.time() > deadline:
@@ -250,11 +265,11 @@ class Director:
                 at = self.run.transcript.index(line)
                 self.run.transcript[at] = f"{line} <waiting ...>"
 
-    async def _wait_for_server(self, procs: Mapping[int, asyncio.subprocess.Process]) -> None:
+    async def _wait_for_server(self, actors: Collection[int]) -> None:
         """Every live actor waits on a lock: a deadlock detector or a timeout ends it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ORDER_S
-        while not self.held and len(self.exited) < len(procs):
+        while not self.held and len(self.exited) < len(actors):
             if not self.running:
                 return  # nothing runs: _settle will see what the actors do next
             if loop.time() > deadline:
@@ -284,6 +299,13 @@ def actor_env(
     return env
 
 
+def call_dsn(actor_port: int, user: str, database: str, passfile: Path) -> str:
+    """The DSN a function actor gets: its own port of the gate, the password in the
+    passfile (libpq and asyncpg read `passfile` from the URI)."""
+    where = quote(str(passfile), safe="/")
+    return f"postgresql://{user}@127.0.0.1:{actor_port}/{database}?passfile={where}"
+
+
 async def run_order(
     upstream: Upstream,
     observer: asyncpg.Connection,
@@ -298,32 +320,66 @@ async def run_order(
     """Start the actors through a fresh gate, drive them to their ends, return the order."""
     director = Director(observer, choose)
     procs: dict[int, asyncio.subprocess.Process] = {}
-    said: dict[int, bytearray] = {}
-    async with Gate(upstream, director) as gate:
-        tasks: list[asyncio.Task[None]] = []
-        try:
-            for actor in actors:
-                port = await gate.start(actor=actor.number)
-                env = actor_env(port, user, database, passfile, os.environ)
-                proc = procs[actor.number] = await _spawn(actor, env, cwd)
-                said[actor.number] = bytearray()
-                tasks.append(asyncio.create_task(_tail(proc, said[actor.number])))
-                tasks.append(asyncio.create_task(_exit(actor.number, proc, director)))
+    said = {actor.number: bytearray() for actor in actors}
+    calls: list[asyncio.Task[None]] = []
+    try:
+        async with Gate(upstream, director) as gate:
+            tasks: list[asyncio.Task[None]] = []
             try:
-                await within(director.drive(procs), ORDER_S)
-            except TimeoutError:
-                raise LabError(f"one order took over {ORDER_S:.0f} s") from None
-        finally:
-            for proc in procs.values():
-                if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-            await asyncio.gather(*tasks, return_exceptions=True)
-        if gate.failures:
-            raise gate.failures[0]
+                for actor in actors:
+                    port = await gate.start(actor=actor.number)
+                    if actor.call is not None:
+                        dsn = call_dsn(port, user, database, passfile)
+                        calls.append(asyncio.create_task(_called(actor, dsn, director, said)))
+                        continue
+                    env = actor_env(port, user, database, passfile, os.environ)
+                    proc = procs[actor.number] = await _spawn(actor, env, cwd)
+                    tasks.append(asyncio.create_task(_tail(proc, said[actor.number])))
+                    tasks.append(asyncio.create_task(_exit(actor.number, proc, director)))
+                try:
+                    await within(director.drive([a.number for a in actors]), ORDER_S)
+                except TimeoutError:
+                    raise LabError(f"one order took over {ORDER_S:.0f} s") from None
+            finally:
+                for proc in procs.values():
+                    if proc.returncode is None:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, signal.SIGKILL)
+                await asyncio.gather(*tasks, return_exceptions=True)
+            if gate.failures:
+                raise gate.failures[0]
+    finally:  # the gate is closed: a function still in a statement has lost its socket
+        await _ended(calls)
     director.run.exits = dict(director.exited)
     director.run.output = {n: text.decode(errors="replace") for n, text in said.items()}
     return director.run
+
+
+async def _called(actor: Actor, dsn: str, director: Director, said: dict[int, bytearray]) -> None:
+    """Run a function actor to its end: exit status 0 when it returns, 1 when it raises
+    (its exception as the actor's output)."""
+    assert actor.call is not None
+    status = 0
+    try:
+        if inspect.iscoroutinefunction(actor.call):
+            await actor.call(dsn)
+        else:
+            await asyncio.to_thread(actor.call, dsn)
+    except Exception as exc:  # the function's own failure is its outcome
+        status = 1
+        said[actor.number] += f"{type(exc).__name__}: {exc}".encode()
+    director.exited[actor.number] = status
+    director.held = [h for h in director.held if h.actor != actor.number]
+    director.changed.set()
+
+
+async def _ended(calls: Sequence[asyncio.Task[None]]) -> None:
+    """Function actors left running when an order ends early are cancelled; one in a
+    thread ends when its connection does (bounded)."""
+    for task in calls:
+        task.cancel()
+    if calls:
+        await asyncio.wait(calls, timeout=IDLE_S)
 
 
 async def _spawn(actor: Actor, env: dict[str, str], cwd: Path | None) -> asyncio.subprocess.Process:
