@@ -1,6 +1,16 @@
-"""The gate on the wire: a PostgreSQL proxy whose client statements are step points
-(proxy.py), the protocol's frames as a proxy reads them (wire.py), and where it connects
-and what a client is told to connect to (dsn.py)."""
+"""The gate on the wire: a PostgreSQL proxy on loopback whose client statements are step
+points, and the orders of unchanged programs' statements run through it.
+
+The package: ``proxy`` (the gate: a client's statement is held until its keeper lets it go),
+``wire`` (the protocol's frames as a proxy reads them), ``dsn`` (where the gate connects and
+what a client is told to connect to), ``serve`` (`locklab gate`: the gate on its own, in
+front of a server, until Ctrl-C), ``order`` (one order of the programs' statements, one let
+go at a time), ``explore`` (every order, each on a fresh database, and trace's one),
+``reduce`` (fewer orders, none missed: sleep sets over what the server says each statement
+touched), ``spec`` (a broken order as an isolation spec, shrunk until every step matters),
+``bench`` (`locklab bench gate`: what the gate costs against PgBouncer and a direct
+connection).
+"""
 
 from lab.gate.dsn import gate_dsn, upstream_of
 from lab.gate.proxy import Gate, Group, Keeper, Session, Upstream

@@ -3,6 +3,13 @@
 Standard library only, and no other lab module: worker children, the fork server and the
 delay proxies import it before anything else, and the reaper (lab/procs/lifecycle.py,
 in an interpreter of its own) uses it too.
+
+The package: ``workers`` (worker processes the harness owns: one protocol, faults as
+steps, they die with the lab), ``forkserver`` (a template process that forks them with
+their imports done), ``lifecycle`` (lab folders, the processes started in them, the reaper
+that stops them if the lab dies), ``netdelay`` (a TCP delay proxy in its own process, for
+--rtt), ``procstat`` (CPU seconds and peak memory of a process), ``trust`` (the user the
+servers run as, and the files the lab reads only when they are the user's own).
 """
 
 from __future__ import annotations

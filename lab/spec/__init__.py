@@ -1,9 +1,15 @@
 """PostgreSQL's isolation specs, run by the lab and printed as the isolation tester prints
-them: ``parse`` (the spec language), ``wire`` (a small libpq), ``printout`` (PQprint's
-tables), ``run`` (the permutations on the lab's sequencer, printed by the tester's loop,
-and `trace_spec`, what ``locklab trace FILE.spec`` calls), ``explore`` (every
-interleaving). The lab never runs isolationtester itself; its tests run it beside this as
-the reference.
+them. The lab never runs isolationtester itself; its tests run it beside this as the
+reference.
+
+The package: ``parse`` (the spec language), ``wire`` (a small libpq), ``session`` (the
+sessions' kept connections and the handles the sequencer holds), ``tester`` (the tester's
+own loop: what it prints as each step is granted), ``printout`` (PQprint's tables), ``run``
+(the permutations on the lab's sequencer, and `trace_spec`, what `locklab trace FILE.spec`
+calls), ``explore`` (every interleaving), ``databases`` (the one place the runners make and
+drop databases), ``expected`` (an output against its expected file and the alternates),
+``suite`` (a folder of specs run as pg_isolation_regress runs them: `locklab spec-suite`),
+``bench`` (`locklab bench isolation`: the lab's runner against pg_isolation_regress).
 """
 
 from __future__ import annotations

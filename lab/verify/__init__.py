@@ -9,7 +9,15 @@ deadlock_timeout) where the claim is about shape. A claim that depends on chance
 Records of trial k > 1 are written under ``results/<run-id>/trial-<k>/``; the verdicts of
 a verify run under ``results/<run-id>/verify/verdicts.json``.
 
-The package: ``judge`` (pure), ``run``, ``explore``, ``store``; everything public is
+The package: ``command`` (`locklab verify` as one call, returning a typed `VerifyRun`),
+``judge`` (verdicts and judging, pure), ``run`` (a profile's scenarios run for their
+claims: plans, variants, trials), ``explore`` (claims about interleavings: explores split
+into parts, judged as a whole), ``store`` (recorded runs judged again, verdicts saved and
+loaded), ``counterfactual`` (each claim judged again on records it does not speak of: can
+it fail?), ``jobs`` (the plan as jobs, and which may run beside the ones running),
+``lanes`` and ``lane_child`` (lane processes running those jobs side by side: the lab's
+side and the lane's), ``matrix`` (`verify --matrix`: the claims on every server version
+this machine has). The public names of ``judge``, ``run``, ``explore`` and ``store`` are
 re-exported here.
 """
 
