@@ -73,7 +73,7 @@ def _search(program: Sequence[Sequence[Footprint]]) -> list[tuple[str, ...]]:
             while any(a < len(s) for a, s in zip(at, program, strict=True)):
                 live = [i for i, s in enumerate(program) if at[i] < len(s)]
                 labels = [f"a{i + 1}.{at[i]}" for i in live]
-                k = choose(len(steps), labels, steps)
+                k = choose(len(steps), labels, [program[i][0].actor for i in live], steps)
                 actor = live[k]
                 order.append(labels[k])
                 steps.append(program[actor][at[actor]])
@@ -198,3 +198,24 @@ async def test_reduced_explore_finds_every_outcome_of_the_full_one_in_fewer_orde
         assert set(reduced.outcomes) == set(full.outcomes), name
         assert len(reduced.orders) < len(full.orders), name
         assert reduced.as_json()["reduction"] == "sleep sets"
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+async def test_max_says_what_it_left_and_a_switch_comes_first(servers: Servers) -> None:
+    """--max stops after N orders and says how many more there are at least; the search
+    tries another actor's statement first, so the very first deposits order races."""
+    assert servers.pg is not None
+    setup = (EXAMPLES / "setup.sql").read_text()
+    kept = (EXAMPLES / "deposits-kept.sql").read_text()
+    carts = [Actor(1, _psql(EXAMPLES / "cart-1-2.sql")), Actor(2, _psql(EXAMPLES / "cart-2-1.sql"))]
+    every = await explore(
+        servers.pg.dsn, carts, setup, "SELECT true", max_orders=3, all_orders=True
+    )
+    assert len(every.orders) == 3 and not every.complete
+    least = int(every.stopped.split("at least ")[1].split()[0])
+    assert 3 < least <= 30, every.stopped  # 30 orders in all (docs/gate.md)
+    reduced = await explore(servers.pg.dsn, carts, setup, "SELECT true", max_orders=3)
+    assert "statements not yet tried" in reduced.stopped
+    deposits = [Actor(n, _psql(EXAMPLES / "deposit.sql")) for n in (1, 2)]
+    first = await explore(servers.pg.dsn, deposits, setup, kept, first=True)
+    assert len(first.orders) == 1 and first.orders[0].run.schedule == [1, 2, 1, 2]

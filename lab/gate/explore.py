@@ -199,7 +199,7 @@ def reduced(search: SleepSets, prefix: Sequence[int]) -> Choose:
 
     def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
         check(depth, decision, steps)  # a replay that holds fewer: Diverged
-        return pick(depth, decision.candidates, steps)
+        return pick(depth, decision.candidates, decision.actors, steps)
 
     return choose
 
@@ -231,6 +231,20 @@ def next_prefix(run: OrderRun) -> list[int] | None:
         if decision.chosen + 1 < len(decision.candidates):
             return [d.chosen for d in run.decisions[:depth]] + [decision.chosen + 1]
     return None
+
+
+def _bounded(found: Exploration, search: SleepSets, max_orders: int) -> str:
+    """What --max left unexplored, honestly: every order has one at least per statement
+    not tried at a point of the last one; the reduction may yet find some equivalent."""
+    ran = len(found.orders)
+    if not found.reduced:
+        left = sum(len(d.candidates) - 1 - d.chosen for d in found.orders[-1].run.decisions)
+        return f"--max {max_orders} reached: explored {ran} of at least {ran + left} orders"
+    return (
+        f"--max {max_orders} reached: explored {ran} orders; {search.left()} statements "
+        "not yet tried at points reached (each leads to an order unless it proves "
+        "equivalent to one run)"
+    )
 
 
 def diverged(known: Sequence[list[str]], run: OrderRun, prefix: Sequence[int]) -> str | None:
@@ -270,7 +284,7 @@ async def explore(
         known: list[list[str]] = []
         while prefix is not None:
             if max_orders is not None and len(found.orders) >= max_orders:
-                found.stopped = f"--max {max_orders} reached"
+                found.stopped = _bounded(found, search, max_orders)
                 return found
             choose = replay(prefix) if all_orders else reduced(search, prefix)
             try:

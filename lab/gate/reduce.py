@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from lab.errors import LabError
 from lab.pinned.footprint import Footprint
 
-# choose(depth, labels of the held statements, footprints of the statements so far)
-Choose = Callable[[int, list[str], Sequence[Footprint]], int]
+# choose(depth, labels of the held statements, their actors, footprints so far)
+Choose = Callable[[int, list[str], list[int], Sequence[Footprint]], int]
 
 
 class Redundant(LabError):
@@ -39,14 +39,19 @@ class Point:
 
     labels: list[str]
     sleep: dict[str, Footprint]
+    actors: list[int] = field(default_factory=list)  # of each held statement
+    after: int = 0  # the actor of the statement that led here (0 at the start)
     done: dict[str, Footprint] = field(default_factory=dict)
 
     def untried(self) -> list[int]:
-        return [
+        """The statements neither explored nor asleep; another actor's before the one
+        that just ran (orders that switch actors find a race sooner than straight runs)."""
+        left = [
             k
             for k, label in enumerate(self.labels)
             if label not in self.done and label not in self.sleep
         ]
+        return sorted(left, key=lambda k: self.actors[k] == self.after if self.actors else 0)
 
 
 class SleepSets:
@@ -61,13 +66,17 @@ class SleepSets:
         """A `choose` for one order: replay `prefix`, then the first statement neither
         explored nor asleep; Redundant where every one sleeps."""
 
-        def choose(depth: int, labels: list[str], steps: Sequence[Footprint]) -> int:
+        def choose(
+            depth: int, labels: list[str], actors: list[int], steps: Sequence[Footprint]
+        ) -> int:
             if depth == 0:  # a new run of this order (a replay that diverged is run again)
                 self.path = []
             here = tuple(self.path)
             point = self.points.get(here)
             if point is None:
-                point = self.points[here] = Point(labels, self._asleep(here, steps))
+                after = steps[depth - 1].actor if depth > 0 else 0
+                asleep = self._asleep(here, steps)
+                point = self.points[here] = Point(labels, asleep, actors, after)
             if depth > 0:
                 self._explored(here, steps[depth - 1])
             if depth < len(prefix):
@@ -99,6 +108,11 @@ class SleepSets:
             if untried:
                 return [*self.path[:depth], untried[0]]
         return None
+
+    def left(self) -> int:
+        """Orders not run yet, one per statement neither explored nor asleep at a point
+        reached (a lower bound: each leads to one order at least)."""
+        return sum(len(point.untried()) for point in self.points.values())
 
     def _explored(self, child: tuple[int, ...], step: Footprint) -> None:
         """Note at the parent of `child` that its statement was explored, with `step`."""
