@@ -85,6 +85,30 @@ def test_diff_flags_a_claim_that_stopped_holding_as_regression() -> None:
     assert note == "now holds"
 
 
+@pytest.mark.parametrize(
+    ("status", "word", "note"),
+    [
+        ("fitted", "FITTED", "now FITTED"),
+        ("not reproduced", "NOT REPRODUCED", "now NOT REPRODUCED"),
+        ("not judged", "NOT JUDGED", "now NOT JUDGED"),
+        ("not exercised", "not exercised", "now not exercised"),
+    ],
+)
+def test_diff_names_every_status_by_its_word_and_only_not_held_regresses(
+    status: str, word: str, note: str
+) -> None:
+    """A claim held in A and FITTED, NOT REPRODUCED, NOT JUDGED or not exercised in B reads
+    that word, not NOT HELD, and is a change of status, not a regression."""
+    b = run_a()
+    b[1] = make_record(
+        "fixed", {"ok": 40}, run_id="B", claims=[{**CLAIM, "held": False, "status": status}]
+    )
+    d = diff_runs(run_a(), b, "A", "B")
+    change = next(c for p in d.pairs for c in p.changes if c.field.startswith("claim"))
+    assert (change.a, change.b, change.note) == ("held", word, note)
+    assert d.regressions == []
+
+
 def test_diff_table_without_colour_says_regression_in_words() -> None:
     """The printed diff works without colour: REGRESSION and "only in B" are words."""
     buf = StringIO()

@@ -18,6 +18,7 @@ from lab.core.records import Record
 from lab.core.results import list_runs, load_run
 from lab.errors import LabError
 from lab.output.console import REDIS_HARNESS
+from lab.output.verdicts import status_text
 
 # --- listing -----------------------------------------------------------------------------
 
@@ -220,17 +221,18 @@ def _evidence(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Change]:
 
 
 def _claims(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> list[Change]:
-    """Claims keyed by id and text: held → not held is a regression, the reverse a fix."""
+    """Claims keyed by id and text, each status by its word: a change to NOT HELD is a
+    regression, one to held a fix, any other change of status is named as it is."""
     ha = {(c["id"], c["text"]): c for c in a}
     hb = {(c["id"], c["text"]): c for c in b}
     out = []
     for key in list(ha) + [k for k in hb if k not in ha]:
         x, y = ha.get(key), hb.get(key)
-        wx = "-" if x is None else ("held" if x["held"] else "NOT HELD")
-        wy = "-" if y is None else ("held" if y["held"] else "NOT HELD")
+        wx = "-" if x is None else status_text(x)
+        wy = "-" if y is None else status_text(y)
         note = ""
-        if x is not None and y is not None and x["held"] != y["held"]:
-            note = "regression" if x["held"] else "now holds"
+        if x is not None and y is not None and wx != wy:
+            note = {"NOT HELD": "regression", "held": "now holds"}.get(wy, f"now {wy}")
         name = f"claim {key[0]}: {key[1]}"
         out.append(Change(name, wx, wy, note, changed=wx != wy))
     return out

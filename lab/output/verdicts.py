@@ -86,13 +86,28 @@ def held_word(v: Mapping[str, Any]) -> str:
     return word
 
 
+# The six words a verdict's status reads as, on every screen (console, diff, report),
+# with the console's colour for each.
+WORDS = {
+    "held": ("held", "green"),
+    "not held": ("NOT HELD", "red"),
+    "fitted": ("FITTED", "yellow"),
+    "not reproduced": ("NOT REPRODUCED", "yellow"),
+    "not judged": ("NOT JUDGED", "yellow"),
+    "not exercised": ("not exercised", "dim"),
+}
+
+
+def status_text(v: Mapping[str, Any]) -> str:
+    """The verdict's status as its word, plain: a gap that held reads NOT REPRODUCED."""
+    status = status_of(v)
+    if status in ("held", "not reproduced") and is_gap(v):
+        return "NOT REPRODUCED"
+    return WORDS.get(status, (status, ""))[0]
+
+
 def _status_word(v: Mapping[str, Any]) -> str:
     if status_of(v) in ("held", "not reproduced") and is_gap(v):
         return "[yellow]gap held, NOT REPRODUCED[/yellow]"
-    return {
-        "held": "[green]held[/green]",
-        "fitted": "[yellow]FITTED[/yellow]",
-        "not held": "[red]NOT HELD[/red]",
-        "not judged": "[yellow]NOT JUDGED[/yellow]",
-        "not exercised": "[dim]not exercised[/dim]",
-    }.get(status_of(v), escape(status_of(v)))
+    word, colour = WORDS.get(status_of(v), (escape(status_of(v)), ""))
+    return f"[{colour}]{word}[/{colour}]" if colour else word
