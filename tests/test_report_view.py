@@ -69,18 +69,19 @@ def test_page_counts_are_verifys_summary() -> None:
     recs, verdicts = _verify_run()
     page = page_view(recs, "r", verdicts, generated="now")
     assert page.summary == summarize(verdicts, "quick")
-    assert page.counts == Counts(held=3, not_held=1, other=3)  # fitted, not judged, gap
+    assert page.counts == Counts(held=3, not_held=1, fitted=1, not_reproduced=1, not_judged=1)
     for section in page.sections:
         own = [v for v in verdicts if v.scenario == section.id]
         assert section.summary == summarize(own, "")
     a, b = page.sections
-    assert (a.counts, b.counts) == (Counts(2, 1, 2), Counts(1, 0, 1))
+    assert (a.counts, b.counts) == (Counts(2, 1, fitted=1, not_judged=1), Counts(1, 0, 0, 1))
     # the claims listed are verify's merged view: the case named in the text
     assert [c.text for c in a.claims if c.judged][3] == "[slow] claim A-4"
     words = [c.badge.word for c in a.claims]
-    assert words == ["held", "FITTED", "NOT HELD", "held", "not judged", "published only"]
+    assert words == ["held", "FITTED", "NOT HELD", "held", "NOT JUDGED", "published only"]
     text = visible_text(render(page)).splitlines()
-    assert "3 claims held, 1 not held" in text and "(3 not judged or not exercised)" in text
+    assert "3 claims held, 1 not held" in text
+    assert "(1 FITTED, 1 NOT REPRODUCED, 1 NOT JUDGED)" in text  # each by its own word
     assert "2/3 held" in text and "1/1 held" in text
 
 

@@ -20,6 +20,7 @@ from lab.core.records import (
 from lab.output import svg as charts
 from lab.output.console import REDIS_HARNESS, measured_text
 from lab.output.published_numbers import Published, published_of
+from lab.output.verdicts import WORDS, status_text
 from lab.verify import ScenarioVerdicts, Summary, status_of, summarize
 
 
@@ -46,22 +47,40 @@ class Badge:
 def verdict_badge(v: Mapping[str, Any]) -> Badge:
     status = status_of(v)
     tone = {"held": "held", "not held": "not", "not judged": "nj"}.get(status, "na")
-    word = status.upper() if status in ("not held", "fitted", "not reproduced") else status
-    return Badge(word, tone)
+    return Badge(status_text(v), tone)
 
 
 @dataclass(frozen=True)
 class Counts:
-    """Verdict counts as lab.verify.summarize made them: held, not held, and the rest
-    (fitted, published numbers not reproduced, not judged, not exercised)."""
+    """Verdict counts as lab.verify.summarize made them, each status on its own: held,
+    not held, fitted, published numbers not reproduced, not judged, not exercised."""
 
     held: int
     not_held: int
-    other: int
+    fitted: int = 0
+    not_reproduced: int = 0
+    not_judged: int = 0
+    not_exercised: int = 0
 
     @classmethod
     def of(cls, s: Summary) -> Counts:
-        return cls(s.held, s.not_held, s.fitted + s.gaps + s.not_judged + s.not_exercised)
+        return cls(s.held, s.not_held, s.fitted, s.gaps, s.not_judged, s.not_exercised)
+
+    @property
+    def other(self) -> int:
+        return self.fitted + self.not_reproduced + self.not_judged + self.not_exercised
+
+    @property
+    def rest(self) -> str:
+        """The statuses besides held and not held, each by its word: "1 FITTED, 2 NOT
+        JUDGED" ("" when there are none)."""
+        counts = (
+            (self.fitted, "fitted"),
+            (self.not_reproduced, "not reproduced"),
+            (self.not_judged, "not judged"),
+            (self.not_exercised, "not exercised"),
+        )
+        return ", ".join(f"{n} {WORDS[status][0]}" for n, status in counts if n)
 
     @property
     def judged(self) -> int:
