@@ -19,8 +19,8 @@ from lab.servers import Servers
 
 DEADLOCK_MS = 100  # explore's own default: a deadlocking order costs 0.1 s
 
-# The scenarios in which some orders are equivalent (measured: docs/gate.md)
-SAMPLE = ("lost-update", "fk-lock-modes")
+# A scenario in which some orders are equivalent, at two levels (the rest: make reduction)
+SAMPLE = ("lost-update",)  # READ COMMITTED and REPEATABLE READ
 EXPLORED = [
     sc
     for sc in scenarios.SCENARIOS
