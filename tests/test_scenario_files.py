@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from lab.cli import app
 from lab.core.loader import load_file, load_path
+from lab.core.scenario import Declared, Scenario
 from lab.errors import LabError
 from lab.servers import Servers
 
@@ -115,3 +117,10 @@ def test_folder_show_compare_verify(tmp_path: Path, servers: Servers) -> None:
     res = runner.invoke(app, ["verify", str(folder / "my_checkout.py"), "--no-record"], env=env)
     assert res.exit_code == 0, res.output
     assert "2 claims held, 0 not held" in res.stdout
+
+
+def test_declare_takes_every_field_of_a_scenario_and_no_other() -> None:
+    """`declare`'s typed keywords (Declared) are exactly Scenario's fields, so mypy checks
+    every keyword a claims.py gives and none is missing."""
+    fields = {f.name for f in dataclasses.fields(Scenario)}
+    assert set(Declared.__annotations__) == fields

@@ -18,7 +18,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from lab.core.claims import Claim
 from lab.core.env import Actor as Actor
@@ -265,7 +268,45 @@ class Scenario:
         return " ".join(x for x in out if x)
 
 
-def declare(code: ModuleType, **given: Any) -> Scenario:
+class Declared(TypedDict, total=False):
+    """What a claims.py may give `declare` beside its code module: Scenario's fields, so
+    mypy checks every keyword (tests/test_scenario_files.py keeps the two the same)."""
+
+    id: str
+    doc: str
+    kind: Literal["actors", "script"]
+    variants: Mapping[str, Callable[..., Awaitable[Any]]]
+    outcomes: tuple[str, ...]
+    claims: tuple[Claim, ...]
+    published: Mapping[str, str]
+    measured: Mapping[str, tuple[Measured, ...]]
+    setup: Setup | None
+    schema: Setup | None
+    invariant: Invariant | None
+    defaults: Defaults
+    params: Mapping[str, Any]
+    param_help: Mapping[str, str]
+    uses: frozenset[str]
+    alone: tuple[str, ...]
+    timed: tuple[str, ...]
+    sources: tuple[str, ...]
+    headline: Mapping[str, str]
+    quick: Mapping[str, Any]
+    cases: Mapping[str, Mapping[str, Any]]
+    script_connections: Callable[[int], int] | None
+    validate: Callable[[int, Mapping[str, Any]], None] | None
+    pinned: Pinned | None
+    worker_setup: Setup | None
+    worker_done: Setup | None
+    actors_per_process: int
+    procs_per_core: int
+    observers: tuple[Observer, ...]
+    pgbench: Pgbench | None
+    bench_redis: str
+    param_specs: Mapping[str, Param]
+
+
+def declare(code: ModuleType, **given: Unpack[Declared]) -> Scenario:
     """A Scenario from the module of its code under test, with only what the module cannot
     say given: its id from the module's file (scenarios/my_bug/my_bug.py, or a single
     file my_bug.py: my-bug), its doc from the module's docstring, its
@@ -284,7 +325,7 @@ def declare(code: ModuleType, **given: Any) -> Scenario:
         derived["pinned"] = pinned
         if "variants" not in given:
             derived.update(variants=pinned.actors(), kind="actors")
-    return Scenario(**{**derived, **given})
+    return Scenario(**{**derived, **dict(given)})
 
 
 def check_params(sc: Scenario, n: int, params: Mapping[str, Any]) -> None:
