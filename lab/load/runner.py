@@ -116,9 +116,16 @@ def _attach_claims(plan: RunPlan, records: dict[str, Record]) -> None:
         )
         not_judged.append({"id": c.id, "text": c.text, "variants": list(c.variants), "why": why})
     chance = {(c.id, c.text): c for c in claims if c.trials > 1}
-    for v in verdicts:
-        if r := chance.get((v["id"], v["text"])):  # one run here; verify judges several
-            v["note"] = f"1 run here; verify needs {r.needed(r.trials)} of {r.trials} trials"
+    for v in [v for v in verdicts if (v["id"], v["text"]) in chance]:
+        # one run here, where verify judges several: NOT JUDGED, never held on one trial
+        c = chance[(v["id"], v["text"])]
+        verdicts.remove(v)
+        this = "held" if v["status"] == "held" else f"was {v['status']}"
+        why = (
+            f"1 of {c.trials} trials here (verify needs {c.needed(c.trials)} of {c.trials}); "
+            f"this one {this}: {v['measured']}"
+        )
+        not_judged.append({"id": c.id, "text": c.text, "variants": list(c.variants), "why": why})
     for variant, rec in records.items():
         rec["claims"] = [v for v in verdicts if variant in v["variants"]]
         rec["claims_not_judged"] = [n for n in not_judged if variant in n["variants"]]
