@@ -14,6 +14,7 @@ import pytest
 from lab.core.claims import Claim, NotJudged, Record, all_ok, invariants_hold
 from lab.verify import Trial, evaluate
 from lab.verify import counterfactual as cf
+from lab.verify.counterfactual import swap
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,3 +122,26 @@ def test_no_claim_of_the_catalogue_holds_on_its_counterfactual(tmp_path: Path) -
     assert judged, doc["summary"]["line"]
     said = {v["counterfactual"] for v in judged}
     assert all(c == "failed" or c.startswith("none: ") for c in said), (said, not_held)
+
+
+def test_the_default_swap_is_only_buggy_for_fixed_and_back() -> None:
+    """A variant neither buggy nor fixed (a partial fix, a failure injection), or a claim
+    comparing two fixes, gets no default counterfactual: it must declare one by name
+    (it used to read the first variant of "the other kind", e.g. fixed for timeout-only)."""
+    variants = ["buggy", "timeout-only", "fixed", "fixed-coarse"]
+
+    def claim(*names: str) -> Claim:
+        return Claim("X-1", "a claim", names, lambda r: (True, "x"))
+
+    assert swap(claim("timeout-only"), variants) == (
+        "timeout-only is neither buggy nor fixed: declare its counterfactual"
+    )
+    assert swap(claim("fixed-coarse", "fixed"), variants) == (
+        "it compares variants of one kind: declare its counterfactual"
+    )
+    assert swap(claim("buggy"), variants) == {"buggy": "fixed"}
+    assert swap(claim("fixed-coarse"), variants) == {"fixed-coarse": "buggy"}
+    assert swap(claim("buggy@a", "buggy@b"), variants) == {
+        "buggy@a": "fixed@a",
+        "buggy@b": "fixed@b",
+    }

@@ -130,11 +130,14 @@ def canonical(
     kept: bool,
     isolation: str = RC,
     published: str = "",
+    counterfactual: Mapping[str, str] | None = None,
 ) -> Claim:
     """The canonical `schedule` of `variant` at `isolation` ends with `outcomes` per
     session (a mapping), or with these words in any session (a sequence: which cart the
     deadlock detector picks depends on timing), the server showed the `waited` steps
-    blocked, and the invariants held (kept=True) or one broke."""
+    blocked, and the invariants held (kept=True) or one broke. `counterfactual`: the
+    variant whose same schedule it is judged on to show it can fail, when `variant` is
+    neither buggy nor fixed."""
 
     def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
         run = cells[isolation]["canonical"].get(schedule)
@@ -151,7 +154,8 @@ def canonical(
         held = words and all(w in run["waited"] for w in waited) and run["kept"] == kept
         return held, seen
 
-    return _explored(cid, variant, text, (isolation,), check, published)
+    claim = _explored(cid, variant, text, (isolation,), check, published)
+    return claim if counterfactual is None else replace(claim, counterfactual=counterfactual)
 
 
 def on_canonical(

@@ -29,12 +29,26 @@ def is_fixed(variant: str) -> bool:
     return variant.split("@", 1)[0].startswith("fixed")
 
 
+def is_buggy(variant: str) -> bool:
+    """Variants named buggy* carry the bug the documents describe."""
+    return variant.split("@", 1)[0].startswith("buggy")
+
+
 def swap(claim: Claim, variants: Sequence[str]) -> dict[str, str] | str:
-    """Which record each variant the claim names is replaced by, or why there is none."""
+    """Which record each variant the claim names is replaced by, or why there is none.
+    Undeclared, buggy* and fixed* swap for the first of the other kind; a variant that is
+    neither (a partial fix, a failure injection) or a claim comparing two variants of one
+    kind (two fixes) has no default: its counterfactual must be declared, by name."""
     if isinstance(claim.counterfactual, Mapping):
         return dict(claim.counterfactual)
+    named = [v.split("@", 1)[0] for v in claim.variants]
+    neither = [v for v in named if not is_fixed(v) and not is_buggy(v)]
+    if neither:
+        return f"{', '.join(neither)} is neither buggy nor fixed: declare its counterfactual"
+    if len(set(named)) > 1 and len({is_fixed(v) for v in named}) == 1:
+        return "it compares variants of one kind: declare its counterfactual"
     fixed = [v for v in variants if is_fixed(v)]
-    other = [v for v in variants if not is_fixed(v)]
+    other = [v for v in variants if is_buggy(v)]
     if not fixed or not other:
         return "the scenario has no variant of the other kind"
     out: dict[str, str] = {}

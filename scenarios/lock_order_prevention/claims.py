@@ -88,6 +88,7 @@ CLAIMS = (
         ("timeout-only",),
         cycles._timeout_is_a_net,
         published=f"{PUBLISHED['timeout-only']} 超时只能缓解症状，死锁依然会发生。",
+        counterfactual={"timeout-only": "buggy"},  # no timeout: the cycle freezes, no error
     ),
     Claim(
         "DP-4",
@@ -113,6 +114,7 @@ CLAIMS = (
         ("fixed-coarse", "fixed"),
         fixes._ordered_keeps_parallelism,
         published="有序加锁能实现并行处理，死锁则会扼杀并行处理。",
+        counterfactual={"fixed-coarse": "fixed", "fixed": "fixed-coarse"},  # sides swapped
     ),
     Claim(
         "DP-6",
@@ -121,6 +123,7 @@ CLAIMS = (
         ("hierarchy-check",),
         fixes._hierarchy,
         published=PUBLISHED["hierarchy-check"],
+        counterfactual={"hierarchy-check": "buggy"},  # no check: the reversed path is taken
     ),
     Claim(
         "DP-7",
@@ -173,6 +176,7 @@ EXPLORED = (
         outcomes={"s1": "lock_timeout", "s2": "ok"},
         kept=True,
         published=PUBLISHED["timeout-only"],
+        counterfactual={"timeout-only": "buggy"},  # no timeout: the same schedule freezes
     ),
     kept_in_all(
         "DP-4",
@@ -205,6 +209,7 @@ EXPLORED = (
         waited=("s1 lock-1",),
         kept=True,
         published=PUBLISHED["hierarchy-check"],
+        counterfactual={"hierarchy-check": "buggy"},  # no check: the reversed path deadlocks
     ),
 )
 
