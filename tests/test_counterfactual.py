@@ -43,6 +43,18 @@ def test_a_claim_that_holds_on_both_variants_is_reported_held() -> None:
     assert cf.judge(claim, [RECORDS], VARIANTS)[0] == "held"
 
 
+def test_a_counterfactual_that_held_in_some_trials_is_not_failed() -> None:
+    """A claim needing 2 of 3 trials whose counterfactual held in 1 of 3 did not fail
+    there: it is named "held in 1 of 3", not counted as failed."""
+    seen = iter([True, False, False])
+    claim = Claim(
+        "X-1", "by chance", ("fixed",), lambda r: (next(seen), "x"), trials=3, required=2 / 3
+    )
+    assert cf.judge(claim, [RECORDS] * 3, VARIANTS)[0] == "held in 1 of 3"
+    never = Claim("X-2", "never", ("fixed",), lambda r: (False, "x"), trials=3, required=2 / 3)
+    assert cf.judge(never, [RECORDS] * 3, VARIANTS)[0] == "failed"
+
+
 def test_invariants_get_a_mutation_that_breaks_one() -> None:
     """invariants_hold is meant for every variant: its counterfactual breaks one invariant."""
     claim = invariants_hold("DL-3", "fixed", "moved once")

@@ -81,8 +81,11 @@ def held_word(v: Mapping[str, Any]) -> str:
     """The verdict as a word (colour is a bonus: NO_COLOR and pipes keep the word); a
     claim that held on its counterfactual too says it cannot fail."""
     word = _status_word(v)
-    if v.get("counterfactual") == "held":
+    said = str(v.get("counterfactual") or "")
+    if said == "held":
         word += "\n[red]CANNOT FAIL[/red]"
+    elif said.startswith("held in "):  # failed its counterfactual only in some trials
+        word += f"\n[yellow]counterfactual {escape(said)}[/yellow]"
     return word
 
 

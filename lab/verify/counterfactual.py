@@ -95,9 +95,10 @@ def records_of(
 def judge(
     claim: Claim, trials: Sequence[Mapping[str, Record]], variants: Sequence[str]
 ) -> tuple[str, str]:
-    """(``failed`` | ``held`` | ``none: <why>``, what was measured there) over the trials
-    that have what the counterfactual reads; held when as many trials hold as the claim
-    itself needs."""
+    """(``failed`` | ``held`` | ``held in k of n`` | ``none: <why>``, what was measured
+    there) over the trials that have what the counterfactual reads: held when as many
+    trials hold as the claim itself needs, failed only when it failed in every trial; a
+    claim that held in some is named so (a counterfactual it fails only by chance)."""
     held: list[bool] = []
     why, measured = "no trial has the claim's records", ""
     for records in trials:
@@ -122,4 +123,8 @@ def judge(
         measured = measured or got[1]
     if not held:
         return f"none: {why}", ""
-    return ("held" if sum(held) >= claim.needed(len(held)) else "failed"), measured
+    if sum(held) >= claim.needed(len(held)):
+        return "held", measured
+    if any(held):  # not held as the claim is judged, yet not failed in every trial either
+        return f"held in {sum(held)} of {len(held)}", measured
+    return "failed", measured

@@ -81,6 +81,7 @@ class Summary:
     gaps: int = 0  # held claims on a published number the lab does not reproduce: not in held
     fitted: int = 0  # held on a number a knob was fitted to: not in held
     cannot_fail: int = 0  # held on their counterfactual too (verify --counterfactual)
+    by_chance: int = 0  # failed their counterfactual in some trials only ("held in k of n")
     # not judged because this machine lacks a part their scenario needs (PgBouncer): as if
     # their scenarios had not been asked for, so not against `ok`; `missing` says which
     missing: int = 0
@@ -100,6 +101,8 @@ class Summary:
             extra.append(f"{self.gaps} published number(s) NOT REPRODUCED, only their gap held")
         if self.cannot_fail:
             extra.append(f"{self.cannot_fail} held on their counterfactual too: cannot fail")
+        if self.by_chance:
+            extra.append(f"{self.by_chance} failed their counterfactual in some trials only")
         if self.not_judged:
             extra.append(f"{self.not_judged} not judged")
         if self.missing:
@@ -279,6 +282,9 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
         held=sum(1 for v in verdicts if status_of(v) == "held" and not is_gap(v)),
         fitted=sum(1 for v in verdicts if status_of(v) == "fitted"),
         cannot_fail=sum(1 for v in verdicts if v.get("counterfactual") == "held"),
+        by_chance=sum(
+            1 for v in verdicts if str(v.get("counterfactual", "")).startswith("held in")
+        ),
         gaps=gaps,
         not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
         not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
