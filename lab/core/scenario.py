@@ -270,7 +270,7 @@ class Scenario:
 
 class Declared(TypedDict, total=False):
     """What a claims.py may give `declare` beside its code module: Scenario's fields, so
-    mypy checks every keyword (tests/test_scenario_files.py keeps the two the same)."""
+    mypy checks every keyword (a test keeps the two the same)."""
 
     id: str
     doc: str
