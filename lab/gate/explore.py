@@ -35,6 +35,7 @@ from lab.gate.dsn import upstream_of
 from lab.gate.order import Actor, Choose, Decision, OrderRun, run_order
 from lab.gate.reduce import Redundant, SleepSets
 from lab.gate.serve import password_file
+from lab.load.databases import set_deadlock_timeout
 from lab.pinned.footprint import Footprint
 from lab.spec.wire import parse_dsn
 
@@ -127,10 +128,7 @@ class Workspace:
         name = f"locklab_actor_{uuid.uuid4().hex[:10]}"
         await self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
         try:
-            timeout = f"{self.deadlock_timeout_ms}ms"
-            await self.admin.execute(
-                f"ALTER DATABASE \"{name}\" SET deadlock_timeout = '{timeout}'"
-            )
+            await set_deadlock_timeout(self.admin, name, self.deadlock_timeout_ms)
             observer = await asyncpg.connect(self.dsn, database=name)
             try:
                 yield name, observer

@@ -14,7 +14,14 @@ import asyncpg
 
 from lab.core.scenario import Env, Observer, Scenario, start_observers, stop_observers
 from lab.errors import ScenarioFailure
-from lab.load.databases import GONE, admin_connect, create_statement, database_name, probe_pg
+from lab.load.databases import (
+    GONE,
+    admin_connect,
+    create_statement,
+    database_name,
+    probe_pg,
+    set_deadlock_timeout,
+)
 from lab.load.redisclients import redis_client
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.fastreset import Baseline, baseline, fast_reset
@@ -304,9 +311,7 @@ async def pinned_lab(
         await probe_pg(admin, servers)
         await admin.execute(create_statement(servers, lab.database))
         created = True
-        await admin.execute(
-            f"ALTER DATABASE \"{lab.database}\" SET deadlock_timeout = '{int(deadlock_ms)}ms'"
-        )
+        await set_deadlock_timeout(admin, lab.database, deadlock_ms)
         assert servers.pg is not None
         lab.dsn = with_database(servers.pg.dsn, lab.database)
         lab.pool = await asyncpg.create_pool(lab.dsn, min_size=1, max_size=3)
