@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
+import pytest
 import redis.asyncio as aioredis
 
 from lab.aio import within
 from lab.core.env import Env
-from lab.pinned.timed import KeyWatch, ProcessActor, end_all, raised
+from lab.errors import ScenarioFailure
+from lab.pinned.timed import Actor, KeyWatch, ProcessActor, Step, end_all, raised, run_steps
 from lab.servers import Servers
 
 
@@ -96,3 +98,59 @@ async def test_a_watch_tells_an_expired_key_from_a_deleted_one(servers: Servers)
         await client.delete(key)
         await client.aclose()
     assert [(s["who"], s["how"]) for s in watch.spans] == [("A", "expired"), ("B", "deleted")]
+
+
+class _Lanes:
+    """Two actors' lanes: each step's action is recorded, and what was in progress then."""
+
+    def __init__(self) -> None:
+        self.ran: list[str] = []
+        self.in_progress: list[str] = []
+        self.ends = {name: asyncio.Event() for name in ("a1", "a2", "b1")}
+
+    def action(self, name: str) -> Any:
+        def act() -> None:
+            assert not self.in_progress, f"{name} started while {self.in_progress} ran"
+            self.in_progress.append(name)
+            self.ran.append(name)
+            # the step ends a moment later, as an actor's event would
+            asyncio.get_running_loop().call_soon(self._end, name)
+
+        return act
+
+    def _end(self, name: str) -> None:
+        self.in_progress.remove(name)
+        self.ends[name].set()
+
+
+async def test_lanes_run_whichever_step_came_due_first_one_at_a_time() -> None:
+    """A race in two lanes: b1 waits for an actor's second report, which comes after a1;
+    a2 waits for the same report, and at that tie lane A (listed first) goes first. Never
+    two steps in progress at once."""
+    env = _env()
+    actor = Actor(env, "X")
+    lanes = _Lanes()
+    twice = ("X to report twice", actor.reached("tick", 2))
+    steps = [
+        Step(0, "a1", lanes.action("a1"), lanes.ends["a1"], lane="A"),
+        Step(0, "a2", lanes.action("a2"), lanes.ends["a2"], [twice], "A"),
+        Step(0, "b1", lanes.action("b1"), lanes.ends["b1"], [twice], "B"),
+    ]
+    task = asyncio.create_task(run_steps(env, steps, 5.0, lambda _: None))
+    await within(lanes.ends["a1"].wait(), 5.0)
+    assert not actor.reached("tick", 2).is_set()
+    actor.saw("tick")
+    actor.saw("tick")
+    ran = await within(task, 5.0)
+    assert lanes.ran == ["a1", "a2", "b1"]
+    assert [r["step"] for r in ran] == lanes.ran
+
+
+async def test_a_step_that_never_comes_due_fails_the_story_naming_it() -> None:
+    """A guard never set ends the story with a ScenarioFailure naming the step and what it
+    waited for, after the bound."""
+    env = _env()
+    never = asyncio.Event()
+    step = Step(0, "B tries", lambda: None, asyncio.Event(), [("A's lease to end", never)])
+    with pytest.raises(ScenarioFailure, match="stuck at B tries: waiting for A's lease to end"):
+        await run_steps(env, [step], 0.05)

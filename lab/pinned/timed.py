@@ -7,10 +7,14 @@ an order alone: `locklab run` tells it at the published times. ``run_steps`` sta
 step at its planned time and not before the step before it ended (the event it waits
 for), after the guards it declares (an event the server reported: a lease gone), and fails
 the run, naming the step, when one does not come within its bound. The same story pinned
-to an order is lab/pinned/stage.py's.
+to an order is lab/pinned/stage.py's. A race is a story in lanes: each lane's steps in
+order, and the next step the first lane's whose guards came first, still one step at a
+time (a step never starts while another is in progress): whichever pod reached its point
+first goes first, as it did on the server.
 
 * ``Actor``: an actor's trace lines (``report``) go to the run's trace and set its events:
-  ``stalled`` (``stall``), ``turn`` (one of the events its steps end with), ``done``.
+  ``stalled`` (``stall``), ``turn`` (one of the events its steps end with), ``done``, and
+  ``reached(event, n)``: its n-th report of `event`.
 * ``ProcessActor``: an actor in a worker process (lab/procs/workers.py) whose pause point is
   the step ``wake``: when it gets there the lab stops it (SIGSTOP, and waits for the
   kernel's 'T'); ``wake`` grants it on and sends SIGCONT; ``kill`` sends SIGKILL.
@@ -27,7 +31,7 @@ import math
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from lab.aio import within
 from lab.core.scenario import Env
@@ -42,13 +46,15 @@ TEARDOWN_S = 5.0  # end_all's wait for the story's cancelled tasks
 @dataclass(frozen=True)
 class Step:
     """One step of a timed story: start `action` at `planned_ms`, after `guards` (what each
-    waits for, the event), and the step ends when `ends` is set."""
+    waits for, the event), and the step ends when `ends` is set. Steps of one `lane` run in
+    order; lanes side by side (``run_steps``)."""
 
     planned_ms: float
     name: str
-    action: Callable[[], None]
+    action: Callable[[], Awaitable[None] | None]
     ends: asyncio.Event
     guards: Sequence[tuple[str, asyncio.Event]] = ()
+    lane: str = ""
 
 
 async def bounded(event: asyncio.Event, what: str, seconds: float, label: str) -> None:
@@ -65,16 +71,19 @@ async def run_steps(
     seconds: float,
     check: Callable[[str], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run `steps` in order of their planned times (ties keep their order), each not before
-    the one before it ended; every wait is bounded by `seconds`. `check(name)` runs after
-    each step (it raises to fail the run). What ran when, for the record."""
+    """Run `steps`, one at a time: each lane's in order of their planned times (ties keep
+    their order), and the next step the first lane's that is due (its time come, its guards
+    set), not before the step before it ended; every wait is bounded by `seconds`.
+    `check(name)` runs after each step (it raises to fail the run). What ran when, for the
+    record."""
     label = f"{env.scenario} / {env.variant}"
-    ran: list[dict[str, Any]] = []
+    lanes: dict[str, list[Step]] = {}
     for s in sorted(steps, key=lambda s: s.planned_ms):
-        await asyncio.sleep(max(0.0, s.planned_ms - env.now_ms()) / 1000)  # the planned time
-        waited = [what for what, ev in s.guards if not ev.is_set()]
-        for what, ev in s.guards:
-            await bounded(ev, f"{s.name}: waiting for {what}", seconds, label)
+        lanes.setdefault(s.lane, []).append(s)
+    ran: list[dict[str, Any]] = []
+    while any(lanes.values()):
+        s, waited = await _next_due(env, [q[0] for q in lanes.values() if q], seconds, label)
+        lanes[s.lane].pop(0)
         ran.append(
             {
                 "step": s.name,
@@ -83,11 +92,40 @@ async def run_steps(
                 "waited_for": waited,
             }
         )
-        s.action()
+        started = s.action()
+        if started is not None:
+            await started
         await bounded(s.ends, s.name, seconds, label)
         if check is not None:
             check(s.name)
     return ran
+
+
+async def _next_due(
+    env: Env, heads: Sequence[Step], seconds: float, label: str
+) -> tuple[Step, list[str]]:
+    """The first of `heads` (each lane's next step) to be due, and the guards it found
+    unset at its planned time; of several due at once, the first lane's."""
+    waited: dict[str, list[str]] = {}
+
+    async def due(s: Step) -> None:
+        await asyncio.sleep(max(0.0, s.planned_ms - env.now_ms()) / 1000)  # the planned time
+        waited[s.name] = [what for what, ev in s.guards if not ev.is_set()]
+        for what, ev in s.guards:
+            await bounded(ev, f"{s.name}: waiting for {what}", seconds, label)
+
+    tasks = [asyncio.ensure_future(due(s)) for s in heads]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for s, t in zip(heads, tasks, strict=True):
+        if t.done() and not t.cancelled() and t.exception() is None:
+            return s, waited[s.name]
+    failed = next(t for t in tasks if not t.cancelled() and t.exception() is not None)
+    raise cast(BaseException, failed.exception())
 
 
 class Actor:
@@ -98,15 +136,32 @@ class Actor:
         self.stalled, self.turn, self.done = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._wake = asyncio.Event()
         self.seen: set[str] = set()
+        self.counts: dict[str, int] = {}
+        self._reached: dict[tuple[str, int], asyncio.Event] = {}
         self.outcome: str | None = None
 
     def report(self, event: str, *, at_ms: float | None = None, **fields: Any) -> None:
         self.env.trace(self.who, event, at_ms=at_ms, **fields)
+        self.saw(event)
+
+    def saw(self, event: str) -> None:
+        """Count `event` and set what waits for it (``report`` without its trace line)."""
         self.seen.add(event)
+        self.counts[event] = self.counts.get(event, 0) + 1
         if event == "stall":
             self.stalled.set()
         if event in self.turns:
             self.turn.set()
+        reached = self._reached.get((event, self.counts[event]))
+        if reached is not None:
+            reached.set()
+
+    def reached(self, event: str, times: int = 1) -> asyncio.Event:
+        """Set once the actor has reported `event` `times` times (at once for 0)."""
+        got = self._reached.setdefault((event, times), asyncio.Event())
+        if self.counts.get(event, 0) >= times:
+            got.set()
+        return got
 
     async def run(self, body: Awaitable[str]) -> None:
         try:

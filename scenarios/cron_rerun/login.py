@@ -9,8 +9,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, NotJudged, Record, mutation
-from scenarios.cron_rerun.choreography import AFTER_CRASH
-from scenarios.cron_rerun.trials import billed_again, first_trial, of, one_per_key, trials_of
+from scenarios.cron_rerun.trials import (
+    AFTER_CRASH,
+    billed_again,
+    first_trial,
+    of,
+    one_per_key,
+    trials_of,
+)
 
 # DL-17: a login slow enough (the document's ">100 ms with SCRAM"), against a pod-1 whose
 # job (5 customers x SLOW_BILL_PAUSE_MS) outlasts a fast login but not the slow one.

@@ -1,10 +1,11 @@
 """cron-rerun's pods for a trial: each a pod.py process (lab.procs.workers) granted step by
-step, its events, and how the pods log in (the run's user, or a throwaway role whose
-password has the run's SCRAM iteration count, lab.servers.pgauth: a login then costs what
-DL-17 measures)."""
+step, an actor of the trial's story (lab.pinned.timed) whose events are the job's, and
+how the pods log in (the run's user, or a throwaway role whose password has the run's
+SCRAM iteration count, lab.servers.pgauth: a login then costs what DL-17 measures)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
@@ -13,77 +14,107 @@ from typing import Any
 
 from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
+from lab.pinned.timed import Actor
 from lab.procs import workers
 from lab.servers import pgauth
 from scenarios.cron_rerun.cron_rerun import Billed, Job
-from scenarios.cron_rerun.trials import p50
 
 POD = Path(__file__).with_name("pod.py")
-
-
 EVENT_TIMEOUT_S = 30.0  # a pod silent this long has failed
-
-
 TRACE_CUSTOMERS = 10  # trace every customer only for small jobs
-
-
-SKIP = ("step", "returned")  # the protocol's own events: the choreography reads the job's
+PROTOCOL = ("step", "returned")  # the worker protocol's own events: the story reads the job's
 
 
 def fail(env: Env, what: str) -> ScenarioFailure:
     return ScenarioFailure(f"{env.scenario} / {env.variant}: {what}")
 
 
-class Pod:
-    """One pod: a pod.py process (lab.procs.workers), granted step by step."""
+class Pod(Actor):
+    """One pod: a pod.py process granted step by step, and the story's actor for it. Its
+    events: ready, connected, locked or skipped (``answered``), billed (one per customer),
+    done, and its end (``done``: it exited, or was killed)."""
 
-    def __init__(self, env: Env, job: Job, worker: workers.Worker, lazy: bool) -> None:
-        self.env = env
+    def __init__(self, env: Env, job: Job, lazy: bool) -> None:
+        super().__init__(env, job.pod, turns=())
         self.job = job
-        self.name = job.pod
-        self.worker = worker
         self.lazy = lazy
+        self.worker: workers.Worker | None = None
+        self.answered = asyncio.Event()  # its lock attempt came back: locked or skipped
         self.backend_pid = 0  # 0 until connected
         self.connect_ms = 0.0
+        self.result = ""  # billed | skipped: what its lock attempt gave
+        self.sent_at = 0.0  # when it sent that attempt (the lab's monotonic clock)
+        self.billed = Billed()  # its "done": what it inserted and found billed
+        self.bills: list[tuple[bool, float]] = []  # (inserted, ms) per customer
+        self.returned = False  # its job returned (the process then exits by itself)
+        self.error = ""
 
     @classmethod
     async def spawn(cls, env: Env, job: Job, login: Mapping[str, str], *, lazy: bool) -> Pod:
         """Start the process; a `lazy` pod connects only when granted its first step."""
+        self = cls(env, job, lazy)
         # The job goes over stdin, so a password never shows in argv or the environment.
         config = {"dsn": env.dsn, "login": dict(login), "job": asdict(job), "lazy": lazy}
         # forked by the fork server (lab/procs/forkserver.py): a process of its own all the same
-        worker = await workers.Worker.spawn(POD, config, name=job.pod, ready_s=None, fork=True)
-        return cls(env, job, worker, lazy)
+        self.worker = await workers.Worker.spawn(
+            POD, config, name=job.pod, on_event=self._on_event, ready_s=None, fork=True
+        )
+        return self
 
-    async def started(self) -> None:
-        """Wait until the process is up (lazy) or connected."""
-        await self.expect("ready")
-        if not self.lazy:
-            self.connected(await self.expect("connected"))
-
-    def connected(self, ev: Mapping[str, Any]) -> None:
-        self.backend_pid, self.connect_ms = ev["backend_pid"], ev["connect_ms"]
-        self.env.trace(self.name, "connected", ms=round(self.connect_ms, 2))
+    def started(self) -> asyncio.Event:
+        """Set once the process is up (lazy) or connected."""
+        return self.reached("ready" if self.lazy else "connected")
 
     def grant(self, steps: int) -> None:
         """Let the pod take up to `steps` more steps (connect, lock, one customer each,
         finish): in one write, since a pod-2 that skips takes one and exits at once."""
+        self.alive()
+        assert self.worker is not None
         self.worker.grant("go", steps)
 
-    async def expect(self, *events: str) -> dict[str, Any]:
-        ev = event(await self.worker.next(EVENT_TIMEOUT_S, skip=SKIP))
-        if ev["ev"] not in events:
-            raise self.unexpected(ev)
-        return ev
+    def alive(self) -> None:
+        """A ScenarioFailure naming what went wrong, if the pod failed."""
+        if self.error:
+            raise fail(self.env, self.error)
 
-    def unexpected(self, ev: Mapping[str, Any]) -> ScenarioFailure:
-        if ev["ev"] == "exit":
-            return fail(self.env, f"{self.name} exited: {self.worker.status()}")
-        return fail(self.env, f"{self.name}: {ev.get('error') or f'unexpected {ev}'}")
+    def _on_event(self, ev: workers.Event) -> None:
+        if ev.name in PROTOCOL:
+            self.returned = self.returned or ev.name == "returned"
+            return
+        kind, f = ev.name, ev.fields
+        if kind == "connected":
+            self.backend_pid, self.connect_ms = f["backend_pid"], f["connect_ms"]
+            self.env.trace(self.who, "connected", ms=round(self.connect_ms, 2))
+        elif kind in ("locked", "skipped"):
+            self.result = "billed" if kind == "locked" else "skipped"
+            self.sent_at = f["sent_at"]
+            self.answered.set()
+        elif kind == "billed":
+            self.bills.append((bool(f["inserted"]), float(f["ms"])))
+        elif kind == "done":
+            self.billed = Billed(f["inserted"], f["conflicts"])
+        elif kind in ("error", "garbled"):
+            self.error = f"{self.who}: {f.get('error') or f.get('line')}"
+        trace_event(self.env, self.job, {"ev": kind, **f})
+        self.saw(kind)
+        if kind == "exit":
+            assert self.worker is not None
+            if not self.worker.killed and not self.returned and not self.error:
+                self.error = f"{self.who} exited: {self.worker.status()}"
+            self.end()
 
+    def end(self, outcome: str | None = None) -> None:
+        super().end(outcome)
+        self.answered.set()
 
-def event(ev: workers.Event) -> dict[str, Any]:
-    return {"ev": ev.name, **ev.fields}
+    def kill(self) -> None:
+        """SIGKILL by PID: no cleanup in the pod; the server finds its connection dead."""
+        assert self.worker is not None
+        self.worker.sigkill()
+
+    async def close(self) -> None:
+        if self.worker is not None:
+            await self.worker.close()
 
 
 def trace_event(env: Env, job: Job, ev: Mapping[str, Any]) -> None:
@@ -116,27 +147,3 @@ async def pod_login(env: Env) -> AsyncIterator[tuple[dict[str, str], str]]:
 def steps(job: Job) -> int:
     """The grants a whole job takes: the lock, each customer, the end."""
     return job.customers + 2
-
-
-async def run_retry(env: Env, pod: Pod) -> tuple[Billed, dict[str, Any]]:
-    """The Job's retry after the crash: a new pod, alone, run to the end (connected now,
-    or with pod-1 before the race)."""
-    pod.grant(pod.lazy + steps(pod.job))  # (connect, then) the whole job
-    if pod.lazy:
-        pod.connected(await pod.expect("connected"))
-    trace_event(env, pod.job, await pod.expect("locked"))
-    insert_ms: list[float] = []
-    conflict_ms: list[float] = []
-    for _ in range(pod.job.customers):
-        ev = await pod.expect("billed")
-        trace_event(env, pod.job, ev)
-        (insert_ms if ev["inserted"] else conflict_ms).append(ev["ms"])
-        env.sample("retry_insert_ms" if ev["inserted"] else "retry_conflict_ms", ev["ms"])
-    done = await pod.expect("done")
-    trace_event(env, pod.job, done)
-    await pod.expect("exit")
-    return Billed(done["inserted"], done["conflicts"]), {
-        "connect_ms": round(pod.connect_ms, 2),
-        "insert_p50_ms": p50(insert_ms),
-        "conflict_p50_ms": p50(conflict_ms),
-    }

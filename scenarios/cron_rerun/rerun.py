@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record, mutation
-from scenarios.cron_rerun.choreography import BEFORE_CRASH
-from scenarios.cron_rerun.trials import first_trial, of, trials_of
+from scenarios.cron_rerun.trials import BEFORE_CRASH, first_trial, of, trials_of
 
 
 def _pod2_billed_while_locked(rec: Record) -> None:
