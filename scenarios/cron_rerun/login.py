@@ -11,6 +11,7 @@ from typing import Any
 from lab.core.claims import Claim, NotJudged, Record, mutation
 from scenarios.cron_rerun.trials import (
     AFTER_CRASH,
+    Trial,
     billed_again,
     first_trial,
     of,
@@ -53,17 +54,17 @@ def _in_case(rec: Record, case: str) -> bool:
     return all(rec["params"].get(k) == v for k, v in LOGIN_CASES[case].items() if k != "trials")
 
 
-def _late(t: Mapping[str, Any]) -> bool:
+def _late(t: Trial) -> bool:
     """pod-2 was granted its lock attempt only after pod-1's SIGKILL."""
-    return bool(t["pod2"]["arrived"] == AFTER_CRASH)
+    return bool(t.pod2.arrived == AFTER_CRASH)
 
 
 def _pod2_late_and_billed(rec: Record) -> None:
     """What a login too slow for pod-1's job would record: the first trial's pod-2 tried
     after the SIGKILL and billed."""
-    t = first_trial(rec, lambda t: True)
-    if t is not None:
-        t["pod2"].update(arrived=AFTER_CRASH, result="billed", inserted=t["customers"])
+    kept = first_trial(rec)
+    if kept is not None:
+        kept["pod2"].update(arrived=AFTER_CRASH, result="billed", inserted=kept["customers"])
 
 
 def late_pod(variant: str) -> Claim:
@@ -78,7 +79,7 @@ def late_pod(variant: str) -> Claim:
         if not _in_case(rec, "slow-login"):
             return None  # another login: this case's was not exercised
         ts = trials_of(rec)
-        ms = [t["pod2"]["connect_ms"] for t in ts]
+        ms = [t.pod2.connect_ms for t in ts]
         late = [t for t in ts if _late(t)]
         in_time = [t for t in ts if not _late(t)]
         if not late:
@@ -87,13 +88,15 @@ def late_pod(variant: str) -> Claim:
                 f"{len(ts)} trials (logins {', '.join(f'{x:.0f}' for x in ms)} ms): no late pod-2"
             )
         ok = [t for t in late if (billed_again(t) if buggy else one_per_key(t))]
-        ok = [t for t in ok if t["pod2"]["result"] == "billed"]
-        skipped = [t for t in in_time if t["pod2"]["result"] == "skipped"]
+        ok = [t for t in ok if t.pod2.result == "billed"]
+        skipped = [t for t in in_time if t.pod2.result == "skipped"]
         held = min(ms) >= SLOW_LOGIN_MS and len(ok) == len(late) and len(skipped) == len(in_time)
         did = "billed every customer again" if buggy else "left one invoice per customer"
 
         def each(key: str) -> str:
-            return ", ".join(str(t["pod2"]["inserted"] if key == "pod2" else t[key]) for t in late)
+            return ", ".join(
+                str(t.pod2.inserted if key == "pod2" else getattr(t, key)) for t in late
+            )
 
         return held, (
             f"{variant}@slow-login: pod-2 logged in in {', '.join(f'{x:.0f}' for x in ms)} ms; "
@@ -142,8 +145,8 @@ def login_timing(case: str) -> Claim:
         if not _in_case(rec, case):
             return None  # another setting: this case's login was not exercised
         ts = trials_of(rec)
-        both = [t for t in ts if t["pod2"]["result"] == "billed"]
-        ms = [t["pod2"]["connect_ms"] for t in ts]
+        both = [t for t in ts if t.pod2.result == "billed"]
+        ms = [t.pod2.connect_ms for t in ts]
         if slow:
             late = all(_late(t) for t in both)
             again = [t for t in both if billed_again(t)]  # both pods' invoices in the table
@@ -156,12 +159,12 @@ def login_timing(case: str) -> Claim:
             f"buggy@{case}: pod-2 logged in (scram_iterations={c.get('scram_iterations')}) in "
             f"{', '.join(f'{x:.0f}' for x in ms)} ms; pod-1 billed and died "
             f"{c.get('pod1_killed_ms_p50')} ms (p50) after locking; pod-2 tried the lock "
-            f"{', '.join(str(round(t['pod2']['arrived_ms'])) for t in ts)} ms after pod-1 "
+            f"{', '.join(str(round(t.pod2.arrived_ms)) for t in ts)} ms after pod-1 "
             f"locked ({sum(_late(t) for t in ts)} after the SIGKILL); pod-2 took the lock in "
             f"{of(len(both), ts)}, both pods' invoices in the table in "
             f"{sum(billed_again(t) for t in ts)} (pod-2 inserted "
-            f"{', '.join(str(t['pod2']['inserted']) for t in ts)}; invoices: "
-            f"{', '.join(str(t['invoices']) for t in ts)})"
+            f"{', '.join(str(t.pod2.inserted) for t in ts)}; invoices: "
+            f"{', '.join(str(t.invoices) for t in ts)})"
         )
 
     if slow:

@@ -8,23 +8,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from lab.core.claims import Claim, Record, mutation
-from scenarios.cron_rerun.trials import BEFORE_CRASH, first_trial, of, trials_of
+from scenarios.cron_rerun.trials import BEFORE_CRASH, first_trial_before_the_crash, of, trials_of
 
 
 def _pod2_billed_while_locked(rec: Record) -> None:
     """What a lock that did not exclude pod-2 would record: in the first trial where pod-2
     tried while pod-1 held the lock, it got it and billed."""
-    t = first_trial(rec, lambda t: t["pod2"]["arrived"] == BEFORE_CRASH)
-    if t is not None:
-        t["pod2"].update(result="billed", inserted=t["customers"])
+    kept = first_trial_before_the_crash(rec)
+    if kept is not None:
+        kept["pod2"].update(result="billed", inserted=kept["customers"])
 
 
 def lock_stops_concurrent(variant: str) -> Claim:
     def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
         ts = trials_of(records[variant])
         inside = records[variant]["params"]["pod2_connect"] == "inside"
-        during = [t for t in ts if t["pod2"]["arrived"] == BEFORE_CRASH]
-        skipped = [t for t in during if t["pod2"]["result"] == "skipped"]
+        during = [t for t in ts if t.pod2.arrived == BEFORE_CRASH]
+        skipped = [t for t in during if t.pod2.result == "skipped"]
         if inside and not during:
             return None  # connecting inside the race, pod-2 never came in time: not exercised
         # Connected before the race, pod-2 always arrives in time: every trial must show it.
@@ -47,7 +47,7 @@ def lock_stops_concurrent(variant: str) -> Claim:
 
 def rerun_bills_again(records: Mapping[str, Record]) -> tuple[bool, str]:
     ts = trials_of(records["buggy"])
-    more = [t for t in ts if t["invoices"] > t["customers"]]
+    more = [t for t in ts if t.invoices > t.customers]
     lines = records["buggy"]["evidence"].get("lines", [])
     return bool(ts) and len(more) == len(ts), (
         f"buggy: invoices > customers in {of(len(more), ts)}; trial 1: {'; '.join(lines)}"
@@ -57,7 +57,7 @@ def rerun_bills_again(records: Mapping[str, Record]) -> tuple[bool, str]:
 def unique_holds(variant: str) -> Claim:
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         ts = trials_of(records[variant])
-        exact = [t for t in ts if t["invoices"] == t["customers"] and t["max_per_key"] == 1]
+        exact = [t for t in ts if t.invoices == t.customers and t.max_per_key == 1]
         lines = records[variant]["evidence"].get("lines", [])
         return bool(ts) and len(exact) == len(ts), (
             f"{variant}: exactly one invoice per (customer, period) in {of(len(exact), ts)};"
@@ -80,16 +80,18 @@ def rerun_walks_all(variant: str) -> Claim:
         ok = [
             t
             for t in ts
-            if t["retry"]["conflicts"] == t["committed_before_retry"]
-            and t["retry"]["inserted"] == t["customers"] - t["committed_before_retry"]
+            if t.retry.conflicts == t.committed_before_retry
+            and t.retry.inserted == t.customers - t.committed_before_retry
         ]
-        t = ts[0] if ts else {}
-        r = t.get("retry", {})
-        return bool(ts) and len(ok) == len(ts), (
-            f"{variant}: the retry walked every customer in {of(len(ok), ts)}; trial 1, crash "
-            f"at {t.get('crash_after')}/{t.get('customers')}: {r.get('conflicts')} no-op "
-            f"conflicts (p50 {r.get('conflict_p50_ms')} ms) + {r.get('inserted')} inserts "
-            f"(p50 {r.get('insert_p50_ms')} ms)"
+        walked = f"{variant}: the retry walked every customer in {of(len(ok), ts)}"
+        if not ts:
+            return False, walked
+        first = ts[0]
+        r = first.retry
+        return len(ok) == len(ts), (
+            f"{walked}; trial 1, crash at {first.crash_after}/{first.customers}: "
+            f"{r.conflicts} no-op conflicts (p50 {r.conflict_p50_ms} ms) + {r.inserted} inserts "
+            f"(p50 {r.insert_p50_ms} ms)"
         )
 
     return Claim(
@@ -115,10 +117,10 @@ def xact_held_open(records: Mapping[str, Record]) -> tuple[bool, str]:
     held = [
         t
         for t in ts
-        if t["pod1_at_crash"].get("state") == "idle in transaction"
-        and (t["pod1_at_crash"].get("xid") or t["pod1_at_crash"].get("xmin"))
+        if t.pod1_at_crash.get("state") == "idle in transaction"
+        and (t.pod1_at_crash.get("xid") or t.pod1_at_crash.get("xmin"))
     ]
-    s = ts[0]["pod1_at_crash"] if ts else {}
+    s = ts[0].pod1_at_crash if ts else {}
     by = s.get("xid") or s.get("xmin")
     return bool(ts) and len(held) == len(ts), (
         f"fixed-xact-lock: pod-1 mid-job is '{s.get('state')}' in {of(len(held), ts)}; trial 1:"
@@ -133,10 +135,10 @@ def session_lock_no_xact(records: Mapping[str, Record]) -> tuple[bool, str]:
     idle = [
         t
         for t in ts
-        if t["pod1_at_crash"].get("state") == "idle" and t["pod1_at_crash"].get("holds_lock")
+        if t.pod1_at_crash.get("state") == "idle" and t.pod1_at_crash.get("holds_lock")
     ]
-    ids = [t for t in idle if not (t["pod1_at_crash"].get("xid") or t["pod1_at_crash"].get("xmin"))]
-    s = ts[0]["pod1_at_crash"] if ts else {}
+    ids = [t for t in idle if not (t.pod1_at_crash.get("xid") or t.pod1_at_crash.get("xmin"))]
+    s = ts[0].pod1_at_crash if ts else {}
     return bool(ts) and len(ids) == len(ts), (
         f"fixed: pod-1 mid-job holds the lock, 'idle' with no xid or xmin, in "
         f"{of(len(ids), ts)}; trial 1: '{s.get('state')}', lock held {s.get('holds_lock')},"

@@ -4,7 +4,7 @@ evidence (choreography.py runs them), and the invariant over every trial."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -71,6 +71,18 @@ class Trial:
     def evidence(self) -> dict[str, Any]:
         """The trial as the record keeps it."""
         return asdict(self)
+
+    @classmethod
+    def of(cls, kept: Mapping[str, Any]) -> Trial:
+        """A trial as the record kept it (``evidence``), typed again."""
+        return cls(
+            **{
+                **kept,
+                "pod1": FirstPod(**kept["pod1"]),
+                "pod2": SecondPod(**kept["pod2"]),
+                "retry": Retry(**kept["retry"]),
+            }
+        )
 
 
 async def invariant(env: Env) -> list[Check]:
@@ -150,33 +162,37 @@ def summarize(env: Env, fix: Fix, trials: list[Trial], auth: str) -> None:
 # --- reading trials, for the claims ----------------------------------------------------
 
 
-def trials_of(rec: Record) -> list[dict[str, Any]]:
-    return list(rec.get("evidence", {}).get("trials", []))
+def trials_of(rec: Record) -> list[Trial]:
+    return [Trial.of(t) for t in rec.get("evidence", {}).get("trials", [])]
 
 
-def of(count: int, trials: list[dict[str, Any]]) -> str:
+def of(count: int, trials: Sequence[Trial]) -> str:
     return f"{count}/{len(trials)} trials"
 
 
-def first_trial(rec: Record, match: Any) -> dict[str, Any] | None:
-    return next((t for t in rec.get("evidence", {}).get("trials", []) if match(t)), None)
+def first_trial(rec: Record) -> dict[str, Any] | None:
+    """The first trial as the record keeps it, for a counterfactual to edit."""
+    return next(iter(rec.get("evidence", {}).get("trials", [])), None)
 
 
-def billed_again(t: Mapping[str, Any]) -> bool:
+def first_trial_before_the_crash(rec: Record) -> dict[str, Any] | None:
+    """The first trial whose pod-2 tried the lock before the crash, as the record keeps it."""
+    kept = rec.get("evidence", {}).get("trials", [])
+    return next((t for t in kept if t["pod2"]["arrived"] == BEFORE_CRASH), None)
+
+
+def billed_again(t: Trial) -> bool:
     """pod-2 took the lock and billed every customer, on top of what pod-1 had committed
     (the table's count before the retry agrees)."""
-    p2 = t["pod2"]
     return bool(
-        p2["result"] == "billed"
-        and p2["inserted"] == t["customers"]
-        and t["committed_before_retry"] == t["pod1"]["billed"] + t["customers"]
+        t.pod2.result == "billed"
+        and t.pod2.inserted == t.customers
+        and t.committed_before_retry == t.pod1.billed + t.customers
     )
 
 
-def one_per_key(t: Mapping[str, Any]) -> bool:
+def one_per_key(t: Trial) -> bool:
     """One invoice per customer before the retry and after it."""
-    return bool(
-        t["committed_before_retry"] <= t["customers"]
-        and t["invoices"] == t["customers"]
-        and t["max_per_key"] == 1
+    return (
+        t.committed_before_retry <= t.customers and t.invoices == t.customers and t.max_per_key == 1
     )
