@@ -206,7 +206,7 @@ SCENARIOS_DIR = ROOT.parent / "scenarios"
 # Modules of scenarios/ that several scenarios share on purpose (they are named here, so a
 # new one is a decision, not an accident): the paused holder of redlock and
 # lease-busy-loop, the node-postgres seconds of checkout-deadlock and money-transfer.
-SHARED = frozenset({"scenarios._paused_holder", "scenarios._node_seconds"})
+SHARED = frozenset({"scenarios._node_seconds"})
 
 
 def scenario_of(module: str) -> str:
@@ -258,12 +258,12 @@ def test_the_scenario_check_sees_a_private_import(tmp_path: Path) -> None:
         "from scenarios.lease_gc_pause import _proc_state\n"
         "from scenarios.lease_gc_pause._inner import thing\n"
         "from scenarios.redlock.redlock import _own\n"
-        "from scenarios._paused_holder import _shared\n"
-        "from scenarios._paused_holder import Holder\n"
+        "from scenarios._node_seconds import _shared\n"
+        "from scenarios._node_seconds import checkout_seconds\n"
     )
     found = private_imports("scenarios.redlock.claims", path)
     assert found == [
         "scenarios.redlock.claims: from scenarios.lease_gc_pause import _proc_state",
         "scenarios.redlock.claims: from scenarios.lease_gc_pause._inner import thing",
-        "scenarios.redlock.claims: from scenarios._paused_holder import _shared",
+        "scenarios.redlock.claims: from scenarios._node_seconds import _shared",
     ]

@@ -66,9 +66,9 @@ def test_ctrl_c_leaves_no_redis_node_or_worker(tmp_path: Path) -> None:
 
 
 def test_the_shared_steps_write_no_wait_loop_of_their_own() -> None:
-    """scenarios/_paused_holder.py (redlock's and lease-busy-loop's steps) passes the shape
-    check the scenario folders pass: its waits are lab.aio's, not a `while` of its own."""
-    import scenarios._paused_holder as steps
+    """scenarios/lease_gc_pause/overlap.py (redlock's and lease-busy-loop's actions) passes
+    the shape check the scenario folders pass: its waits are lab.aio's, not a `while`."""
+    import scenarios.lease_gc_pause.overlap as steps
     from tests.test_shape import violations
 
     path = Path(str(steps.__file__))

@@ -1,5 +1,6 @@
-"""lease-busy-loop: the code under test in lease_busy_loop.py, its claims in claims.py; the steps
-(shared with redlock) in scenarios/_paused_holder.py."""
+"""lease-busy-loop: the code under test and its story's steps in lease_busy_loop.py, its
+claims in claims.py; the story's actions (shared with redlock) in
+scenarios/lease_gc_pause/overlap.py."""
 
 from __future__ import annotations
 

@@ -15,7 +15,8 @@ Fix:        the same as for a pause: the storage's fence. Each lease INCRs a fen
 Published:  no run; the document lists it among the ways a lease expires mid-work: "GC
             pause, await một call chậm, event loop block bởi JSON lớn; lease nào cũng có
             cửa sổ này" (deadlock-distributed-lock-cron.vi.txt, edge cases).
-See:        claims DL-25 in claims.py; scenarios/_paused_holder.py (the steps, shared with redlock);
+See:        claims DL-25 in claims.py; `story` below (its steps, on the actions redlock uses
+            too: scenarios/lease_gc_pause/overlap.py);
             scenarios/lease_gc_pause/worker.py (A, a process whose stall is `stall: cpu`); the
             lease-gc-pause scenario (the same window with SIGSTOP). The busy spell is
             BUSY_ROWS objects of JSON (~470 ms on an idle core here, more under load),
@@ -26,11 +27,23 @@ See:        claims DL-25 in claims.py; scenarios/_paused_holder.py (the steps, s
 from __future__ import annotations
 
 from lab.core.scenario import Env
-from scenarios._paused_holder import Holder, overlap
+from lab.pinned.timed import Step
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease
+from scenarios.lease_gc_pause.overlap import Holder, Overlap
 
 TTL_MS = 150  # SET lock:invoice:42 <token> NX PX 150
 BUSY_ROWS = 200_000  # objects in the JSON A parses in its event loop (~13 MB)
+
+
+def story(o: Overlap) -> list[Step]:
+    """A's loop is busy past the TTL; its key expires; B wins; A's loop runs on by itself."""
+    return [
+        Step(0, "A takes the lock and its loop is busy", o.start_a, o.a.stalled),
+        Step(0, "A's key expires", o.key_gone, o.gone),
+        Step(0, "B takes the lock and writes", o.start_b, o.b.turn),
+        Step(0, "A's loop runs on: it writes and releases", o.nothing, o.a.done),
+        Step(0, "B releases", o.nothing, o.b.done),
+    ]
 
 
 async def buggy(env: Env) -> None:
@@ -69,4 +82,4 @@ async def _run(env: Env, *, fenced: bool) -> None:
         )
 
     env.extra_evidence["ttl_ms"] = p["ttl_ms"]
-    await overlap(env, cfg, [env.redis], b_lease, frozen=False)
+    await Overlap(env, cfg, [env.redis], b_lease).run(story)

@@ -53,7 +53,6 @@ SCHEDULE = (
 DEL_SLACK_MS = 50.0  # a DEL's reply may be read after the poll that saw its effect
 PAUSE_MODES = ("sigstop", "sleep")
 WORKER_SCRIPT = Path(__file__).with_name("worker.py")
-Worker = Actor  # the names _paused_holder.py (redlock, lease-busy-loop) imports
 
 
 class WorkerProcess(ProcessActor):

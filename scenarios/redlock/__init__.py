@@ -1,5 +1,5 @@
-"""redlock: the code under test in redlock.py, its claims in claims.py; the steps
-(shared with lease-busy-loop) in scenarios/_paused_holder.py."""
+"""redlock: the code under test and its story's steps in redlock.py, its claims in claims.py;
+the story's actions (shared with lease-busy-loop) in scenarios/lease_gc_pause/overlap.py."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from lab.core.claims import Claim, Record, mutation
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
-from scenarios._paused_holder import b_after_a, event, fence_claims
+from scenarios.lease_gc_pause.overlap import b_after_a, event, fence_claims
 from scenarios.redlock import redlock as code
 
 

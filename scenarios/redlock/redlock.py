@@ -18,9 +18,10 @@ Published:  no run in the document; its words (deadlock-distributed-lock-cron.vi
             storage, or consensus with revisions. Where this run sits: claims.py.
 See:        claims DL-24 in claims.py; lab/kit/redislock.py (`Redlock`: SET NX PX on every
             node, majority, validity, compare-and-delete on every node); lab/servers/redisnodes.py
-            (the five servers, started and stopped by the run); scenarios/_paused_holder.py
-            (the steps); scenarios/lease_gc_pause/worker.py (A, the process frozen by
-            SIGSTOP; `QuorumLease`, the write with or without the fence).
+            (the five servers, started and stopped by the run); `story` below, on the
+            actions of scenarios/lease_gc_pause/overlap.py; lease_gc_pause/worker.py (A,
+            the process frozen by SIGSTOP; `QuorumLease`, the write with or without the
+            fence).
 """
 
 from __future__ import annotations
@@ -31,13 +32,25 @@ from redis.backoff import NoBackoff
 
 from lab.core.scenario import Env
 from lab.kit.redislock import Redlock
+from lab.pinned.timed import Step
 from scenarios import lease_gc_pause
-from scenarios._paused_holder import FENCE_SEQUENCE, Holder, overlap
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID
+from scenarios.lease_gc_pause.overlap import FENCE_SEQUENCE, Holder, Overlap
 from scenarios.lease_gc_pause.worker import QuorumLease
 
 NODES = 5  # independent masters; the quorum is NODES // 2 + 1 = 3
 TTL_MS = 500  # SET lock:invoice:42 <token> NX PX 500 on every node
+
+
+def story(o: Overlap) -> list[Step]:
+    """A is frozen (SIGSTOP) past its validity; its keys expire; B wins; A is woken."""
+    return [
+        Step(0, "A takes the lock and stalls", o.start_a, o.a.stalled),
+        Step(0, "A's key expires on every node", o.key_gone, o.gone),
+        Step(0, "B takes the lock and writes", o.start_b, o.b.turn),
+        Step(0, "A wakes (SIGCONT), writes and releases", o.wake_a, o.a.done),
+        Step(0, "B releases", o.nothing, o.b.done),
+    ]
 
 
 async def buggy(env: Env) -> None:
@@ -78,7 +91,7 @@ async def _run(env: Env, *, fenced: bool) -> None:
         return QuorumLease(Redlock(clients, key, p["ttl_ms"], tokens["B"]), conn, fenced, b.report)
 
     try:
-        await overlap(env, cfg, clients, b_lease, frozen=True)
+        await Overlap(env, cfg, clients, b_lease).run(story)
     finally:
         for c in clients:
             await c.aclose()

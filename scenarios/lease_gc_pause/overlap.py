@@ -1,9 +1,10 @@
-"""The choreography redlock and lease-busy-loop share: a holder stalls past its lease, a
-second client takes the lock, both write through the storage's fence.
+"""A holder that stalls past its lease while a second client takes the lock: the actions of
+that story and the claims made of it, for redlock and lease-busy-loop (each declares its
+story's steps in its own module; lab.pinned.timed runs them).
 
-A runs in its own process (the lease worker, `scenarios/lease_gc_pause/worker.py`, one protocol
-for every holder the lab stalls); B runs in the lab's event loop. Steps, each after the
-event it depends on, never after a guessed time:
+A runs in its own process (the lease worker, worker.py, one protocol for every holder the
+lab stalls); B runs in the lab's event loop. The steps, each after the event it waits
+for, never after a guessed time:
 
 1. A takes the lock and stalls (SIGSTOP, or its own event loop busy), before its write.
 2. Redis reports A's key gone on every node (PX expiry, polled with GET).
@@ -17,17 +18,19 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
 
-from lab.aio import until, within
+from lab.aio import until
 from lab.core.claims import Claim, Record, invariant_broken, invariants_hold
 from lab.core.scenario import Env
 from lab.errors import ScenarioFailure
+from lab.pinned.timed import Actor, ProcessActor, Step, bounded, end_all, raised, run_steps
 from lab.procs.workers import proc_state
-from scenarios.lease_gc_pause import FENCE_INVARIANT, Worker, WorkerProcess
+from scenarios.lease_gc_pause.choreography import WorkerProcess
+from scenarios.lease_gc_pause.fence import FENCE_INVARIANT
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease, hold
 from scenarios.lease_gc_pause.worker import QuorumLease
 
@@ -36,7 +39,7 @@ STEP_LIMIT_S = 20.0  # every step ends within this after the TTL, or the run fai
 FENCE_SEQUENCE = "CREATE SEQUENCE invoice_fence"  # Redlock's fences come from the storage
 
 
-class Holder(Worker):
+class Holder(Actor):
     """A or B: a busy event loop counts as the stall, as SIGSTOP does."""
 
     def report(self, event: str, *, at_ms: float | None = None, **fields: Any) -> None:
@@ -45,81 +48,95 @@ class Holder(Worker):
             self.stalled.set()
 
 
-async def _bounded(aw: Awaitable[Any], what: str, env: Env) -> Any:
-    limit = env.params["ttl_ms"] / 1000 + STEP_LIMIT_S
-    try:
-        return await within(aw, limit)
-    except TimeoutError:
-        raise ScenarioFailure(
-            f"{env.scenario} / {env.variant}: stuck at {what} after {limit:.0f} s"
-        ) from None
+class Overlap:
+    """The story's actors and what each step does: A in `cfg`'s worker process, B's lease
+    built by `b_lease`, A's key read on `nodes`."""
 
+    def __init__(
+        self,
+        env: Env,
+        cfg: dict[str, Any],
+        nodes: Sequence[aioredis.Redis],
+        b_lease: Callable[[Holder], Lease | QuorumLease],
+    ) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.nodes = nodes
+        self.b_lease = b_lease
+        self.a = Holder(env, "A")
+        self.b = Holder(env, "B")
+        self.limit = env.params["ttl_ms"] / 1000 + STEP_LIMIT_S
+        self.gone = asyncio.Event()  # A's key is gone on every node
+        self.proc: ProcessActor | None = None
+        self.tasks: list[asyncio.Task[None]] = []
 
-async def gone(env: Env, nodes: Sequence[aioredis.Redis], key: str, token: str) -> float:
-    """When no node held `token` as the value of `key` any more (ms on the run's clock);
-    a ScenarioFailure naming the wait if that takes longer than the TTL and STEP_LIMIT_S."""
-    polls = itertools.count(1)
+    def start_a(self) -> None:
+        assert self.proc is not None
+        self.proc.go()
 
-    async def released() -> bool:
-        values = await asyncio.gather(*(n.get(key) for n in nodes))
-        env.extra_evidence["gone_polls"] = next(polls)
-        return all(v not in (token, token.encode()) for v in values)
+    async def key_gone(self) -> None:
+        """Poll every node until none holds A's token (its PX expiry), then say so."""
+        polls = itertools.count(1)
+        key, token = self.cfg["key"], self.cfg["token"]
 
-    limit = env.params["ttl_ms"] / 1000 + STEP_LIMIT_S
-    what = f"{env.scenario} / {env.variant}: A's key to expire on every node"
-    await until(released, limit, what, every=GONE_POLL_S)
-    return env.now_ms()
+        async def released() -> bool:
+            values = await asyncio.gather(*(n.get(key) for n in self.nodes))
+            self.env.extra_evidence["gone_polls"] = next(polls)
+            return all(v not in (token, token.encode()) for v in values)
 
+        what = f"{self.env.scenario} / {self.env.variant}: A's key to expire on every node"
+        await until(released, self.limit, what, every=GONE_POLL_S)
+        self.env.trace("redis", f"A's key gone on all {len(self.nodes)} node(s)")
+        self.gone.set()
 
-async def overlap(
-    env: Env,
-    cfg: dict[str, Any],
-    nodes: Sequence[aioredis.Redis],
-    b_lease: Callable[[Holder], Lease | QuorumLease],
-    *,
-    frozen: bool,
-) -> None:
-    """Steps 1-5 above; `cfg` configures the worker process (A), `b_lease` builds B's."""
-    a, b = Holder(env, "A"), Holder(env, "B")
-    tasks: list[asyncio.Task[None]] = []
-    proc = await WorkerProcess.start(env, a, cfg)
-    try:
-        env.t0 = time.perf_counter()  # the clock starts with A; both are connected
-        proc.go()
-        await _bounded(a.stalled.wait(), "A to take the lock and stall", env)
-        if "got lock" not in a.seen:
-            raise ScenarioFailure(f"{env.scenario}: A did not get the lock: {sorted(a.seen)}")
-        at = await gone(env, nodes, cfg["key"], cfg["token"])
-        env.trace("redis", f"A's key gone on all {len(nodes)} node(s)", at_ms=at)
+    def start_b(self) -> None:
+        """B takes the lock and writes; it works on until A is done: both believe."""
 
-        async def b_work() -> None:  # B still works when A writes: both believe they hold it
-            await _bounded(a.done.wait(), "A to finish while B holds the lock", env)
+        async def work() -> None:
+            what = "A to finish while B holds the lock"
+            label = f"{self.env.scenario} / {self.env.variant}"
+            await bounded(self.a.done, what, self.limit, label)
 
-        body = hold(b_lease(b), "B", pause_at=None, stall=_noop, work=b_work)
-        tasks.append(asyncio.create_task(b.run(body)))
-        await _bounded(b.turn.wait(), "B to take the lock and write", env)
-        # the kernel's view of A while B holds the lock: T (stopped) or R (running, busy)
-        env.extra_evidence["a_state_after_b_write"] = proc_state(proc.proc.pid)
-        if frozen:
-            proc.wake()
-        await _bounded(a.done.wait(), "A to resume and finish", env)
-        await _bounded(b.done.wait(), "B to release", env)
-        for t in tasks:
-            if t.exception() is not None:
-                raise ScenarioFailure(f"{env.scenario}: B raised {t.exception()!r}")
-        if proc.error:
-            raise ScenarioFailure(f"{env.scenario} / {env.variant}: {proc.error}")
-    finally:
-        for t in tasks:
-            t.cancel()
-        if tasks:
-            await asyncio.wait(tasks, timeout=5)
-        await proc.close()
-    for w in (a, b):
-        env.outcome(w.outcome or "unfinished")
-    row = await env.db.fetchrow("SELECT id, body, fence FROM invoices WHERE id = $1", INVOICE_ID)
-    env.extra_evidence["final_row"] = dict(row) if row else None
-    env.extra_evidence["beliefs"] = beliefs(env.events)
+        body = hold(self.b_lease(self.b), "B", pause_at=None, stall=_noop, work=work)
+        self.tasks.append(asyncio.create_task(self.b.run(body)))
+
+    def wake_a(self) -> None:
+        assert self.proc is not None
+        self.proc.wake()
+
+    def nothing(self) -> None:
+        """A step whose actor goes on by itself: the step waits for its event only."""
+
+    def check(self, step: str) -> None:
+        """After each step: a failed worker or B fails the run; A took the lock before it
+        stalled; once B wrote, the kernel's view of A (T: stopped, R: running, busy)."""
+        env = self.env
+        if self.proc is not None and self.proc.error:
+            raise ScenarioFailure(f"{env.scenario} / {env.variant}: {self.proc.error}")
+        if (exc := raised(self.tasks)) is not None:
+            raise ScenarioFailure(f"{env.scenario}: B raised {exc!r}")
+        if self.a.stalled.is_set() and "got lock" not in self.a.seen:
+            raise ScenarioFailure(f"{env.scenario}: A did not get the lock: {sorted(self.a.seen)}")
+        state = "a_state_after_b_write"
+        if self.b.turn.is_set() and state not in env.extra_evidence and self.proc is not None:
+            env.extra_evidence[state] = proc_state(self.proc.proc.pid)
+
+    async def run(self, story: Callable[[Overlap], list[Step]]) -> None:
+        """Run `story`'s steps with A's process up; then the outcomes, the row, the beliefs."""
+        env = self.env
+        self.proc = await WorkerProcess.start(env, self.a, self.cfg)
+        try:
+            env.t0 = time.perf_counter()  # the clock starts with A; both are connected
+            await run_steps(env, story(self), self.limit, self.check)
+        finally:
+            await end_all(self.tasks, [self.proc], [])
+        for w in (self.a, self.b):
+            env.outcome(w.outcome or "unfinished")
+        row = await env.db.fetchrow(
+            "SELECT id, body, fence FROM invoices WHERE id = $1", INVOICE_ID
+        )
+        env.extra_evidence["final_row"] = dict(row) if row else None
+        env.extra_evidence["beliefs"] = beliefs(env.events)
 
 
 async def _noop() -> None:
