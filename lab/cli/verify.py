@@ -55,8 +55,9 @@ Counterfactual = Annotated[
     bool,
     typer.Option(
         "--counterfactual",
-        help="Also run the variants each claim's counterfactual reads, and exit 1 if a "
-        "claim holds on its counterfactual too (it cannot fail).",
+        help="Also run the variants each claim's counterfactual reads, print the counts "
+        "by kind (run, level, code-mutation, record-edit, none) last, and exit 1 if a claim "
+        "holds on its counterfactual too (it cannot fail) or has none outside a declared gap.",
     ),
 ]
 
@@ -109,7 +110,8 @@ def verify(
             return
         vr = verify_command(chosen, asked, SCENARIOS, _Stderr())
         _print_verify(vr, as_json, asked.write)
-        if not vr.summary.ok or (counterfactual and vr.summary.cannot_fail):
+        cf_bad = vr.summary.cannot_fail or vr.summary.ungrounded
+        if not vr.summary.ok or (counterfactual and cf_bad):
             raise typer.Exit(1)
 
     guarded(body)
@@ -135,6 +137,7 @@ def _print_verify(vr: VerifyRun, as_json: bool, write: bool) -> None:
     """The verdicts as one JSON document, or as tables with the coverage line, where the
     records went and the summary."""
     from lab.output.verdicts import print_summary, print_verdicts
+    from lab.verify.judge import kinds_line
 
     if as_json:
         sys.stdout.write(json.dumps(vr.to_json(), default=str) + "\n")
@@ -145,6 +148,8 @@ def _print_verify(vr: VerifyRun, as_json: bool, write: bool) -> None:
     if vr.run_id and write:
         console.print(f"[dim]records: {results_root() / vr.run_id}/[/dim]")
     print_summary(console, vr.summary, vr.wall_s, lanes=vr.lanes)
+    if vr.summary.kinds:  # verify --counterfactual: what each claim's counterfactual was, last
+        console.print(kinds_line(vr.summary.kinds), markup=False)
 
 
 def _verify_matrix(chosen: list[Scenario], asked: VerifyOptions, as_json: bool) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
-from lab.core.claims import Claim
+from lab.core.claims import Claim, Edit
 from lab.core.scenario import Scenario
 
 DOCUMENTS = {
@@ -130,12 +130,16 @@ def _counterfactual(c: Claim) -> str:
     """How a claim's counterfactual is made (lab/verify/counterfactual.py), in a few words."""
     cf = c.counterfactual
     if cf is None:
-        return "variants swapped"
+        return f"{c.counterfactual_kind or 'run'}: variants swapped"
     if isinstance(cf, str):
         return f"none: {cf}"
     if isinstance(cf, Mapping):
-        return "swap " + ", ".join(f"{a}→{b}" for a, b in cf.items())
-    return "mutation"
+        return f"{c.counterfactual_kind or 'run'}: swap " + ", ".join(
+            f"{a}→{b}" for a, b in cf.items()
+        )
+    if isinstance(cf, Edit):
+        return f"{cf.kind}: {cf.why}" if cf.why else cf.kind
+    return "record-edit"
 
 
 def render_markdown(scenarios: Sequence[Scenario]) -> str:

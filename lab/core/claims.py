@@ -24,11 +24,31 @@ NOT_REPRODUCED = "NOT REPRODUCED"  # how a gap claim's text starts (lab.core.sec
 
 # What a claim is judged on a second time to show it can fail (lab/verify/counterfactual.py):
 # None = the records of the variants it does not speak of (buggy <-> fixed, a comparison
-# with its sides swapped); a mapping = that swap, named; a function = the claim's own
-# records with the quantity it reads changed (for claims meant to hold on every variant);
-# a string = why it has no counterfactual (shown as "none: <why>").
+# with its sides swapped); a mapping = that swap, named; a function = records made from the
+# claim's own (an `Edit`: another isolation level's real cell, or a quantity changed where
+# no run can give the opposite); a string = why it has none (shown as "none: <why>").
 Mutation = Callable[[Mapping[str, Record]], Mapping[str, Record]]
 Counterfactual = Mapping[str, str] | Mutation | str | None
+# What a counterfactual is, as each verdict's `counterfactual_kind` says: a real record of
+# another variant or case ("run"), the same variant's real cell at another isolation level
+# ("level"), a variant whose code has the fix removed ("code-mutation"), the claim's own
+# record with a quantity changed ("record-edit"), or none ("none").
+KINDS = ("run", "level", "code-mutation", "record-edit", "none")
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A counterfactual made from the claim's own records by `make`; `kind` says what it is
+    ("level": a real cell of another level, "record-edit": a quantity changed) and `why` is
+    the one line saying why no run can give the opposite (a record edit needs one)."""
+
+    make: Mutation
+    why: str = ""
+    kind: str = "record-edit"
+
+    def __call__(self, records: Mapping[str, Record]) -> Mapping[str, Record]:
+        return self.make(records)
+
 
 # A verdict's status, one word each, counted the same by run, compare, verify and report:
 # only "held" counts as held. "fitted": held, but a knob was chosen to match the number it
@@ -75,6 +95,10 @@ class Claim:
     setup: str = ""
     gap: bool = False  # a published number the lab does not reproduce (lab.core.seconds)
     counterfactual: Counterfactual = None
+    # What the counterfactual is (KINDS): "" = as declared (None or a mapping: "run", an
+    # Edit: its kind, a string: "none"); "code-mutation" names a swap to a variant whose
+    # code is the fix removed.
+    counterfactual_kind: str = ""
     # Parts of the sentence no check judges (listed in docs/claims.md).
     unjudged: tuple[str, ...] = ()
     # A claim about time: when it does not hold and the run's own event loop waited for a
@@ -266,27 +290,55 @@ def deadlocks(cid: str, variant: str, text: str, *, expect: bool, published: str
     return Claim(cid, text, (variant,), check, published)
 
 
-def mutation(variant: str, change: Callable[[Record], None]) -> Mutation:
-    """A counterfactual that changes one quantity of `variant`'s record (a deep copy)."""
+def mutation(
+    variant: str, change: Callable[[Record], None], why: str = "", kind: str = "record-edit"
+) -> Edit:
+    """A counterfactual that changes `variant`'s record (a deep copy) by `change`: a record
+    edit (`why`: why no run gives the opposite), or `kind` "level" for a real cell moved."""
 
     def mutate(records: Mapping[str, Record]) -> Mapping[str, Record]:
         rec = copy.deepcopy(records[variant])
         change(rec)
         return {**records, variant: rec}
 
-    return mutate
+    return Edit(mutate, why, kind)
 
 
-def _one_invariant_broken(rec: Record) -> None:
-    """What a run that, say, sold one item twice would report: its first invariant broken."""
-    invs = rec.get("invariants") or []
-    if invs:
-        invs[0] = {**invs[0], "held": False, "detail": "mutated: as a double write would read"}
+class Undeclared:
+    """A claim constructor's default counterfactual when its caller declares none."""
 
 
-def invariants_hold(cid: str, variant: str, text: str, published: str = "") -> Claim:
-    """Every invariant of `variant`'s run held. Meant to hold on every variant that keeps
-    them, so its counterfactual is a mutation: the same record with one invariant broken."""
+UNDECLARED = Undeclared()
+
+
+def one_invariant_broken(variant: str, why: str = "") -> Edit:
+    """A record edit: `variant`'s record with its first invariant broken. `why` says why no
+    run breaks it ("" only for the undeclared default, which a test counts)."""
+
+    def change(rec: Record) -> None:
+        invs = rec.get("invariants") or []
+        if invs:
+            invs[0] = {**invs[0], "held": False, "detail": "edited: as a double write would read"}
+
+    return mutation(variant, change, why)
+
+
+# Why a record edit is the counterfactual of an invariant every variant of a scenario keeps
+# by its transactions alone (a deadlock or a timeout rolls its victim back whole).
+ATOMIC = "every variant commits or rolls back whole transactions: no run moves a row uncommitted"
+
+
+def invariants_hold(
+    cid: str,
+    variant: str,
+    text: str,
+    published: str = "",
+    counterfactual: Counterfactual | Undeclared = UNDECLARED,
+) -> Claim:
+    """Every invariant of `variant`'s run held. `counterfactual`: a real run that breaks one
+    (None: the other variant, buggy <-> fixed; a mapping: a variant or case by name), or a
+    record edit saying why no run does (`one_invariant_broken(variant, why)`). Undeclared,
+    it is that edit without a reason (what claims had before issue 32; a test counts them)."""
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         invs = records[variant].get("invariants", [])
@@ -294,14 +346,9 @@ def invariants_hold(cid: str, variant: str, text: str, published: str = "") -> C
         seen = f"{variant}: " + (f"violated {', '.join(failed)}" if failed else f"{len(invs)} held")
         return bool(invs) and not failed, seen
 
-    return Claim(
-        cid,
-        text,
-        (variant,),
-        check,
-        published,
-        counterfactual=mutation(variant, _one_invariant_broken),
-    )
+    if isinstance(counterfactual, Undeclared):
+        counterfactual = one_invariant_broken(variant)
+    return Claim(cid, text, (variant,), check, published, counterfactual=counterfactual)
 
 
 def invariant_broken(cid: str, variant: str, name: str, text: str, published: str = "") -> Claim:

@@ -119,4 +119,5 @@ class Verdict(TypedDict, total=False):
     setup: str  # "document" | "scaled: <what differs from the document's settings>"
     counterfactual: str  # "failed" | "held" | "none: <why>" (verify --counterfactual)
     counterfactual_measured: str  # what the check measured on the counterfactual
+    counterfactual_kind: str  # run | level | code-mutation | record-edit | none (KINDS)
     missing: str  # not judged: a part its scenario needs is not on this machine (why)

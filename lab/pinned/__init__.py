@@ -43,8 +43,10 @@ from lab.pinned.claims import (
     canonical,
     error_in,
     kept_in_all,
+    level_as,
     nobody_waited,
     on_canonical,
+    one_interleaving_broken,
     waited_in,
 )
 from lab.pinned.database import PinnedDatabase, PinnedLab, pinned_lab, watch_pool
@@ -85,9 +87,11 @@ __all__ = [
     "explore_path",
     "isolation_levels",
     "kept_in_all",
+    "level_as",
     "merge_explores",
     "nobody_waited",
     "on_canonical",
+    "one_interleaving_broken",
     "pinned_lab",
     "pinned_of",
     "schedules_for",

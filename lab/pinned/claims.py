@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import Claim, Record, mutation
+from lab.core.claims import UNDECLARED, Claim, Counterfactual, Edit, Record, Undeclared, mutation
 from lab.core.records import ExploreCell, PinnedRunJson
 
 # --- explore claims ----------------------------------------------------------------------
@@ -41,25 +41,52 @@ def _explored(
     return Claim(cid, text, (variant,), judged, published, explore=True, levels=tuple(levels))
 
 
-def kept_in_all(
-    cid: str, variant: str, text: str, levels: Sequence[str] = (RC,), published: str = ""
-) -> Claim:
-    """`variant` keeps every invariant in every interleaving that ran, at each level.
-    Its counterfactual is a mutation: the same cells with one interleaving broken."""
+def one_interleaving_broken(variant: str, levels: Sequence[str], why: str = "") -> Edit:
+    """A record edit: `variant`'s explore cells with one interleaving moved from kept to
+    broke. `why` says why no run breaks one ("" only for kept_in_all's undeclared default)."""
 
-    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
-        seen = "; ".join(f"{lv}: kept {c['kept']}/{c['ran']}" for lv, c in cells.items())
-        return all(c["ran"] > 0 and c["broke"] == 0 for c in cells.values()), seen
-
-    def one_broken(rec: Record) -> None:
+    def change(rec: Record) -> None:
         for lv in levels:
             cell = rec["by_isolation"].get(lv)
             if cell and cell.get("ran"):
                 cell["kept"], cell["broke"] = cell["kept"] - 1, cell["broke"] + 1
                 return
 
+    return mutation(variant, change, why)
+
+
+def level_as(variant: str, level: str, other: str) -> Edit:
+    """A counterfactual from a real run: `variant`'s cell at `level` replaced by its own cell
+    at `other` (the same schedules explored at another isolation level)."""
+
+    def swap(rec: Record) -> None:
+        rec["by_isolation"][level] = rec["by_isolation"][other]
+
+    return mutation(variant, swap, f"{variant} at {other} in place of {level}", kind="level")
+
+
+def kept_in_all(
+    cid: str,
+    variant: str,
+    text: str,
+    levels: Sequence[str] = (RC,),
+    published: str = "",
+    counterfactual: Counterfactual | Undeclared = UNDECLARED,
+) -> Claim:
+    """`variant` keeps every invariant in every interleaving that ran, at each level.
+    `counterfactual`: a real exploration that breaks one (None: the other variant's, buggy
+    <-> fixed; a mapping: a variant by name; `level_as`: another level's cell), or a record
+    edit saying why none does (`one_interleaving_broken`); undeclared, that edit without a
+    reason (what claims had before issue 32; a test counts them)."""
+
+    def check(cells: dict[str, ExploreCell]) -> tuple[bool, str]:
+        seen = "; ".join(f"{lv}: kept {c['kept']}/{c['ran']}" for lv, c in cells.items())
+        return all(c["ran"] > 0 and c["broke"] == 0 for c in cells.values()), seen
+
+    if isinstance(counterfactual, Undeclared):
+        counterfactual = one_interleaving_broken(variant, levels)
     claim = _explored(cid, variant, text, levels, check, published)
-    return replace(claim, counterfactual=mutation(variant, one_broken))
+    return replace(claim, counterfactual=counterfactual)
 
 
 def broke_in_some(

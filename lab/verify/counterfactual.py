@@ -11,9 +11,11 @@ counterfactual and the verdict says what that gave:
 The counterfactual (``Claim.counterfactual``): by default each variant the claim names is
 replaced by one of the other kind (a buggy claim reads fixed's record, a fixed claim
 buggy's; a claim comparing the two reads them swapped; "<variant>@<case>" keeps its case).
-A claim meant to hold on every variant (an invariant both keep, two counts that agree)
-declares a mutation instead: its own records with the quantity it reads changed. A
-settings guard (the check returns None), NotJudged or an exception is ``none:``, never
+A claim meant to hold on every variant declares a swap to a variant or case that breaks
+it, or an `Edit` of its own records: the same variant's real cell at another isolation
+level, or (only where no run can give the opposite, saying why) a quantity changed. Each
+verdict names its counterfactual's kind (`kind`): run, level, code-mutation, record-edit
+or none. A settings guard (the check returns None), NotJudged or an exception is ``none:``, never
 ``failed``: only the claim's own clause failing counts.
 """
 
@@ -21,7 +23,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lab.core.claims import Claim, NotJudged, Record
+from lab.core.claims import Claim, Edit, NotJudged, Record
+
+
+def kind(claim: Claim, said: str = "") -> str:
+    """What the claim's counterfactual is (lab.core.claims.KINDS): as declared, or "none"
+    when `said` (what judging it gave) is ``none: ...``: nothing was judged."""
+    cf = claim.counterfactual
+    if said.startswith("none:") or isinstance(cf, str):
+        return "none"
+    if claim.counterfactual_kind:
+        return claim.counterfactual_kind
+    if isinstance(cf, Edit):
+        return cf.kind
+    return "record-edit" if callable(cf) else "run"
+
+
+def edit_reason(claim: Claim) -> str:
+    """Why a record edit is the claim's counterfactual ("" if it is not one or says none)."""
+    cf = claim.counterfactual
+    return cf.why if isinstance(cf, Edit) else ""
 
 
 def is_fixed(variant: str) -> bool:

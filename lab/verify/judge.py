@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.core.catalogue import document_counts
-from lab.core.claims import NOT_REPRODUCED, Claim, Record, Verdict, judge_trials
+from lab.core.claims import KINDS, NOT_REPRODUCED, Claim, Record, Verdict, judge_trials
 from lab.core.scenario import Scenario
 from lab.verify import counterfactual as cf
 
@@ -86,6 +86,10 @@ class Summary:
     # their scenarios had not been asked for, so not against `ok`; `missing` says which
     missing: int = 0
     missing_why: str = ""
+    # verify --counterfactual: judged verdicts per counterfactual kind (KINDS), and how
+    # many have none outside a declared gap (NOT REPRODUCED): those fail --counterfactual
+    kinds: dict[str, int] = field(default_factory=dict)
+    ungrounded: int = 0
 
     @property
     def ok(self) -> bool:
@@ -103,6 +107,8 @@ class Summary:
             extra.append(f"{self.cannot_fail} held on their counterfactual too: cannot fail")
         if self.by_chance:
             extra.append(f"{self.by_chance} failed their counterfactual in some trials only")
+        if self.ungrounded:
+            extra.append(f"{self.ungrounded} with no counterfactual outside a declared gap")
         if self.not_judged:
             extra.append(f"{self.not_judged} not judged")
         if self.missing:
@@ -131,6 +137,8 @@ class Summary:
             "gaps": self.gaps,
             "fitted": self.fitted,
             "cannot_fail": self.cannot_fail,
+            "counterfactual_kinds": self.kinds,
+            "ungrounded": self.ungrounded,
             "missing": self.missing,
             "missing_why": self.missing_why,
             "line": self.line(),
@@ -231,6 +239,7 @@ def evaluate(
         if variants and verdict["judged"]:
             said, there = cf.judge(c, [t.records for t in runs], variants)
             verdict["counterfactual"] = said
+            verdict["counterfactual_kind"] = cf.kind(c, said)
             if there:
                 verdict["counterfactual_measured"] = there
         out.append(verdict)
@@ -243,6 +252,18 @@ JUDGED = ("held", "not held", "fitted", "not reproduced")
 def status_of(v: Mapping[str, Any]) -> str:
     """A verdict's status; records written before statuses existed have only `held`."""
     return str(v.get("status") or ("held" if v.get("held") else "not held"))
+
+
+def kind_counts(verdicts: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """How many verdicts have each counterfactual kind (every kind named, in KINDS' order);
+    {} when none was judged on a counterfactual."""
+    said = [str(v["counterfactual_kind"]) for v in verdicts if v.get("counterfactual_kind")]
+    return {k: said.count(k) for k in KINDS} if said else {}
+
+
+def kinds_line(kinds: Mapping[str, int]) -> str:
+    """`counterfactuals by kind: run 250, level 4, ...` (verify --counterfactual's last line)."""
+    return "counterfactuals by kind: " + ", ".join(f"{k} {n}" for k, n in kinds.items())
 
 
 def is_gap(v: Mapping[str, Any]) -> bool:
@@ -286,6 +307,10 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
             1 for v in verdicts if str(v.get("counterfactual", "")).startswith("held in")
         ),
         gaps=gaps,
+        kinds=kind_counts(verdicts),
+        ungrounded=sum(
+            1 for v in verdicts if v.get("counterfactual_kind") == "none" and not is_gap(v)
+        ),
         not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
         not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
         not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
