@@ -69,7 +69,9 @@ CLAIMS = (
         _reentry_counts,
         published="lock hai lần thì phải unlock hai lần",
         # the server counts alike whatever the pooler: the counterfactual is a lock that does not
-        counterfactual=mutation("buggy", _one_unlock_releases),
+        counterfactual=mutation(
+            "buggy", _one_unlock_releases, "PostgreSQL counts re-entries whatever the pooler"
+        ),
     ),
     Claim(
         "LC-23",

@@ -9,10 +9,18 @@ order is judged: every committed request left its item.
 
 from __future__ import annotations
 
-from lab.core.claims import Claim, invariants_hold
+from lab.core.claims import ATOMIC, Claim, invariants_hold, one_invariant_broken
 from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, declare
-from lab.pinned import canonical, error_in, kept_in_all, nobody_waited, on_canonical
+from lab.pinned import (
+    RC,
+    canonical,
+    error_in,
+    kept_in_all,
+    nobody_waited,
+    on_canonical,
+    one_interleaving_broken,
+)
 from scenarios.fk_lock_modes import fk_lock_modes as code
 
 BOTH = ("buggy", "fixed")
@@ -118,11 +126,21 @@ CLAIMS = (
         expect=False,
     ),
     *(
-        kept_in_all("LC-11", v, f"{v}: every committed write landed once, in every interleaving")
+        kept_in_all(
+            "LC-11",
+            v,
+            f"{v}: every committed write landed once, in every interleaving",
+            counterfactual=one_interleaving_broken(v, (RC,), ATOMIC),
+        )
         for v in BOTH
     ),
     *(
-        invariants_hold("LC-11", v, f"{v}: every committed write landed once under a load")
+        invariants_hold(
+            "LC-11",
+            v,
+            f"{v}: every committed write landed once under a load",
+            counterfactual=one_invariant_broken(v, ATOMIC),
+        )
         for v in BOTH
     ),
 )

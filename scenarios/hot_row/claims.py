@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.core.claims import Claim, Record, invariants_hold
+from lab.core.claims import Claim, Record, invariants_hold, one_invariant_broken
 from lab.core.scenario import Defaults, Param, declare
-from lab.pinned import canonical, kept_in_all, nobody_waited
+from lab.pinned import RC, canonical, kept_in_all, nobody_waited, one_interleaving_broken
 from scenarios.hot_row import hot_row as code
 
 SPEEDUP = 2.0  # fixed must sell at least this many times as many units per second as buggy
@@ -48,6 +48,9 @@ def _buckets_faster(records: Mapping[str, Record]) -> tuple[bool, str]:
     )
 
 
+# both variants take a unit with one guarded UPDATE (stock >= 1): no run oversells
+GUARDED = "both variants sell a unit only by a guarded UPDATE (stock >= 1): no run oversells"
+
 CLAIMS = (
     Claim(
         "LC-25",
@@ -63,7 +66,15 @@ CLAIMS = (
         _buckets_faster,
         published=BUCKETS,
     ),
-    *(invariants_hold("LC-25", v, f"{v}: units sold == ok, no bucket negative") for v in BOTH),
+    *(
+        invariants_hold(
+            "LC-25",
+            v,
+            f"{v}: units sold == ok, no bucket negative",
+            counterfactual=one_invariant_broken(v, GUARDED),
+        )
+        for v in BOTH
+    ),
     canonical(
         "LC-25",
         "buggy",
@@ -83,7 +94,12 @@ CLAIMS = (
         published=BUCKETS,
     ),
     *(
-        kept_in_all("LC-25", v, f"{v}: units sold == ok, no bucket negative, in every interleaving")
+        kept_in_all(
+            "LC-25",
+            v,
+            f"{v}: units sold == ok, no bucket negative, in every interleaving",
+            counterfactual=one_interleaving_broken(v, (RC,), GUARDED),
+        )
         for v in BOTH
     ),
 )

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import Claim, invariants_hold, mutation
+from lab.core.claims import Claim, invariants_hold, mutation, one_invariant_broken
 from lab.core.scenario import Check, Defaults, Env, Param, declare
 from lab.errors import LabError
 from lab.pinned import broke_in_some, canonical, kept_in_all, on_canonical, waited_in
@@ -74,6 +74,8 @@ async def invariant(env: Env) -> list[Check]:
 
 
 QUEUE = {"s1": code.CLAIMED, "s2": code.CLAIMED, "s3": code.EMPTY}
+NO_OVERLAP = "no variant's load overlaps two claims of one job: only a pinned schedule does"
+
 CLAIMS = (
     replace(
         on_canonical(
@@ -86,18 +88,24 @@ CLAIMS = (
             published=PUBLISHED,
         ),
         # buggy has no race schedule to swap in: the counterfactual is FOR UPDATE's waits
-        counterfactual=mutation("fixed", explored._claims_wait),
+        counterfactual=mutation(
+            "fixed", explored._claims_wait, "no other variant has the race schedule"
+        ),
     ),
     invariants_hold(
         "LC-16",
         "fixed",
         "SKIP LOCKED: no job run twice, every job run, a dead worker's jobs included",
+        # buggy (FOR UPDATE) keeps them too; buggy-no-lock's load did too when tried (its
+        # claims did not overlap): only its pinned schedules run a job twice
+        counterfactual=one_invariant_broken("fixed", NO_OVERLAP),
     ),
     kept_in_all(
         "LC-16",
         "fixed",
         "SKIP LOCKED: no interleaving of three claims runs a job twice or leaves one behind",
         published=NO_DUP,
+        counterfactual={"fixed": "buggy-no-lock"},  # buggy (FOR UPDATE) keeps them too
     ),
     waited_in(
         "LC-16",
@@ -127,6 +135,7 @@ CLAIMS = (
         "LC-16",
         "buggy",
         "FOR UPDATE alone is correct, only serialised: no interleaving runs a job twice",
+        counterfactual={"buggy": "buggy-no-lock"},  # the row lock dropped
     ),
     on_canonical(
         "LC-16",
@@ -158,7 +167,9 @@ CLAIMS = (
         RECLAIM,
         cases=("crash",),
         # buggy has the same lease: the counterfactual is a claim blind to locked_until
-        counterfactual=mutation("fixed", reclaim._never_reclaimed),
+        counterfactual=mutation(
+            "fixed", reclaim._never_reclaimed, "every variant claims with the same lease"
+        ),
     ),
     replace(
         on_canonical(
@@ -171,7 +182,9 @@ CLAIMS = (
             published=INVISIBLE,
         ),
         # buggy has no race schedule to swap in: the counterfactual is FOR UPDATE's waits
-        counterfactual=mutation("fixed", explored._claims_wait),
+        counterfactual=mutation(
+            "fixed", explored._claims_wait, "no other variant has the race schedule"
+        ),
         unjudged=("the hidden job is claimed once the stuck holder rolls back",),
     ),
     canonical(

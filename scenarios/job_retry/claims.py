@@ -109,7 +109,9 @@ def _flow(variant: str) -> Claim:
         f"{variant}: the other jobs keep flowing",
         (variant,),
         check,
-        counterfactual=mutation(variant, one_stuck),
+        counterfactual=mutation(
+            variant, one_stuck, "SKIP LOCKED keeps the flow in every variant: no run stalls it"
+        ),
     )
 
 
@@ -162,7 +164,9 @@ CLAIMS = (
         published="Cần alert trên tuổi của job running lâu nhất.",
         # both variants run the same alert query on the same stuck job: its counterfactual
         # is the alert that misses it
-        counterfactual=mutation("fixed", _alert_missed),
+        counterfactual=mutation(
+            "fixed", _alert_missed, "the same alert query sees the stuck job in every variant"
+        ),
     ),
 )
 

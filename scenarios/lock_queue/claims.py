@@ -15,7 +15,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation
+from lab.core.claims import (
+    Claim,
+    Mutation,
+    Record,
+    invariants_hold,
+    mutation,
+    one_invariant_broken,
+)
 from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, Param, declare
 from lab.pinned import RC, on_canonical
@@ -54,13 +61,13 @@ def _tree(run: Run) -> dict[str, dict[str, Any]]:
     return {r["who"]: r for r in run["evidence"].get("tree", [])}
 
 
-def _on_queue(variant: str, change: Callable[[Run], None]) -> Mutation:
+def _on_queue(variant: str, change: Callable[[Run], None], why: str) -> Mutation:
     """A counterfactual: `variant`'s canonical run with `change` made to it (a copy)."""
 
     def edit(rec: Record) -> None:
         change(rec["by_isolation"][RC]["canonical"][SCHEDULE])
 
-    return mutation(variant, edit)
+    return mutation(variant, edit, why)
 
 
 def _claim(
@@ -138,6 +145,9 @@ def _ddl_gives_up(run: Run) -> tuple[bool, str]:
     )
 
 
+ROW_EXCLUSIVE = "ROW EXCLUSIVE never conflicts with itself, in any variant: no run shows it"
+
+
 def _dml_beside_dml(variant: str) -> Claim:
     def check(run: Run) -> tuple[bool, str]:
         granted = {(r["who"], r["mode"]) for r in run["evidence"].get("locks", []) if r["granted"]}
@@ -161,7 +171,7 @@ def _dml_beside_dml(variant: str) -> Claim:
         published="DML thường (ROW EXCLUSIVE) không xung đột với nhau",
     )
     # both variants run the same two UPDATEs: the counterfactual is what a conflict shows
-    return replace(claim, counterfactual=_on_queue(variant, _dml_conflict))
+    return replace(claim, counterfactual=_on_queue(variant, _dml_conflict, ROW_EXCLUSIVE))
 
 
 def _dml_conflict(run: Run) -> None:
@@ -171,6 +181,9 @@ def _dml_conflict(run: Run) -> None:
             row["granted"] = False
     run["waited"] = [*run["waited"], "dml2 update"]
 
+
+# Both variants end with the root terminated: the queue drains and the updater commits.
+ROOT_GONE = "both variants terminate the root: no run leaves the updater waiting or unwritten"
 
 VARIANTS = ("buggy", "fixed")
 CLAIMS = (
@@ -187,7 +200,7 @@ CLAIMS = (
             _root_found,
             "gốc là 8123 với blocked_by rỗng",
             # both variants have one root: the counterfactual is a tree with a second one
-            _on_queue(v, _second_root),
+            _on_queue(v, _second_root, "PostgreSQL's wait tree has one root in every variant"),
         )
         for v in VARIANTS
     ),
@@ -198,7 +211,7 @@ CLAIMS = (
             _terminate_frees,
             "SELECT pg_terminate_backend(8123) gỡ cả cây.",
             # both variants free their tree: the counterfactual is a tree still there after
-            _on_queue(v, _tree_stays),
+            _on_queue(v, _tree_stays, "pg_terminate_backend frees the tree in every variant"),
         )
         for v in VARIANTS
     ),
@@ -210,7 +223,12 @@ CLAIMS = (
     ),
     *(_dml_beside_dml(v) for v in VARIANTS),
     *(
-        invariants_hold("LC-10", v, f"{v}: the updater's write landed, nothing left waiting")
+        invariants_hold(
+            "LC-10",
+            v,
+            f"{v}: the updater's write landed, nothing left waiting",
+            counterfactual=one_invariant_broken(v, ROOT_GONE),
+        )
         for v in VARIANTS
     ),
 )

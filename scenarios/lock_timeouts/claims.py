@@ -13,7 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from lab.core.claims import NOT_REPRODUCED, Claim, Record, invariants_hold, repeated
+from lab.core.claims import (
+    ATOMIC,
+    NOT_REPRODUCED,
+    Claim,
+    Record,
+    invariants_hold,
+    one_invariant_broken,
+    repeated,
+)
 from lab.core.outcome import notation
 from lab.core.scenario import Defaults, Param, declare
 from scenarios.checkout_deadlock import checkout_deadlock as checkout
@@ -95,7 +103,15 @@ CLAIMS = (
         trials=LOAD_TRIALS,
     ),
     *(
-        replace(invariants_hold("LC-27", v, f"{v}: stock moved once per commit"), cases=("", SLOW))
+        replace(
+            invariants_hold(
+                "LC-27",
+                v,
+                f"{v}: stock moved once per commit",
+                counterfactual=one_invariant_broken(v, ATOMIC),
+            ),
+            cases=("", SLOW),
+        )
         for v in ("buggy", "fixed")
     ),
 )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab.core.claims import Mutation, Record, at_isolation, invariants_hold, mutation
+from lab.core.claims import at_isolation, invariants_hold
 from lab.core.scenario import Defaults, Param, declare
 from lab.core.steps import ISOLATION_LEVELS
-from lab.pinned import broke_in_some, canonical, kept_in_all
+from lab.pinned import broke_in_some, canonical, kept_in_all, level_as
 from scenarios.lost_update import lost_update as code
 
 RC, RR = "read_committed", "repeatable_read"
@@ -33,16 +33,6 @@ LC8 = (
     "Ở REPEATABLE READ/SERIALIZABLE, thay vì đánh giá lại, transaction chờ bị lỗi could not "
     "serialize access due to concurrent update (40001)"
 )
-
-
-def level_as(variant: str, level: str, other: str) -> Mutation:
-    """A counterfactual: `variant`'s cell at `level` replaced by its own cell at `other`
-    (the same steps, the same schedules, another isolation level)."""
-
-    def swap(rec: Record) -> None:
-        rec["by_isolation"][level] = rec["by_isolation"][other]
-
-    return mutation(variant, swap)
 
 
 BOTH = "both-read-first"
@@ -112,12 +102,22 @@ CLAIMS = (
         counterfactual=level_as("fixed", RR, RC),
     ),
     *(
-        kept_in_all("LC-4", v, f"{v} keeps every invariant in every interleaving at READ COMMITTED")
+        kept_in_all(
+            "LC-4",
+            v,
+            f"{v} keeps every invariant in every interleaving at READ COMMITTED",
+            counterfactual={v: "buggy"},
+        )
         for v in FIXES
     ),
     *(
         at_isolation(
-            invariants_hold("LC-4", v, f"{v}: no oversell under a load, every sale left the stock"),
+            invariants_hold(
+                "LC-4",
+                v,
+                f"{v}: no oversell under a load, every sale left the stock",
+                counterfactual={v: "buggy"},
+            ),
             RC,
         )
         for v in FIXES

@@ -27,10 +27,18 @@ seconds (docs/published-seconds.md).
 
 from __future__ import annotations
 
-from lab.core.claims import Claim, all_ok, deadlocks, invariants_hold, repeated
+from lab.core.claims import (
+    ATOMIC,
+    Claim,
+    all_ok,
+    deadlocks,
+    invariants_hold,
+    one_invariant_broken,
+    repeated,
+)
 from lab.core.published import Measured
 from lab.core.scenario import Defaults, Param, declare
-from lab.pinned import canonical, kept_in_all
+from lab.pinned import RC, canonical, kept_in_all, one_interleaving_broken
 from scenarios._node_seconds import TRANSFER_CASES, transfer_seconds
 from scenarios.money_transfer import explored, retries
 from scenarios.money_transfer import money_transfer as code
@@ -80,6 +88,7 @@ CLAIMS = (
             v,
             f"{v}: total stays {TOTAL}, money moved once per commit",
             published="{ total: 200000 }",
+            counterfactual=one_invariant_broken(v, ATOMIC),
         )
         for v in VARIANTS
     ),
@@ -132,6 +141,7 @@ CLAIMS = (
         "buggy",
         f"buggy: the retried loser keeps the total {TOTAL} and no balance negative in every "
         "interleaving (the retry is what saves it)",
+        counterfactual=one_interleaving_broken("buggy", (RC,), ATOMIC),
     ),
     explored._deadlocks_in(
         "fixed",
@@ -143,6 +153,7 @@ CLAIMS = (
         "fixed",
         f"fixed keeps the invariant (total {TOTAL}, no negative balance) in every interleaving",
         published="{ total: 200000 }",
+        counterfactual=one_interleaving_broken("fixed", (RC,), ATOMIC),
     ),
     canonical(
         "LC-2",

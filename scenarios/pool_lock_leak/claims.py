@@ -86,7 +86,9 @@ CLAIMS = (
         ("buggy",),
         _asyncpg_hides,
         # every variant runs the same asyncpg job: the counterfactual is that pool without reset
-        counterfactual=mutation("buggy", _asyncpg_without_reset),
+        counterfactual=mutation(
+            "buggy", _asyncpg_without_reset, "every variant runs asyncpg's pool, which resets"
+        ),
     ),
     _fixed_runs("fixed"),
     _fixed_runs("fixed-xact"),

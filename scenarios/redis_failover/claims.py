@@ -71,7 +71,11 @@ CLAIMS = (
         ("buggy",),
         _sentinels_promote_without_lock,
         published="replica chưa nhận lệnh SET lock được promote",
-        counterfactual=mutation("buggy", _lock_reached_replica),
+        counterfactual=mutation(
+            "buggy",
+            _lock_reached_replica,
+            "the Sentinels promote the same replica in every variant",
+        ),
     ),
     Claim(
         "DL-14",
@@ -102,7 +106,9 @@ CLAIMS = (
         _wait_refuses,
     ),
     *(
-        invariants_hold("DL-14", v, f"{v}: the invoice is the current holder's")
+        invariants_hold(
+            "DL-14", v, f"{v}: the invoice is the current holder's", counterfactual={v: "buggy"}
+        )
         for v in ("fixed", "fixed-wait")
     ),
 )

@@ -77,7 +77,9 @@ CLAIMS = (
         _matrix,
         # the matrix is PostgreSQL's, whatever the variant: its counterfactual is a server
         # whose FOR KEY SHARE conflicted with FOR SHARE (one pair that blocks otherwise)
-        counterfactual=mutation("matrix", _one_pair_flipped),
+        counterfactual=mutation(
+            "matrix", _one_pair_flipped, "the conflict matrix is the server's: no run changes it"
+        ),
         published="FOR UPDATE > FOR NO KEY UPDATE > FOR SHARE > FOR KEY SHARE; FOR KEY SHARE chỉ "
         "xung đột với FOR UPDATE",
     ),

@@ -107,8 +107,12 @@ CLAIMS = (
     _messages("buggy", per_attempt=True),
     _messages("fixed", per_attempt=False),
     invariant_broken("LC-32", "buggy", code.ONE_MESSAGE, "buggy: more messages than commits"),
-    invariants_hold("DL-26", "fixed", "fixed: one charge per invoice (and one message per commit)"),
-    invariants_hold("LC-32", "fixed", "fixed: one message per commit (and one charge per invoice)"),
+    invariants_hold(
+        "DL-26", "fixed", "fixed: one charge per invoice (and one message per commit)", "", None
+    ),
+    invariants_hold(
+        "LC-32", "fixed", "fixed: one message per commit (and one charge per invoice)", "", None
+    ),
 )
 
 SCENARIO = declare(

@@ -12,10 +12,17 @@ what holds in any order is judged: stock moved once per commit, the fix never de
 
 from __future__ import annotations
 
-from lab.core.claims import all_ok, deadlocks, invariants_hold, repeated
+from lab.core.claims import (
+    ATOMIC,
+    all_ok,
+    deadlocks,
+    invariants_hold,
+    one_invariant_broken,
+    repeated,
+)
 from lab.core.records import PinnedRunJson
 from lab.core.scenario import Defaults, declare
-from lab.pinned import canonical, error_in, kept_in_all, on_canonical
+from lab.pinned import RC, canonical, error_in, kept_in_all, on_canonical, one_interleaving_broken
 from scenarios.update_lock_order import update_lock_order as code
 
 BOTH = ("buggy", "fixed")
@@ -137,7 +144,10 @@ CLAIMS = (
     error_in("LC-1", "fixed", "40P01", "fixed: no interleaving deadlocks", expect=False),
     *(
         kept_in_all(
-            "LC-1", v, f"{v}: stock moved once per committed checkout, in every interleaving"
+            "LC-1",
+            v,
+            f"{v}: stock moved once per committed checkout, in every interleaving",
+            counterfactual=one_interleaving_broken(v, (RC,), ATOMIC),
         )
         for v in BOTH
     ),
@@ -149,7 +159,12 @@ CLAIMS = (
         LOAD_TRIALS,
     ),
     *(
-        invariants_hold("LC-1", v, f"{v}: stock moved once per committed checkout under a load")
+        invariants_hold(
+            "LC-1",
+            v,
+            f"{v}: stock moved once per committed checkout under a load",
+            counterfactual=one_invariant_broken(v, ATOMIC),
+        )
         for v in BOTH
     ),
 )

@@ -85,8 +85,9 @@ def _gotcha(text: str, published: str, read: Gotcha, change: Callable[[Record], 
         held, seen = read(rec["counters"], rec["evidence"].get("gotchas", {}))
         return held, f"fixed: {seen}"
 
+    why = "the gotcha is PostgreSQL's: every variant's probe shows it alike"
     return Claim(
-        "LC-19", text, ("fixed",), check, published, counterfactual=mutation("fixed", change)
+        "LC-19", text, ("fixed",), check, published, counterfactual=mutation("fixed", change, why)
     )
 
 
