@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab.core.claims import at_isolation, invariants_hold
+from lab.core.claims import at_isolation, invariants_hold, one_invariant_broken
 from lab.core.scenario import Defaults, Param, declare
 from lab.core.steps import ISOLATION_LEVELS
 from lab.pinned import broke_in_some, canonical, kept_in_all, level_as
@@ -36,6 +36,10 @@ LC8 = (
 
 
 BOTH = "both-read-first"
+# buggy's load kept the stock right in a run on a busy machine (2026-12-06): its oversell
+# needs two buyers between read and write, which only the pinned schedule makes sure of
+BY_CHANCE = "buggy's load oversells only when two buyers overlap (seen held): a pinned run does"
+
 CLAIMS = (
     canonical(
         "LC-4",
@@ -116,7 +120,7 @@ CLAIMS = (
                 "LC-4",
                 v,
                 f"{v}: no oversell under a load, every sale left the stock",
-                counterfactual={v: "buggy"},
+                counterfactual=one_invariant_broken(v, BY_CHANCE),
             ),
             RC,
         )
