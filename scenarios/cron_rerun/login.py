@@ -181,7 +181,11 @@ def login_timing(case: str) -> Claim:
         text = "the same race with a fast login: pod-2 arrives in time and skips"
         published = ""
         # fixed@fast-login has the same timing: a login that came too late instead
-        counterfactual = mutation("buggy", _pod2_late_and_billed)
+        counterfactual = mutation(
+            "buggy",
+            _pod2_late_and_billed,
+            why="no run sets when pod-2's login ends against the crash: the login's own time does",
+        )
     return Claim(
         "DL-17",
         text,

@@ -41,7 +41,11 @@ def lock_stops_concurrent(variant: str) -> Claim:
         check,
         published="[ 'pod-1: billed 5', 'pod-2: skipped (lock held)' ]",
         # every variant takes the same lock: the counterfactual is a lock that let pod-2 in
-        counterfactual=mutation(variant, _pod2_billed_while_locked),
+        counterfactual=mutation(
+            variant,
+            _pod2_billed_while_locked,
+            why="every variant takes the same advisory lock: no run lets pod-2 in past it",
+        ),
     )
 
 

@@ -13,7 +13,7 @@ from lab.core.claims import Claim, Record, mutation
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
 from scenarios.lease_busy_loop import lease_busy_loop as code
-from scenarios.lease_gc_pause.overlap import b_after_a, event, fence_claims
+from scenarios.lease_gc_pause.overlap import OVERLAP_EVERYWHERE, b_after_a, event, fence_claims
 
 
 def _overlap(variant: str) -> Claim:
@@ -45,7 +45,7 @@ def _overlap(variant: str) -> Claim:
         check,
         PUBLISHED,
         # both variants busy A alike: the counterfactual is B taking it after A's release
-        counterfactual=mutation(variant, b_after_a),
+        counterfactual=mutation(variant, b_after_a, why=OVERLAP_EVERYWHERE),
     )
 
 

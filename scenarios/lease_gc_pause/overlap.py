@@ -143,6 +143,9 @@ async def _noop() -> None:
     return None
 
 
+OVERLAP_EVERYWHERE = "every variant stalls A past its lease: no run lacks the overlap"
+
+
 def b_after_a(rec: Record) -> None:
     """A counterfactual of both stories' overlap claims: B gets the lock only once A has
     released it, and the beliefs, recomputed, never meet."""
@@ -234,5 +237,7 @@ def fence_claims(
         invariant_broken(
             cid, "buggy", FENCE_INVARIANT, "buggy: the invoice's fence goes backwards"
         ),
-        invariants_hold(cid, "fixed", "fixed: the invoice's fence never goes backwards"),
+        invariants_hold(
+            cid, "fixed", "fixed: the invoice's fence never goes backwards", counterfactual=None
+        ),
     )

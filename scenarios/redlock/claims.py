@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from lab.core.claims import Claim, Record, mutation
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
-from scenarios.lease_gc_pause.overlap import b_after_a, event, fence_claims
+from scenarios.lease_gc_pause.overlap import OVERLAP_EVERYWHERE, b_after_a, event, fence_claims
 from scenarios.redlock import redlock as code
 
 
@@ -54,7 +54,7 @@ def _both_believe(variant: str) -> Claim:
         check,
         PUBLISHED_TIMING,
         # both variants freeze A alike: the counterfactual is B's quorum after A's release
-        counterfactual=mutation(variant, b_after_a),
+        counterfactual=mutation(variant, b_after_a, why=OVERLAP_EVERYWHERE),
     )
 
 
