@@ -22,7 +22,7 @@ import asyncpg
 import pytest
 
 from lab.core.knobs import Knobs
-from lab.core.profiles import profile_settings
+from lab.core.profiles import PUBLISHED, profile_settings
 from lab.core.records import Record, Verdict
 from lab.core.scenario import Scenario
 from lab.load.plan import RunPlan
@@ -59,7 +59,7 @@ def servers(locklab_servers: Servers) -> Servers:
 
 def knobs_for(scenario: Scenario, **overrides: Any) -> Knobs:
     """The scenario's published knobs (seed 1), with `overrides` replacing some."""
-    knobs, _ = profile_settings(scenario, "published")
+    knobs, _ = profile_settings(scenario, PUBLISHED)
     return replace(knobs, **overrides)
 
 

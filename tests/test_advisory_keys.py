@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.errors import LabError
 from lab.pinned import PinnedResult, trace
 from lab.servers import Servers
@@ -62,7 +63,7 @@ async def test_fixed_two_keys_keep_them_apart(servers: Servers) -> None:
 
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every claim of LC-33 holds on the canonical order and on every interleaving."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == len(SCENARIO.claims)
     assert_all_held(result.verdicts)

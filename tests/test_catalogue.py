@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lab.core.claims import PROFILES
-from lab.core.profiles import profile_settings
+from lab.core.profiles import Profile, profile_settings
 from lab.core.scenario import Scenario, check_params
 from scenarios import SCENARIOS
 
@@ -62,7 +62,7 @@ def test_profiles_and_cases_override_real_knobs(sc: Scenario) -> None:
     the scenario's own validation accepts."""
     for profile in PROFILES:
         for case in ("", *sc.cases):
-            knobs, params = profile_settings(sc, profile, case=case)
+            knobs, params = profile_settings(sc, Profile.of(profile), case=case)
             assert knobs.n >= 1 and set(params) == set(sc.params)
             check_params(sc, knobs.n, params)
 

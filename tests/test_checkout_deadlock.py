@@ -7,6 +7,7 @@ what the server says, not by a pause. The load claims run 40 carts at burst.
 
 from __future__ import annotations
 
+from lab.core.profiles import QUICK
 from lab.pinned import trace
 from lab.servers import Servers
 from lab.verify import verify_explore, verify_scenario
@@ -35,7 +36,7 @@ async def test_cross_deadlocks_once_at_every_isolation_level(servers: Servers) -
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of two carts: cart order deadlocks in some at every level, sorted
     and lock-first in none; the canonical cross ends 40P01 / ok."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == 4
     assert all(v["status"] == "held" for v in result.verdicts), [
@@ -46,7 +47,7 @@ async def test_explore_claims_hold(servers: Servers) -> None:
 async def test_quick_profile_claims_hold(servers: Servers) -> None:
     """40 carts at burst with a 100 ms deadlock_timeout, judged as verify judges them: the
     chance claims (DL-3's majority) over their own trials, not on one lucky run."""
-    result = await verify_scenario(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_scenario(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result.error is None, result.error
     assert result.verdicts and all(v["status"] == "held" for v in result.verdicts), [
         (v["text"], v["measured"]) for v in result.verdicts if v["status"] != "held"

@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.core.records import Record
 from lab.errors import LabError
 from lab.servers import Servers
@@ -198,7 +199,7 @@ async def test_a_slow_scram_login_makes_both_pods_bill(run_scenario: RunFn) -> N
 
     seen: dict[str, Record] = {}
     for case in ("slow-login", "fast-login"):
-        knobs, params = profile_settings(SCENARIO, "quick", case=case)
+        knobs, params = profile_settings(SCENARIO, QUICK, case=case)
         params["trials"] = SLOW_LOGIN_TRIALS if case == "slow-login" else 1
         rec = (await run_scenario(SCENARIO, ["buggy"], params=params, n=knobs.n))["buggy"]
         seen[case] = rec

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lab.core.profiles import QUICK
 from lab.core.records import Record
 from scenarios.deadlock_traffic import SCENARIO
 from scenarios.deadlock_traffic.claims import CLAIMS
@@ -53,8 +54,8 @@ def test_verify_runs_only_the_buggy_checkout_at_the_smaller_sizes() -> None:
     from lab.core.profiles import claims_for
     from lab.verify import run_variants, verify_plan
 
-    plan = verify_plan([SCENARIO], "quick")
+    plan = verify_plan([SCENARIO], QUICK)
     assert [case for _, case in plan] == ["", *CASES]
     for _, case in plan[1:]:
-        claims, _ = claims_for(SCENARIO, "quick", None, case)
-        assert run_variants(SCENARIO, "quick", claims, 1, case) == ["buggy"]
+        claims, _ = claims_for(SCENARIO, QUICK, None, case)
+        assert run_variants(SCENARIO, QUICK, claims, 1, case) == ["buggy"]

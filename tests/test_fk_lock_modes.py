@@ -9,6 +9,7 @@ in scenarios/fk_lock_modes/expected/ are diffed by tests/test_pinned.py.
 
 from __future__ import annotations
 
+from lab.core.profiles import QUICK
 from lab.pinned import trace
 from lab.servers import Servers
 from lab.verify import verify_explore
@@ -57,7 +58,7 @@ async def test_who_waits_under_each_lock_clause(servers: Servers) -> None:
 
 async def test_explore_claims_hold(servers: Servers) -> None:
     """LC-11, LC-13, LC-15 on every interleaving and the canonical schedules: all held."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert {v["id"] for v in result.verdicts} == {"LC-11", "LC-13", "LC-15"}
     assert len(result.verdicts) == 10

@@ -6,6 +6,7 @@ golden transcripts in scenarios/hot_row/expected/ are diffed by tests/test_pinne
 
 from __future__ import annotations
 
+from lab.core.profiles import QUICK
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.hot_row import SCENARIO
@@ -58,7 +59,7 @@ async def test_sold_out_buyers_try_every_bucket(run_scenario: RunFn) -> None:
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Pinned: the second buyer waits on the one row (buggy), not on two buckets (fixed);
     the invariants hold in every interleaving."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == len([c for c in SCENARIO.claims if c.explore]) == 4
     assert all(v["status"] == "held" for v in result.verdicts), [

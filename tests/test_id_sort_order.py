@@ -6,6 +6,7 @@ for both) is a schedule the sequencer grants on what the server reports, no head
 
 from __future__ import annotations
 
+from lab.core.profiles import QUICK
 from lab.servers import Servers
 from lab.verify import verify_explore
 from scenarios.id_sort_order import SCENARIO, js_default_sort
@@ -21,7 +22,7 @@ def test_default_sort_compares_strings() -> None:
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of one app-path and one SQL-path transfer: the string sort
     deadlocks in some, numeric order in none; app-first ends ok / 40P01."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == 3
     assert all(v["status"] == "held" for v in result.verdicts), [

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.core.records import Record
 from lab.errors import LabError
 from lab.pinned import PinnedResult, trace
@@ -86,7 +87,7 @@ async def test_stuck_transaction_hides_a_job(servers: Servers) -> None:
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of three claims: fixed never waits and never runs a job twice, buggy
     waits in some and is correct, no-lock breaks in some; the canonical claims hold too."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == sum(1 for c in CLAIMS if c.explore) == 11
     assert all(v["status"] == "held" for v in result.verdicts), [

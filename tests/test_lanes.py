@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.profiles import PUBLISHED, QUICK
 from lab.errors import LabError
 from lab.load.databases import admin_connect
 from lab.servers import Servers
@@ -76,16 +77,16 @@ def test_the_last_verify_on_lanes_says_how_long_each_job_took(tmp_path: Path) ->
         data = {"summary": {"profile": "quick"},
                 "schedule": [{"job": "x|", "lane": 1, "start_s": 1.0, "end_s": 1.0 + secs}]}  # fmt: skip
         (folder / "verify" / "verdicts.json").write_text(json.dumps(data))
-    assert past_seconds("quick", tmp_path) == {"x|": 7.5}
-    assert past_seconds("published", tmp_path) == {}
+    assert past_seconds(QUICK, tmp_path) == {"x|": 7.5}
+    assert past_seconds(PUBLISHED, tmp_path) == {}
 
 
 @pytest.mark.parametrize("bad", ["0", "-2", "three"])
 def test_bad_lanes_are_refused(bad: str) -> None:
     """An impossible --lanes value is one LabError; auto means one lane for published."""
     with pytest.raises(LabError, match="--lanes"):
-        parse_lanes(bad, "quick")
-    assert parse_lanes("auto", "published") == 1
+        parse_lanes(bad, QUICK)
+    assert parse_lanes("auto", PUBLISHED) == 1
 
 
 def _statuses(results: list[ScenarioVerdicts]) -> list[tuple[str, str, str, str]]:
@@ -97,14 +98,14 @@ async def test_two_lanes_judge_what_one_lane_judges(servers: Servers) -> None:
     both lanes did work."""
     chosen = [get("lost-update"), get("write-skew")]
     here = [
-        await verify_scenario(sc, "quick", servers, run_id="lanes-1", write=False, case=case)
-        for sc, case in verify_plan(chosen, "quick")
+        await verify_scenario(sc, QUICK, servers, run_id="lanes-1", write=False, case=case)
+        for sc, case in verify_plan(chosen, QUICK)
     ]
-    here += await verify_explores(chosen, "quick", servers, run_id="lanes-1", write=False)
+    here += await verify_explores(chosen, QUICK, servers, run_id="lanes-1", write=False)
     schedule: list[dict[str, object]] = []
-    jobs = plan_jobs(chosen, "quick", None)
+    jobs = plan_jobs(chosen, QUICK, None)
     lanes = await run_lanes(
-        jobs, 2, servers, profile="quick", run_id="lanes-2", seed=1, trials=None, write=False,
+        jobs, 2, servers, profile=QUICK, run_id="lanes-2", seed=1, trials=None, write=False,
         schedule=schedule,
     )  # fmt: skip
     assert _statuses(lanes) == _statuses(here)
@@ -121,9 +122,9 @@ async def test_each_lane_runs_on_a_redis_of_its_own_stopped_afterwards(servers: 
     assert servers.redis is not None and servers.redis.info.kind == "embedded"
     chosen = [get("lease-busy-loop"), get("service-lock-order")]
     schedule: list[dict[str, object]] = []
-    jobs = [j for j in plan_jobs(chosen, "quick", None) if j.part < 0 and not j.case]
+    jobs = [j for j in plan_jobs(chosen, QUICK, None) if j.part < 0 and not j.case]
     results = await run_lanes(
-        jobs, 2, servers, profile="quick", run_id="lanes-redis", seed=1, trials=None,
+        jobs, 2, servers, profile=QUICK, run_id="lanes-redis", seed=1, trials=None,
         write=False, schedule=schedule,
     )  # fmt: skip
     assert all(v["status"] == "held" for r in results for v in r.verdicts)
@@ -148,10 +149,10 @@ async def test_a_lane_that_dies_fails_the_run_with_one_line_and_leaves_no_lane(
             pids.extend(found)
             os.kill(found[0], signal.SIGKILL)
 
-    jobs = plan_jobs([get("money-transfer")], "quick", None)
+    jobs = plan_jobs([get("money-transfer")], QUICK, None)
     with pytest.raises(LabError, match=r"verify lane \d \(pid \d+\)|verify lanes:"):
         await run_lanes(
-            jobs, 2, servers, profile="quick", run_id="lanes-kill", seed=1, trials=None,
+            jobs, 2, servers, profile=QUICK, run_id="lanes-kill", seed=1, trials=None,
             write=False, on_step=kill_one,
         )  # fmt: skip
     assert pids
@@ -247,9 +248,9 @@ async def test_lanes_write_their_records_where_the_lab_writes_them(
     root (a relative one included), as a one-lane verify's do, and the explore record too."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LOCKLAB_RESULTS", "out")
-    jobs = plan_jobs([get("lost-update")], "quick", None)
+    jobs = plan_jobs([get("lost-update")], QUICK, None)
     await run_lanes(
-        jobs, 2, servers, profile="quick", run_id="lanes-rec", seed=1, trials=None, write=True
+        jobs, 2, servers, profile=QUICK, run_id="lanes-rec", seed=1, trials=None, write=True
     )
     folder = tmp_path / "out" / "lanes-rec"
     records = {p.name for p in folder.glob("lost-update.*.json")}

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.core.records import InvariantJson, Record
 from lab.errors import LabError
 from lab.pinned import trace
@@ -58,7 +59,7 @@ async def test_each_mode_answers_the_blocked_ask(servers: Servers) -> None:
 
 async def test_explore_claims_hold(servers: Servers) -> None:
     """LC-12 on the canonical schedules and every interleaving: all held."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == len([c for c in SCENARIO.claims if c.explore]) == 8
     assert all(v["status"] == "held" for v in result.verdicts), [

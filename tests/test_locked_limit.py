@@ -11,6 +11,7 @@ import uuid
 
 import asyncpg
 
+from lab.core.profiles import QUICK
 from lab.pinned import trace
 from lab.servers import Servers
 from lab.verify import verify_explore
@@ -49,7 +50,7 @@ async def test_locking_limit_reads_behind_a_writer(servers: Servers) -> None:
 
 async def test_explore_claims_hold(servers: Servers) -> None:
     """LC-14 on the canonical schedule and every interleaving: all held."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == len(SCENARIO.claims)
     assert all(v["status"] == "held" for v in result.verdicts), [

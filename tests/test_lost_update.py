@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.core.records import Record
 from lab.errors import LabError
 from lab.servers import Servers
@@ -41,7 +42,7 @@ def test_registered_with_the_published_sentences() -> None:
 async def test_explore_claims_hold(servers: Servers) -> None:
     """LC-4..LC-8 on pinned schedules: buggy oversells in its canonical order and in some
     interleavings; each fix refuses the second buyer and keeps the invariants in all."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert {v["id"] for v in result.verdicts} == {"LC-4", "LC-5", "LC-6", "LC-7", "LC-8"}
     assert_all_held(result.verdicts)

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
+from lab.core.profiles import QUICK
 from lab.verify.judge import ScenarioVerdicts, missing_part, summarize
 from scenarios import SCENARIOS
 
@@ -35,7 +36,7 @@ def no_pgbouncer(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_missing_claims_are_not_judged_and_do_not_fail_the_summary() -> None:
     """The part's claims are counted apart, with the reason; the rest decide `ok`."""
-    missing = missing_part(BOUNCER, "quick", WHY)
+    missing = missing_part(BOUNCER, QUICK, WHY)
     assert missing.verdicts and all(v["status"] == "not judged" for v in missing.verdicts)
     assert {v["measured"] for v in missing.verdicts} == {WHY}
     held = ScenarioVerdicts("x", "x", "quick", {}, {}, 1, [{"id": "DL-1", "status": "held"}])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.core.claims import Record, judge_trials
-from lab.core.profiles import profile_settings
+from lab.core.profiles import QUICK, profile_settings
 from lab.pinned import trace
 from lab.servers import Servers
 from lab.verify import verify_explore
@@ -101,7 +101,7 @@ async def test_quick_profile_claims_hold(run_scenario: RunFn) -> None:
     """The quick settings (10 transfers, deadlock_timeout 100 ms, a 20 ms fraud call): every
     quick claim holds over the trials it asks."""
     claims = [c for c in SCENARIO.claims if "quick" in c.profiles and not c.explore]
-    knobs, params = profile_settings(SCENARIO, "quick")
+    knobs, params = profile_settings(SCENARIO, QUICK)
     quick: dict[str, Any] = {
         "n": knobs.n,
         "deadlock_timeout_ms": knobs.deadlock_timeout_ms,
@@ -147,7 +147,7 @@ async def test_cross_schedule_retries_the_loser_from_its_first_read(servers: Ser
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of two opposite transfers: buggy deadlocks in some (and its retry
     keeps the money right), fixed in none; the canonical cross schedules end ok / ok."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == 6
     assert all(v["status"] == "held" for v in result.verdicts), [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.errors import LabError
 from lab.pinned import trace
 from lab.servers import Servers
@@ -50,7 +51,7 @@ async def test_each_plan_stops_after_its_first_row(servers: Servers) -> None:
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of the gated pair: the plans' orders deadlock in some, the fix in
     none; stock moved once per commit in all; the canonical schedules read as claimed."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == sum(c.explore for c in SCENARIO.claims) == 9
     assert all(v["status"] == "held" for v in result.verdicts), [

@@ -11,6 +11,7 @@ import os
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.core.records import Record
 from lab.errors import LabError
 from lab.pinned import trace
@@ -78,7 +79,7 @@ async def test_the_double_submit_of_each_variant(servers: Servers) -> None:
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every interleaving of the double submit: fixed keeps every invariant, buggy and MERGE
     lose a view in some; the canonical claims hold."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == 9
     assert all(v["status"] == "held" for v in result.verdicts), [

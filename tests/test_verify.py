@@ -18,8 +18,9 @@ from typing import Any, cast
 import pytest
 from rich.console import Console
 
+from lab.core import profiles
 from lab.core.claims import Claim, Record, all_ok, deadlocks, invariants_hold, majority, repeated
-from lab.core.profiles import claims_for, profile_settings
+from lab.core.profiles import PUBLISHED, QUICK, Profile, claims_for, profile_settings, setup_of
 from lab.core.records import Verdict
 from lab.core.results import write_record
 from lab.core.scenario import Defaults, Scenario
@@ -146,10 +147,10 @@ def by_text(verdicts: list[Verdict]) -> dict[str, Verdict]:
 
 def test_quick_profile_applies_knob_and_param_overrides() -> None:
     """quick takes n, deadlock_timeout and scenario params from `quick=`; published the defaults."""
-    knobs, params = profile_settings(TOY, "quick", seed=7)
+    knobs, params = profile_settings(TOY, QUICK, seed=7)
     assert (knobs.n, knobs.deadlock_timeout_ms, knobs.seed) == (40, 100, 7)
     assert params == {"step_pause_ms": 2.0}
-    knobs, params = profile_settings(TOY, "published")
+    knobs, params = profile_settings(TOY, PUBLISHED)
     assert (knobs.n, knobs.deadlock_timeout_ms) == (200, 1000)
     assert params == {"step_pause_ms": 5.0}
 
@@ -157,35 +158,67 @@ def test_quick_profile_applies_knob_and_param_overrides() -> None:
 def test_bad_profile_and_bad_quick_override_are_one_line_errors() -> None:
     """An unknown profile or a quick key that is neither knob nor param raises LabError."""
     with pytest.raises(LabError, match="--profile 'fast'"):
-        profile_settings(TOY, "fast")
+        Profile.of("fast")
     bad = Scenario(**{**TOY.__dict__, "quick": {"sleep": 1}})
     with pytest.raises(LabError, match="quick override 'sleep'"):
-        profile_settings(bad, "quick")
+        profile_settings(bad, QUICK)
+
+
+def test_profile_of_resolves_a_name_or_gives_one_line() -> None:
+    """Profile.of gives the value records show by name; an unknown name, one line naming both."""
+    assert Profile.of("quick") == QUICK and str(PUBLISHED) == PUBLISHED.name == "published"
+    with pytest.raises(LabError) as caught:
+        Profile.of("fast")
+    assert str(caught.value) == "--profile 'fast': choose from quick, published"
+
+
+def test_profile_settings_are_computed_once_per_scenario_profile_seed_case(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """profile_settings and setup_of compute a (scenario, profile, seed, case) once; a copied
+    scenario is computed afresh, and each caller gets its own params dict."""
+    computed: list[tuple[str, str, int]] = []
+    settings = profiles._settings
+
+    def counted(sc: Scenario, profile: Profile, seed: int, case: str) -> Any:
+        computed.append((sc.id, profile.name, seed))
+        return settings(sc, profile, seed, case)
+
+    monkeypatch.setattr(profiles, "_settings", counted)
+    toy = replace(TOY)
+    knobs, params = profile_settings(toy, QUICK, seed=9)
+    params["step_pause_ms"] = -1.0
+    assert profile_settings(toy, Profile.of("quick"), seed=9) == (knobs, {"step_pause_ms": 2.0})
+    for _ in range(3):
+        setup_of(toy, knobs.to_json(), {"step_pause_ms": 2.0})
+    assert computed == [(toy.id, "quick", 9), (toy.id, "published", 1)]
+    profile_settings(replace(toy, params={"step_pause_ms": 3.0}), QUICK, seed=9)
+    assert len(computed) == 3
 
 
 def test_claims_for_splits_by_profile_and_overrides_trials() -> None:
     """A published-only claim is skipped in quick; --trials replaces every claim's count."""
-    judged, skipped = claims_for(TOY, "quick")
+    judged, skipped = claims_for(TOY, QUICK)
     assert [c.id for c in skipped] == ["DL-4"]
     assert judged[0].trials == 3
-    judged, _ = claims_for(TOY, "quick", trials=1)
+    judged, _ = claims_for(TOY, QUICK, trials=1)
     assert {c.trials for c in judged} == {1}
-    judged, skipped = claims_for(TOY, "published")
+    judged, skipped = claims_for(TOY, PUBLISHED)
     assert not skipped and len(judged) == len(CLAIMS)
 
 
 def test_later_trials_run_only_the_variants_repeated_claims_need() -> None:
     """Trial 1 runs every variant; trials 2..3 only buggy, which the repeated claim reads."""
-    judged, _ = claims_for(TOY, "quick")
+    judged, _ = claims_for(TOY, QUICK)
     assert variants_for_trial(TOY, judged, 1) == ["buggy", "fixed"]
     assert variants_for_trial(TOY, judged, 2) == ["buggy"]
-    assert steps(TOY, "quick") == 2 + 1 + 1
-    assert steps(TOY, "quick", trials=1) == 2
+    assert steps(TOY, QUICK) == 2 + 1 + 1
+    assert steps(TOY, QUICK, trials=1) == 2
 
 
 def test_chance_claim_held_in_two_of_three_trials() -> None:
     """A repeated claim holds when it held in the required share of trials, and says so."""
-    judged, _ = claims_for(TOY, "quick")
+    judged, _ = claims_for(TOY, QUICK)
     trials = [
         trial(1, {"ok": 1, "40P01": 39}, {"ok": 40}),
         trial(2, {"ok": 30, "40P01": 10}),  # an unlucky run: most checkouts committed
@@ -201,7 +234,7 @@ def test_chance_claim_held_in_two_of_three_trials() -> None:
 
 def test_chance_claim_not_held_when_too_few_trials_hold() -> None:
     """One of three trials holding is below the required two: not held."""
-    judged, _ = claims_for(TOY, "quick")
+    judged, _ = claims_for(TOY, QUICK)
     trials = [
         trial(1, {"ok": 1, "40P01": 39}, {"ok": 40}),
         trial(2, {"ok": 30, "40P01": 10}),
@@ -214,7 +247,7 @@ def test_chance_claim_not_held_when_too_few_trials_hold() -> None:
 
 def test_fixed_claims_not_held_on_a_deadlocking_fix() -> None:
     """A fixed variant that deadlocked fails all_ok and zero-deadlocks, measured shown."""
-    judged, _ = claims_for(TOY, "quick", trials=1)
+    judged, _ = claims_for(TOY, QUICK, trials=1)
     verdicts = by_text(evaluate(judged, [trial(1, {"40P01": 40}, {"ok": 39, "40P01": 1})]))
     ok = verdicts["every checkout succeeds"]
     assert ok["status"] == "not held"
@@ -226,7 +259,7 @@ def test_fixed_claims_not_held_on_a_deadlocking_fix() -> None:
 
 def test_missing_variant_and_missing_trials_are_not_judged() -> None:
     """No fixed record, or fewer trials than asked: "not judged", never a silent pass."""
-    judged, _ = claims_for(TOY, "quick")
+    judged, _ = claims_for(TOY, QUICK)
     verdicts = by_text(evaluate(judged, [trial(1, {"ok": 1, "40P01": 39})]))
     assert verdicts["every checkout succeeds"]["status"] == "not judged"
     assert verdicts["every checkout succeeds"]["measured"] == "no record of fixed"
@@ -259,7 +292,7 @@ def test_check_returning_none_is_not_exercised_and_a_crashing_check_not_held() -
 
 def test_summary_line_counts_held_not_held_and_other_profiles() -> None:
     """`N claims held, M not held`, plus the claims that belong to another profile."""
-    judged, _ = claims_for(TOY, "quick", trials=1)
+    judged, _ = claims_for(TOY, QUICK, trials=1)
     verdicts = evaluate(judged, [trial(1, {"ok": 1, "40P01": 39}, {"ok": 40})])
     res = ScenarioVerdicts("toy-deadlock", "", "quick", {}, {}, 1, verdicts, [{"id": "DL-4"}])
     summary = summarize([res], "quick")
@@ -323,7 +356,7 @@ def test_verdicts_round_trip_and_table_without_colour(
 ) -> None:
     """Saved verdicts load back; the table says held / NOT HELD in words, without colour."""
     monkeypatch.setenv("LOCKLAB_RESULTS", str(tmp_path))
-    judged, _ = claims_for(TOY, "quick", trials=1)
+    judged, _ = claims_for(TOY, QUICK, trials=1)
     verdicts = evaluate(judged, [trial(1, {"ok": 1, "40P01": 39}, {"ok": 39, "40P01": 1})])
     res = ScenarioVerdicts(
         "toy-deadlock",
@@ -348,7 +381,7 @@ def test_verdicts_round_trip_and_table_without_colour(
 def test_coverage_names_rechecked_and_unreached_claims() -> None:
     """Coverage counts judged ids per document, those at the document's settings apart,
     and folds unreached ids into ranges."""
-    judged, _ = claims_for(TOY, "quick", trials=1)
+    judged, _ = claims_for(TOY, QUICK, trials=1)
     verdicts = evaluate(judged, [trial(1, {"ok": 1, "40P01": 39}, {"ok": 40})])
     res = ScenarioVerdicts("toy-deadlock", "", "quick", {}, {}, 1, verdicts)
     line = coverage([res], [TOY])
@@ -419,10 +452,10 @@ def test_cases_run_only_the_variants_their_claims_need() -> None:
     """A case (e.g. another isolation level) runs the variants its claims read, not all."""
     claims = [replace(c, cases=("rr",)) for c in CLAIMS if c.variants == ("buggy",)][:1]
     toy = replace(TOY, claims=tuple(claims), cases={"rr": {}})
-    judged, _ = claims_for(toy, "quick", case="rr")
+    judged, _ = claims_for(toy, QUICK, case="rr")
     assert variants_for_trial(toy, judged, 1, case="rr") == ["buggy"]
-    assert claims_for(toy, "quick")[0] == []  # nothing left for the profile's own settings
-    assert verify_plan([toy], "quick") == [(toy, ""), (toy, "rr")]
+    assert claims_for(toy, QUICK)[0] == []  # nothing left for the profile's own settings
+    assert verify_plan([toy], QUICK) == [(toy, ""), (toy, "rr")]
 
 
 def test_merge_cases_keeps_every_verdict_under_its_scenario() -> None:
@@ -469,14 +502,14 @@ def test_claims_across_cases_are_judged_on_both_cases_records() -> None:
         across=True,
     )
     toy = replace(TOY, claims=(CLAIMS[2], claim), cases={"short": {}, "long": {}})
-    assert claims_for(toy, "quick", case="short")[0] == []  # never judged inside one case
-    assert verify_plan([toy], "quick") == [(toy, ""), (toy, "short"), (toy, "long")]
+    assert claims_for(toy, QUICK, case="short")[0] == []  # never judged inside one case
+    assert verify_plan([toy], QUICK) == [(toy, ""), (toy, "short"), (toy, "long")]
     runs = [
         ScenarioVerdicts("toy-deadlock", "t", "quick", {}, {}, 1, [], case=case,
                          records={"buggy": make_record("buggy", {"40P01": 2}, wall_ms=ms)})
         for case, ms in (("short", 500.0), ("long", 2000.0))
     ]  # fmt: skip
-    across = judge_across(toy, "quick", runs)
+    across = judge_across(toy, QUICK, runs)
     assert across is not None and across.case == "long vs short"
     (v,) = across.verdicts
     assert (v["status"], v["measured"]) == ("held", "500.0 -> 2000.0")
@@ -490,8 +523,8 @@ def test_a_run_judges_only_the_claims_its_settings_are_made_for() -> None:
 
     toy = replace(TOY, cases={"rr": {"step_pause_ms": 9.0}})
     toy = replace(toy, claims=(*CLAIMS, replace(CLAIMS[2], id="DL-9", cases=("rr",))))
-    published, params = profile_settings(toy, "published")
-    quick, quick_params = profile_settings(toy, "quick")
+    published, params = profile_settings(toy, PUBLISHED)
+    quick, quick_params = profile_settings(toy, QUICK)
     assert profiles_of(toy, published, params) == (("published", ""),)
     seeded = replace(published, seed=9, run_timeout_s=5)
     assert profiles_of(toy, seeded, params) == (("published", ""),)
@@ -521,7 +554,7 @@ def test_run_records_carry_the_claims_they_could_not_judge() -> None:
     from lab.load.plan import RunPlan
     from lab.load.runner import _attach_claims
 
-    knobs, params = profile_settings(TOY, "published")
+    knobs, params = profile_settings(TOY, PUBLISHED)
     plan = RunPlan(TOY, ["buggy", "fixed"], replace(knobs, n=10), params, "r", write=False)
     records = {
         "buggy": make_record("buggy", {"ok": 2, "40P01": 8}),
@@ -544,7 +577,7 @@ def test_a_run_of_some_variants_says_which_claims_need_the_others() -> None:
 
     both = Claim("DL-3", "fixed beats buggy", ("buggy", "fixed"), lambda r: (True, "x"))
     toy = replace(TOY, claims=(both,))
-    knobs, params = profile_settings(toy, "published")
+    knobs, params = profile_settings(toy, PUBLISHED)
     plan = RunPlan(toy, ["buggy"], knobs, params, "r", write=False)
     records = {"buggy": make_record("buggy", {"ok": 2, "40P01": 8})}
     _attach_claims(plan, records)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.servers import Servers
@@ -15,7 +16,7 @@ async def test_side_by_side_explores_keep_their_order_and_verdicts(servers: Serv
     """Two explores at once: one result each, in the order asked, every claim judged
     and held (hot-row and lost-update hold all of theirs on a sequential run)."""
     chosen = [get("hot-row"), get("lost-update")]
-    results = await verify_explores(chosen, "quick", servers, run_id="test", write=False)
+    results = await verify_explores(chosen, QUICK, servers, run_id="test", write=False)
     assert [r.scenario for r in results] == ["hot-row", "lost-update"]
     for r in results:
         assert r.error is None and r.verdicts
@@ -25,7 +26,7 @@ async def test_side_by_side_explores_keep_their_order_and_verdicts(servers: Serv
 async def test_a_scenario_without_explore_claims_gives_no_result(servers: Servers) -> None:
     """A scenario with no claim about interleavings is skipped, not an empty result."""
     results = await verify_explores(
-        [get("redis-failover"), get("hot-row")], "quick", servers, run_id="test", write=False
+        [get("redis-failover"), get("hot-row")], QUICK, servers, run_id="test", write=False
     )
     assert [r.scenario for r in results] == ["hot-row"]
 
@@ -42,7 +43,7 @@ async def test_bad_input_in_one_explore_is_raised_as_itself(
 
     monkeypatch.setattr(lab.verify.explore, "verify_explore", refuse)
     with pytest.raises(LabError, match="refused"):
-        await verify_explores([get("hot-row"), get("lost-update")], "quick", servers, run_id="t")
+        await verify_explores([get("hot-row"), get("lost-update")], QUICK, servers, run_id="t")
 
 
 def test_big_explores_split_into_parts_and_small_ones_stay_whole() -> None:
@@ -77,7 +78,7 @@ async def test_a_split_explore_judges_as_a_whole_one(servers: Servers) -> None:
     from lab.verify import verify_explore
 
     res = await verify_explore(
-        get("upsert-idempotency"), "quick", servers, run_id="test", write=False
+        get("upsert-idempotency"), QUICK, servers, run_id="test", write=False
     )
     assert res is not None and res.error is None and res.verdicts
     assert all(v["status"] == "held" for v in res.verdicts), res.verdicts

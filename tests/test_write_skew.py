@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.profiles import QUICK
 from lab.errors import LabError
 from lab.pinned import trace
 from lab.servers import Servers
@@ -68,7 +69,7 @@ async def test_both_check_first_at_each_level(
 async def test_explore_claims_hold(servers: Servers) -> None:
     """Every pinned claim of LC-31 holds: buggy breaks the rule at RC and RR, gets 40001 at
     SERIALIZABLE, and the locks keep someone on call in every interleaving."""
-    result = await verify_explore(SCENARIO, "quick", servers, run_id="test", write=False)
+    result = await verify_explore(SCENARIO, QUICK, servers, run_id="test", write=False)
     assert result is not None and result.error is None, result and result.error
     assert len(result.verdicts) == sum(c.explore for c in SCENARIO.claims) == 12
     assert_all_held(result.verdicts)

@@ -15,6 +15,7 @@ from typing import Annotated, Any, TypeVar, cast
 import typer
 
 from lab.core.knobs import Knobs, parse_arrival, parse_connect, parse_redis_client
+from lab.core.profiles import Profile
 from lab.core.scenario import Scenario, check_params
 from lab.errors import LabError
 from lab.load.plan import RunPlan
@@ -148,7 +149,9 @@ def parse_procs(spec: str) -> int:
     return int(spec)
 
 
-def plan_for(scenario: Scenario, variants: Sequence[str], profile: str, o: LoadOptions) -> RunPlan:
+def plan_for(
+    scenario: Scenario, variants: Sequence[str], profile: Profile, o: LoadOptions
+) -> RunPlan:
     """The plan of `run` and `compare`: a profile's settings (and a case's), then the
     options the user gave (None where not given)."""
     from lab.core.profiles import profile_settings

@@ -23,6 +23,7 @@ from lab.cli.options import (
     servers_for,
     variants_of,
 )
+from lab.core.profiles import PUBLISHED, QUICK, Profile
 from lab.core.records import Record
 from lab.core.results import results_root
 from lab.core.scenario import Scenario
@@ -32,7 +33,7 @@ from lab.output import timeline
 
 
 def _records(
-    sc: Scenario, variants: Sequence[str], profile: str, o: LoadOptions, lines: Console | None
+    sc: Scenario, variants: Sequence[str], profile: Profile, o: LoadOptions, lines: Console | None
 ) -> tuple[list[Record], bool, str]:
     """Run the plan on its servers with a progress bar on stderr; each record's result
     line to `lines` as it comes (None: no lines). The records, whether they were written,
@@ -90,7 +91,7 @@ def _run(scenario: str, variant: str, o: LoadOptions) -> None:
         # that draws it), or the bar's redraws would erase them; piped, they go to stdout.
         lines = log if console.is_terminal and log.is_terminal else console
         records, written, run_id = _records(
-            sc, variants_of(sc, variant), "published", o, None if o.as_json else lines
+            sc, variants_of(sc, variant), PUBLISHED, o, None if o.as_json else lines
         )
         if o.as_json:
             _json_lines(records)
@@ -119,7 +120,7 @@ def compare(
 
     def body() -> None:
         sc = find_scenario(scenario)
-        profile = "quick" if quick else "published"
+        profile = QUICK if quick else PUBLISHED
         records, written, run_id = _records(sc, list(sc.variants), profile, o, None)
         if o.as_json:
             _json_lines(records)

@@ -82,17 +82,17 @@ def verify(
     """Re-run scenarios and judge every documented claim; exit 1 if one does not hold."""
 
     def body() -> None:
-        from lab.core.profiles import check_profile
+        from lab.core.profiles import Profile
         from lab.verify.lanes import parse_lanes
         from scenarios import SCENARIOS
 
-        check_profile(profile)
+        resolved = Profile.of(profile)  # once: what runs below is given the value
         if trials is not None and trials < 1:
             raise LabError(f"--trials {trials}: must be at least 1")
-        want = parse_lanes(lanes, profile)
+        want = parse_lanes(lanes, resolved)
         chosen = [sc for s in scenarios or [] for sc in find_scenarios(s)] or list(SCENARIOS)
         asked = VerifyOptions(
-            profile=profile,
+            profile=resolved,
             seed=seed,
             trials=trials,
             lanes=want,
@@ -203,7 +203,7 @@ def _verify_matrix(chosen: list[Scenario], asked: VerifyOptions, as_json: bool) 
         if asked.write:
             console.print(f"[dim]records: {results_root() / run_id}/[/dim]")
         console.print(f"matrix: {len(cols)} server builds in {wall:.1f} s", markup=False)
-    if not all(summarize(r, asked.profile).ok for r in m.results.values()):
+    if not all(summarize(r, asked.profile.name).ok for r in m.results.values()):
         raise typer.Exit(1)
 
 

@@ -14,7 +14,7 @@ about.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lab.core.claims import PROFILES, Claim
@@ -39,10 +39,37 @@ KNOB_FIELDS = (
 MEASURED_KNOBS = ("n", "arrival", "connect", "deadlock_timeout_ms", "rtt", "redis_client")
 
 
-def check_profile(profile: str) -> str:
-    if profile not in PROFILES:
-        raise LabError(f"--profile {profile!r}: choose from {', '.join(PROFILES)}")
-    return profile
+@dataclass(frozen=True)
+class Profile:
+    """A verify profile, resolved once from the user's name (`Profile.of`) and passed down;
+    records, JSON and the lane protocol carry its `name`."""
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in PROFILES:
+            raise LabError(f"--profile {self.name!r}: choose from {', '.join(PROFILES)}")
+
+    @classmethod
+    def of(cls, name: str) -> Profile:
+        """The profile named `name`; LabError (one line) for an unknown name."""
+        return cls(name)
+
+    def __str__(self) -> str:
+        return self.name
+
+    def judges(self, claim: Claim) -> bool:
+        """Whether `claim` is judged in this profile."""
+        return self.name in claim.profiles
+
+
+QUICK = Profile("quick")
+PUBLISHED = Profile("published")
+
+# profile_settings' answers by scenario (kept with the key so its id is not reused), then by
+# (profile name, seed, case): a verify asks for the same settings many times.
+_SETTINGS: dict[int, tuple[Scenario, dict[tuple[str, int, str], tuple[Knobs, dict[str, Any]]]]]
+_SETTINGS = {}
 
 
 def _override(
@@ -65,11 +92,26 @@ def _override(
 
 
 def profile_settings(
-    scenario: Scenario, profile: str, seed: int = 1, case: str = ""
+    scenario: Scenario, profile: Profile, seed: int = 1, case: str = ""
 ) -> tuple[Knobs, dict[str, Any]]:
     """The knobs and parameters a profile (and optionally one of the scenario's cases)
-    runs `scenario` with."""
-    check_profile(profile)
+    runs `scenario` with: computed once per (scenario, profile, seed, case); the
+    parameters are a fresh dict each call."""
+    held = _SETTINGS.get(id(scenario))
+    if held is None or held[0] is not scenario:
+        if len(_SETTINGS) >= 512:
+            _SETTINGS.clear()
+        held = _SETTINGS[id(scenario)] = (scenario, {})
+    key = (profile.name, seed, case)
+    if key not in held[1]:
+        held[1][key] = _settings(scenario, profile, seed, case)
+    knobs, params = held[1][key]
+    return knobs, dict(params)
+
+
+def _settings(
+    scenario: Scenario, profile: Profile, seed: int, case: str
+) -> tuple[Knobs, dict[str, Any]]:
     d = scenario.defaults
     knobs: dict[str, Any] = {
         "n": d.n,
@@ -83,7 +125,7 @@ def profile_settings(
         "redis_client": d.redis_client,
     }
     params = dict(scenario.params)
-    if profile == "quick":
+    if profile == QUICK:
         _override(scenario, "quick override", scenario.quick, knobs, params)
     if case:
         if case not in scenario.cases:
@@ -97,7 +139,7 @@ def profile_settings(
 def setup_of(scenario: Scenario, knobs: Mapping[str, Any], params: Mapping[str, Any]) -> str:
     """ "document" when a run had the scenario's published settings (its defaults, which
     are the documents'), else "scaled: " and what differs, e.g. "n 200 -> 40"."""
-    base_knobs, base_params = profile_settings(scenario, "published")
+    base_knobs, base_params = profile_settings(scenario, PUBLISHED)
     diffs = [
         f"{k} {getattr(base_knobs, k)!s} -> {knobs[k]!s}"
         for k in MEASURED_KNOBS
@@ -112,7 +154,7 @@ def setup_of(scenario: Scenario, knobs: Mapping[str, Any], params: Mapping[str, 
 
 
 def claims_for(
-    scenario: Scenario, profile: str, trials: int | None = None, case: str = ""
+    scenario: Scenario, profile: Profile, trials: int | None = None, case: str = ""
 ) -> tuple[list[Claim], list[Claim]]:
     """(claims judged in `profile`, claims that belong to other profiles only).
 
@@ -124,7 +166,7 @@ def claims_for(
     for c in scenario.claims:
         if c.across or c.explore or case not in c.cases:
             continue  # judged under other settings, across them, or on interleavings
-        if profile not in c.profiles:
+        if not profile.judges(c):
             skipped.append(c)
         else:
             judged.append(replace(c, trials=trials) if trials else c)
@@ -141,7 +183,7 @@ def profiles_of(
     found = []
     for k in dict.fromkeys((case, "", *scenario.cases)):
         for profile in PROFILES:
-            p_knobs, p_params = profile_settings(scenario, profile, knobs.seed, k)
+            p_knobs, p_params = profile_settings(scenario, Profile(profile), knobs.seed, k)
             same = all(getattr(knobs, f) == getattr(p_knobs, f) for f in MEASURED_KNOBS)
             if same and dict(params) == p_params:
                 found.append((profile, k))

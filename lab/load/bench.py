@@ -239,13 +239,13 @@ async def run_redis_bench(
     """The buggy stampede (its declared case: the documents' 1 s rebuild) and `redis-benchmark -t get` at one
     connection per waiter, on the same Redis, one after the other; GET/s as Redis counted
     them, CPU of each side, the lab's peak memory."""
-    from lab.core.profiles import profile_settings
+    from lab.core.profiles import PUBLISHED, profile_settings
     from lab.load.redisbench import find_redis_benchmark
 
     sc = benched("redis")
     if find_redis_benchmark() is None:
         raise LabError("redis-benchmark not found (Debian: apt-get install redis-tools)")
-    knobs, params = profile_settings(sc, "published", case=sc.bench_redis)
+    knobs, params = profile_settings(sc, PUBLISHED, case=sc.bench_redis)
     knobs = replace(knobs, n=n, procs=procs, redis_client=redis_client)
     params["reference"] = True
     plan = RunPlan(sc, ["buggy"], knobs, params, run_id, write=False, case=sc.bench_redis)

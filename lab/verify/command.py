@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from lab.core.profiles import profile_settings
+from lab.core.profiles import Profile, profile_settings
 from lab.core.results import new_run_id
 from lab.core.scenario import Scenario
 from lab.errors import LabError
@@ -55,7 +55,7 @@ class VerifyOptions:
     """What `locklab verify` was asked, parsed: how to run and judge, and where the servers
     come from."""
 
-    profile: str
+    profile: Profile
     seed: int = 1
     trials: int | None = None  # every claim over this many trials instead of its own count
     lanes: int = 1  # asked for; `lanes_for` says how many can run
@@ -95,7 +95,7 @@ class VerifyRun:
 
 
 def runnable(
-    chosen: Sequence[Scenario], profile: str, pg_dsn: str | None
+    chosen: Sequence[Scenario], profile: Profile, pg_dsn: str | None
 ) -> tuple[list[Scenario], list[ScenarioVerdicts]]:
     """(the scenarios this machine can run, the others' claims not judged with why): a
     machine without PgBouncer judges every claim but PgBouncer's, as if those scenarios had
@@ -195,7 +195,7 @@ def servers_needed(chosen: Sequence[Scenario], asked: VerifyOptions) -> Servers:
 
 def verify_recorded_run(
     recorded: str,
-    profile: str,
+    profile: Profile,
     catalogue: Sequence[Scenario],
     *,
     only: Sequence[str],
@@ -214,7 +214,7 @@ def verify_recorded_run(
 
 def run_verify(
     chosen: Sequence[Scenario],
-    profile: str,
+    profile: Profile,
     servers: Servers,
     catalogue: Sequence[Scenario],
     *,
@@ -240,7 +240,7 @@ def run_verify(
     run_id = new_run_id()
     schedule: list[dict[str, Any]] = []
     if lanes > 1:
-        progress.describe(f"verify {profile} on {lanes} lanes")
+        progress.describe(f"verify {profile.name} on {lanes} lanes")
         results = asyncio.run(
             run_lanes(
                 plan_jobs(chosen, profile, trials, counterfactual),
@@ -284,7 +284,7 @@ def run_verify(
 def _concluded(
     run_id: str,
     results: list[ScenarioVerdicts],
-    profile: str,
+    profile: Profile,
     catalogue: Sequence[Scenario],
     started: float,
     *,
@@ -295,7 +295,7 @@ def _concluded(
 ) -> VerifyRun:
     from lab.verify.store import save_verdicts
 
-    summary = summarize(results, results[0].profile if results else profile)
+    summary = summarize(results, results[0].profile if results else profile.name)
     wall = time.perf_counter() - started
     covered = coverage(results, catalogue)
     if run_id and write:
@@ -305,7 +305,7 @@ def _concluded(
 
 def verify_here(
     chosen: Sequence[Scenario],
-    profile: str,
+    profile: Profile,
     srv: Servers,
     progress: Progress,
     say: Say,
@@ -326,7 +326,7 @@ def verify_here(
     runs = verify_plan(chosen, profile, trials)
     for i, (sc, case) in enumerate(runs):
         name = f"{sc.id} [{case}]" if case else sc.id
-        progress.describe(f"verify {profile}: {name}")
+        progress.describe(f"verify {profile.name}: {name}")
         res = asyncio.run(
             verify_scenario(
                 sc,
@@ -348,7 +348,7 @@ def verify_here(
     # claims about every interleaving (lab/pinned/), explores side by side
     explored = [sc for sc in chosen if explore_claims(sc, profile)]
     if explored:
-        progress.describe(f"verify {profile}: explore {len(explored)} scenario(s)")
+        progress.describe(f"verify {profile.name}: explore {len(explored)} scenario(s)")
     for ex in asyncio.run(
         verify_explores(
             explored,

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.core.claims import Claim
-from lab.core.profiles import profile_settings, setup_of
+from lab.core.profiles import Profile, profile_settings, setup_of
 from lab.core.results import read_record
 from lab.core.scenario import Scenario
 from lab.errors import LabError
@@ -28,12 +28,12 @@ EXPLORES_AT_ONCE = 3
 
 
 def _explore_verdicts(
-    scenario: Scenario, profile: str, claims: Sequence[Claim], record: Mapping[str, Any]
+    scenario: Scenario, profile: Profile, claims: Sequence[Claim], record: Mapping[str, Any]
 ) -> ScenarioVerdicts:
     return ScenarioVerdicts(
         scenario=scenario.id,
         title=scenario.title,
-        profile=profile,
+        profile=profile.name,
         knobs={},
         params={
             "isolation": record.get("isolation", []),
@@ -74,7 +74,7 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
 
 
 def explore_plan(
-    scenario: Scenario, profile: str, counterfactual: bool = False
+    scenario: Scenario, profile: Profile, counterfactual: bool = False
 ) -> tuple[list[Claim], dict[str, list[str]]]:
     """The scenario's explore claims under `profile` and what they need explored: each
     variant they name (with `counterfactual`, also each variant their counterfactuals
@@ -97,7 +97,7 @@ def explore_plan(
 
 async def explore_part(
     scenario: Scenario,
-    profile: str,
+    profile: Profile,
     servers: Servers,
     variants: Sequence[str],
     *,
@@ -122,7 +122,7 @@ async def explore_part(
     )
 
 
-def explore_failed(scenario: Scenario, profile: str, error: str) -> ScenarioVerdicts:
+def explore_failed(scenario: Scenario, profile: Profile, error: str) -> ScenarioVerdicts:
     """The explore claims of a scenario whose explore failed: not held, saying why."""
     result = _explore_verdicts(scenario, profile, [], {})
     result.error = error
@@ -142,7 +142,7 @@ def explore_failed(scenario: Scenario, profile: str, error: str) -> ScenarioVerd
 
 def judge_explore(
     scenario: Scenario,
-    profile: str,
+    profile: Profile,
     parts: Sequence[Mapping[str, Any]],
     *,
     write: bool,
@@ -161,7 +161,7 @@ def judge_explore(
 
 async def verify_explore(
     scenario: Scenario,
-    profile: str,
+    profile: Profile,
     servers: Servers,
     *,
     run_id: str,
@@ -214,7 +214,7 @@ async def verify_explore(
 
 async def verify_explores(
     scenarios: Sequence[Scenario],
-    profile: str,
+    profile: Profile,
     servers: Servers,
     *,
     run_id: str,
@@ -255,7 +255,7 @@ async def verify_explores(
 
 
 def recorded_explore(
-    folder: Path, catalogue: Mapping[str, Scenario], profile: str, only: Sequence[str] = ()
+    folder: Path, catalogue: Mapping[str, Scenario], profile: Profile, only: Sequence[str] = ()
 ) -> list[ScenarioVerdicts]:
     """The explore claims judged again on the explore records of a recorded run."""
     from lab.pinned import EXPLORE_DIR

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.core.profiles import Profile
 from lab.core.scenario import Scenario
 
 EXPLORE_CONNECTIONS = 16  # a pinned lab's sessions, its watch and admin connections
@@ -51,7 +52,10 @@ class Job:
 
 
 def plan_jobs(
-    scenarios: Sequence[Scenario], profile: str, trials: int | None, counterfactual: bool = False
+    scenarios: Sequence[Scenario],
+    profile: Profile,
+    trials: int | None,
+    counterfactual: bool = False,
 ) -> list[Job]:
     """verify's loads (lab.verify.verify_plan), then every explore part, as jobs."""
     from lab.core.profiles import profile_settings
@@ -97,7 +101,7 @@ EXPLORE_PART_S = 6.0  # a guess at an explore part's seconds, with no verify rec
 RUN_S = 1.0  # a guess at one variant run's seconds
 
 
-def past_seconds(profile: str, root: Path | None = None) -> dict[str, float]:
+def past_seconds(profile: Profile, root: Path | None = None) -> dict[str, float]:
     """What each job took (by Job.key) in the newest recorded verify of `profile` that ran
     on lanes, to hand out the longest first; empty when there is none."""
     from lab.core.results import results_root
@@ -111,7 +115,7 @@ def past_seconds(profile: str, root: Path | None = None) -> dict[str, float]:
             data = json.loads((folder / VERDICTS_FILE).read_text())
         except (OSError, ValueError):
             continue
-        if data.get("summary", {}).get("profile") == profile and data.get("schedule"):
+        if data.get("summary", {}).get("profile") == profile.name and data.get("schedule"):
             return {
                 str(e["job"]): float(e["end_s"]) - float(e["start_s"]) for e in data["schedule"]
             }

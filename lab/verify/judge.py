@@ -10,6 +10,7 @@ from typing import Any
 
 from lab.core.catalogue import document_counts
 from lab.core.claims import KINDS, NOT_REPRODUCED, Claim, Record, Verdict, judge_trials
+from lab.core.profiles import Profile
 from lab.core.scenario import Scenario
 from lab.verify import counterfactual as cf
 
@@ -148,19 +149,19 @@ class Summary:
 # --- profiles and trials (pure) -----------------------------------------------------------
 
 
-def across_claims(scenario: Scenario, profile: str) -> list[Claim]:
+def across_claims(scenario: Scenario, profile: Profile) -> list[Claim]:
     """Claims that compare the scenario's cases, judged once all of them have run."""
-    return [c for c in scenario.claims if c.across and profile in c.profiles]
+    return [c for c in scenario.claims if c.across and profile.judges(c)]
 
 
-def across_variants(scenario: Scenario, profile: str, case: str) -> set[str]:
+def across_variants(scenario: Scenario, profile: Profile, case: str) -> set[str]:
     """Variants a case must run for the claims that compare it with other cases."""
     keys = (v.split("@", 1) for c in across_claims(scenario, profile) for v in c.variants)
     return {variant for variant, of_case in keys if of_case == case}
 
 
 def judge_across(
-    scenario: Scenario, profile: str, results: Sequence[ScenarioVerdicts]
+    scenario: Scenario, profile: Profile, results: Sequence[ScenarioVerdicts]
 ) -> ScenarioVerdicts | None:
     """The verdicts of claims comparing cases, from the runs of those cases (`records`)."""
     claims = across_claims(scenario, profile)
@@ -177,7 +178,7 @@ def judge_across(
     return ScenarioVerdicts(
         scenario=scenario.id,
         title=scenario.title,
-        profile=profile,
+        profile=profile.name,
         knobs={},
         params={},
         trials=1,
@@ -275,7 +276,7 @@ def bare_verdict(c: Claim) -> Verdict:
     return c.bare()
 
 
-def missing_part(scenario: Scenario, profile: str, why: str) -> ScenarioVerdicts:
+def missing_part(scenario: Scenario, profile: Profile, why: str) -> ScenarioVerdicts:
     """A scenario this machine cannot run (`why`: a part it needs is not installed): each of
     its claims in `profile` not judged, saying why, and not counted against verify's exit."""
     verdicts: list[Verdict] = [
@@ -289,9 +290,11 @@ def missing_part(scenario: Scenario, profile: str, why: str) -> ScenarioVerdicts
             "trials_asked": c.trials,
         }
         for c in scenario.claims
-        if profile in c.profiles
+        if profile.judges(c)
     ]
-    return ScenarioVerdicts(scenario.id, scenario.title, profile, {}, {}, 0, verdicts, missing=why)
+    return ScenarioVerdicts(
+        scenario.id, scenario.title, profile.name, {}, {}, 0, verdicts, missing=why
+    )
 
 
 def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
@@ -369,6 +372,6 @@ def _ranges(ids: Sequence[str]) -> str:
     return ", ".join(out)
 
 
-def explore_claims(scenario: Scenario, profile: str) -> list[Claim]:
+def explore_claims(scenario: Scenario, profile: Profile) -> list[Claim]:
     """Claims judged on every interleaving of the scenario's pinned sessions."""
-    return [c for c in scenario.claims if c.explore and profile in c.profiles]
+    return [c for c in scenario.claims if c.explore and profile.judges(c)]

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from lab.core.profiles import Profile
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.procs.workers import Child, run_child
@@ -25,6 +26,7 @@ async def child_main(child: Child) -> None:
     cfg = child.config
     os.environ["LOCKLAB_RESULTS"] = cfg["results"]  # lab.core.results.results_root
     servers = servers_from(cfg["servers"])
+    profile = Profile.of(cfg["profile"])  # crossed the process boundary by name
     catalogue = by_id()
     task = asyncio.current_task()
     assert task is not None
@@ -36,7 +38,9 @@ async def child_main(child: Child) -> None:
                 return
             job = msg["job"]
             try:
-                payload = await _run_job(child, cfg, servers, catalogue[job["scenario"]], job)
+                payload = await _run_job(
+                    child, cfg, profile, servers, catalogue[job["scenario"]], job
+                )
             except LabError as exc:
                 child.emit("refused", error=str(exc))
                 continue
@@ -47,14 +51,19 @@ async def child_main(child: Child) -> None:
 
 
 async def _run_job(
-    child: Child, cfg: Mapping[str, Any], servers: Servers, sc: Scenario, job: Mapping[str, Any]
+    child: Child,
+    cfg: Mapping[str, Any],
+    profile: Profile,
+    servers: Servers,
+    sc: Scenario,
+    job: Mapping[str, Any],
 ) -> dict[str, Any]:
     from lab.verify import explore_part, verify_scenario
 
     if job["part"] < 0:
         res = await verify_scenario(
             sc,
-            cfg["profile"],
+            profile,
             servers,
             run_id=cfg["run_id"],
             seed=cfg["seed"],
@@ -69,7 +78,7 @@ async def _run_job(
     try:
         record = await explore_part(
             sc,
-            cfg["profile"],
+            profile,
             servers,
             job["variants"],
             run_id=cfg["run_id"],

@@ -45,6 +45,7 @@ from secrets import token_urlsafe
 from typing import Any
 
 from lab.aio import within
+from lab.core.profiles import QUICK, Profile
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 from lab.procs.workers import Event, Worker, WorkerError, next_of
@@ -148,11 +149,11 @@ def servers_from(data: Mapping[str, Any]) -> Servers:
     )
 
 
-def parse_lanes(asked: str, profile: str) -> int:
+def parse_lanes(asked: str, profile: Profile) -> int:
     """`--lanes`: auto (quick: QUICK_LANES; published, whose claims compare times with the
     documents': 1, the lab's own process) or a whole number >= 1."""
     if asked == "auto":
-        return QUICK_LANES if profile == "quick" else 1
+        return QUICK_LANES if profile == QUICK else 1
     try:
         want = int(asked)
     except ValueError:
@@ -182,7 +183,7 @@ async def run_lanes(
     lanes: int,
     servers: Servers,
     *,
-    profile: str,
+    profile: Profile,
     run_id: str,
     seed: int,
     trials: int | None,
@@ -204,7 +205,7 @@ async def run_lanes(
     outdir.mkdir()
     config = {
         "servers": servers_json(servers),
-        "profile": profile,
+        "profile": profile.name,
         "run_id": run_id,
         "seed": seed,
         "trials": trials,
@@ -375,7 +376,7 @@ class _Returned:
             self.done_at[sid] = time.perf_counter()
             self.progress(f"{sid}: explore done")
 
-    def verdicts(self, profile: str, write: bool) -> list[ScenarioVerdicts]:
+    def verdicts(self, profile: Profile, write: bool) -> list[ScenarioVerdicts]:
         """The loads in the plan's order, then each scenario's explore judged whole (its
         wall time from its first job sent to its last part back)."""
         scenario_of = {j.scenario.id: j.scenario for j in self.jobs}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.core.profiles import Profile
 from lab.core.results import results_root, write_json
 from lab.core.scenario import Scenario
 from lab.errors import LabError
@@ -144,7 +145,7 @@ def row_verdict(cells: Mapping[str, str]) -> str:
 
 def run_matrix(
     scenarios: Sequence[Scenario],
-    profile: str,
+    profile: Profile,
     cols: Sequence[Column],
     *,
     run_id: str,
@@ -202,7 +203,7 @@ def run_matrix(
         results += not_run
         matrix.results[col.label] = results
         if write:
-            save_verdicts(col_run, results, summarize(results, profile))
+            save_verdicts(col_run, results, summarize(results, profile.name))
     if write:
         write_json(results_root() / run_id / MATRIX_FILE, matrix.to_json())
     return matrix

@@ -9,7 +9,7 @@ from typing import Any
 
 from lab.core.claims import Claim, Record, Verdict
 from lab.core.knobs import Knobs
-from lab.core.profiles import claims_for, profile_settings, setup_of
+from lab.core.profiles import Profile, claims_for, profile_settings, setup_of
 from lab.core.results import write_record
 from lab.core.scenario import Scenario
 from lab.errors import LabError
@@ -35,7 +35,7 @@ from lab.verify.judge import (
 
 
 def verify_plan(
-    scenarios: Sequence[Scenario], profile: str, trials: int | None = None
+    scenarios: Sequence[Scenario], profile: Profile, trials: int | None = None
 ) -> list[tuple[Scenario, str]]:
     """(scenario, case) pairs verify runs: each scenario's own settings, then every case
     that has a claim to judge under this profile."""
@@ -52,7 +52,7 @@ def verify_plan(
 
 def run_variants(
     scenario: Scenario,
-    profile: str,
+    profile: Profile,
     claims: Sequence[Claim],
     k: int,
     case: str,
@@ -77,7 +77,11 @@ def run_variants(
 
 
 def variant_runs(
-    scenario: Scenario, profile: str, trials: int | None, case: str, counterfactual: bool = False
+    scenario: Scenario,
+    profile: Profile,
+    trials: int | None,
+    case: str,
+    counterfactual: bool = False,
 ) -> int:
     """How many variant runs verify makes for one (scenario, case), every trial counted."""
     claims, _ = claims_for(scenario, profile, trials, case)
@@ -88,7 +92,7 @@ def variant_runs(
 
 
 def steps(
-    scenario: Scenario, profile: str, trials: int | None = None, counterfactual: bool = False
+    scenario: Scenario, profile: Profile, trials: int | None = None, counterfactual: bool = False
 ) -> int:
     """How many variant runs verify makes for `scenario`, cases included (progress bar)."""
     total = 1 if explore_claims(scenario, profile) else 0
@@ -99,7 +103,7 @@ def steps(
 
 async def verify_scenario(
     scenario: Scenario,
-    profile: str,
+    profile: Profile,
     servers: Servers,
     *,
     run_id: str,
@@ -161,7 +165,7 @@ async def verify_scenario(
 
 def _unjudged(
     scenario: Scenario,
-    profile: str,
+    profile: Profile,
     case: str,
     knobs: Knobs,
     params: dict[str, Any],
@@ -174,7 +178,7 @@ def _unjudged(
         scenario=scenario.id,
         case=case,
         title=scenario.title,
-        profile=profile,
+        profile=profile.name,
         knobs=knobs.to_json(),
         params=params,
         trials=trials,
@@ -189,7 +193,7 @@ class _Trials:
     run folder, and what its records say of the verify that ran them."""
 
     scenario: Scenario
-    profile: str
+    profile: Profile
     servers: Servers
     claims: Sequence[Claim]
     knobs: Knobs
@@ -214,7 +218,7 @@ class _Trials:
         seed = self.seed + k - 1
         for rec in records:
             rec["verify"] = {
-                "profile": self.profile,
+                "profile": self.profile.name,
                 "case": self.case,
                 "trial": k,
                 "trials": self.count,

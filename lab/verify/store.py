@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.core.claims import Verdict
-from lab.core.profiles import check_profile, claims_for, setup_of
+from lab.core.profiles import QUICK, Profile, claims_for, setup_of
 from lab.core.results import read_record, results_root, run_folder, write_json
 from lab.core.scenario import Scenario
 from lab.errors import LabError
@@ -54,7 +54,7 @@ def recorded_trials(folder: Path) -> dict[tuple[str, str], list[Trial]]:
 def verify_recorded(
     ref: str,
     catalogue: Mapping[str, Scenario],
-    profile: str | None = None,
+    profile: Profile | None = None,
     only: Sequence[str] = (),
     trials: int | None = None,
 ) -> list[ScenarioVerdicts]:
@@ -74,7 +74,7 @@ def verify_recorded(
             continue
         first = next(iter(runs[0].records.values()))
         meta = first.get("verify") or {}
-        prof = meta.get("profile") or profile or "quick"
+        prof = meta.get("profile") or (profile or QUICK).name
         override = trials or meta.get("trials_override")
         scenario = catalogue.get(sc_id)
         if scenario is None:
@@ -94,7 +94,7 @@ def verify_recorded(
             continue
         if case and case not in scenario.cases:
             continue  # a case the scenario no longer has
-        claims, skipped = claims_for(scenario, check_profile(prof), override, case)
+        claims, skipped = claims_for(scenario, Profile.of(prof), override, case)
         results.append(
             ScenarioVerdicts(
                 scenario=sc_id,
@@ -114,14 +114,13 @@ def verify_recorded(
                 skipped=[{**bare_verdict(c), "trials_asked": c.trials} for c in skipped],
             )
         )
-    results += recorded_explore(
-        folder, catalogue, results[0].profile if results else profile or "quick", only
-    )
+    recorded_as = Profile.of(results[0].profile) if results else profile or QUICK
+    results += recorded_explore(folder, catalogue, recorded_as, only)
     if only and not results:
         raise LabError(f"run {ref!r} has no records of {', '.join(only)}")
     for sc_id in dict.fromkeys(r.scenario for r in results):
         if (scenario := catalogue.get(sc_id)) is not None:
-            across = judge_across(scenario, results[0].profile, results)
+            across = judge_across(scenario, Profile.of(results[0].profile), results)
             if across is not None and across.verdicts:
                 results.append(across)
     return results
