@@ -56,6 +56,12 @@ class Edit:
 STATUSES = ("held", "not held", "fitted", "not reproduced", "not judged", "not exercised")
 
 
+class NotReproduced(Exception):
+    """Raised by a check when the run misses the published number it is about: the verdict
+    is "not reproduced" with the message (the measured value and by how much), never "not
+    held": coming closer to the document can never turn a claim into a failure."""
+
+
 class NotJudged(Exception):
     """Raised by a check when the run could not judge the claim: the setup the claim is
     about was not produced (e.g. the client could not make the load). The message says why;
@@ -143,6 +149,10 @@ class Claim:
                 "status": "not judged",
                 "measured": str(exc),
             }
+        except NotReproduced as exc:
+            verdict, missed = (False, str(exc)), True
+        else:
+            missed = False
         if verdict is None:
             return None
         held, measured = verdict
@@ -154,12 +164,8 @@ class Claim:
                 "status": "not judged",
                 "measured": f"the machine: {cause}; {measured}",
             }
-        return {
-            **self.bare(),
-            "held": bool(held) and self.status(bool(held)) == "held",
-            "status": self.status(bool(held)),
-            "measured": measured,
-        }
+        status = "not reproduced" if missed else self.status(bool(held))
+        return {**self.bare(), "held": status == "held", "status": status, "measured": measured}
 
 
 MACHINE_SHARE = 0.25  # of a window the lab's event loop spent runnable, not running
@@ -215,20 +221,23 @@ def judge_trials(
     if not per:
         return None
     count = len(per)
-    held = sum(1 for _, v in per if v["status"] != "not held" and not v.get("not_judged"))
+    missed = ("not held", "not reproduced")
+    held = sum(1 for _, v in per if v["status"] not in missed and not v.get("not_judged"))
     need = claim.needed(count)
     verdict: Verdict = {**per[0][1]}
     if count > 1:
-        shown = next((v for _, v in per if v["status"] == "not held"), per[0][1])
+        shown = next((v for _, v in per if v["status"] in missed), per[0][1])
         verdict["measured"] = f"held in {held}/{count} trials; e.g. {shown['measured']}"
     if any(v.get("not_judged") for _, v in per):  # a trial that could not judge it
         verdict["not_judged"] = True
         verdict["status"] = "not judged"
+    elif held < need and not any(v["status"] == "not held" for _, v in per):
+        verdict["status"] = "not reproduced"  # it missed the published number, never failed
     else:
         verdict["status"] = claim.status(held >= need)
     verdict["held"] = verdict["status"] == "held"
     verdict["trials"] = [
-        {"seed": s, "held": v["status"] != "not held", "measured": v["measured"]} for s, v in per
+        {"seed": s, "held": v["status"] not in missed, "measured": v["measured"]} for s, v in per
     ]
     verdict["trials_held"] = held
     verdict["trials_needed"] = need

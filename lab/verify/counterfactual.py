@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from lab.core.claims import Claim, Edit, NotJudged, Record
+from lab.core.claims import Claim, Edit, NotJudged, NotReproduced, Record
 
 
 def kind(claim: Claim, said: str = "") -> str:
@@ -133,6 +133,10 @@ def judge(
             got = claim.check(cf)
         except NotJudged as exc:
             why = f"not judged there: {exc}"
+            continue
+        except NotReproduced as exc:  # the published number missed there: the claim failed
+            held.append(False)
+            measured = measured or str(exc)
             continue
         except Exception as exc:  # a record without what the check reads
             why = f"the check cannot read those records ({type(exc).__name__}: {exc})"
