@@ -153,3 +153,35 @@ async def test_explore_claims_hold(servers: Servers) -> None:
     assert all(v["status"] == "held" for v in result.verdicts), [
         (v["text"], v["measured"]) for v in result.verdicts if v["status"] != "held"
     ]
+
+
+def _load(n: int, failed: int, attempts: int) -> Record:
+    """A load record with `failed` of `n` transfers ended in 40P01."""
+    outcomes = {"ok": n - failed, "40P01": failed} if failed else {"ok": n}
+    return {
+        "knobs": {"n": n},
+        "outcomes": outcomes,
+        "counters": {"attempts": attempts},
+        "wall_ms": 1,
+    }
+
+
+def test_the_document_numbers_a_load_misses_read_not_reproduced() -> None:
+    """At the document's 40 transfers, jitter that fails as many reads NOT REPRODUCED with
+    the figures (at 10 it is not held), and 18 of 40 failed is not the document's "most"."""
+    from scenarios.money_transfer.claims import CLAIMS
+
+    jitter = [c for c in CLAIMS if c.id == "DL-8" and "buggy-jitter" in c.variants]
+    at_40, at_10 = (next(c for c in jitter if p in c.profiles) for p in ("published", "quick"))
+    same = {"buggy": _load(40, 25, 200), "buggy-jitter": _load(40, 26, 190)}
+    verdict = judge_trials(at_40, [same] * 3)
+    assert verdict is not None and verdict["status"] == "not reproduced"
+    assert "buggy 25" in verdict["measured"] and "buggy-jitter 26" in verdict["measured"]
+    small = {"buggy": _load(10, 3, 43), "buggy-jitter": _load(10, 3, 30)}
+    verdict = judge_trials(at_10, [small] * 3)
+    assert verdict is not None and verdict["status"] == "not held"
+    most = next(c for c in CLAIMS if c.id == "DL-7" and "most transfers" in c.text)
+    verdict = judge_trials(most, [{"buggy": _load(40, 18, 200)}] * 3)
+    assert verdict is not None and verdict["status"] == "not reproduced"
+    verdict = judge_trials(most, [{"buggy": _load(40, 29, 215)}] * 3)
+    assert verdict is not None and verdict["status"] == "held"

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.core.claims import Record
+from lab.core.claims import NotReproduced, Record
 from lab.core.outcome import notation
 from scenarios.money_transfer.invariant import MOVED_ONCE
 from scenarios.money_transfer.money_transfer import RETRYABLE
 
 MIN_ATTEMPTS_PER_TRANSFER = 3  # buggy, of at most 6: measured 3.6-6 at 10 transfers, 5.2-5.9 at 40
-# buggy at 40 transfers: 18-37 of 40 failed here (a majority in 7 of 9 runs; published 29)
-STILL_FAILING_SHARE = 1 / 3
 LOW_CONTENTION_N = 10  # transfers; jitter alone helped at 10, not at 20 or 40 (measured)
 
 
@@ -41,11 +39,16 @@ def _buggy_attempts(records: Mapping[str, Record]) -> tuple[bool, str]:
 
 
 def _buggy_still_failing(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """Most transfers still fail with 40P01 after the retries, as the document's 29 of 40;
+    fewer (measured here 18-37 of 40) is the document's number not reproduced."""
     rec = records["buggy"]
     n, failed = rec["knobs"]["n"], rec["outcomes"].get("40P01", 0)
-    return failed >= STILL_FAILING_SHARE * n, (
+    seen = (
         f"buggy: {notation(rec['outcomes'])} attempts={_attempts(rec)} in {rec['wall_ms']:.0f} ms"
     )
+    if failed * 2 <= n:
+        raise NotReproduced(f"{seen}: {failed} of {n} failed, not most")
+    return True, seen
 
 
 def _failed(rec: Record) -> int:
@@ -58,16 +61,22 @@ def _retried(rec: Record) -> dict[str, int]:
 
 
 def _jitter_cuts_failures(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """Jitter alone fails fewer transfers than retrying at once. At more than
+    LOW_CONTENTION_N transfers (the document's 40) a miss is the document's suggestion
+    not reproduced here, with the figures; at LOW_CONTENTION_N or fewer it fails."""
     buggy, jitter = records["buggy"], records["buggy-jitter"]
     n = buggy["knobs"]["n"]
-    if n > LOW_CONTENTION_N or not (_failed(buggy) or _failed(jitter)):
-        # at 20 and 40 transfers jitter alone did not cut failures (claims.py); with none
-        # failing on either side there was nothing to cut
-        return None
-    return _failed(jitter) < _failed(buggy), (
+    if not (_failed(buggy) or _failed(jitter)):
+        return None  # with none failing on either side there was nothing to cut
+    seen = (
         f"failed transfers of {n}: buggy {_failed(buggy)} (attempts={_attempts(buggy)}), "
         f"buggy-jitter {_failed(jitter)} (attempts={_attempts(jitter)})"
     )
+    if _failed(jitter) < _failed(buggy):
+        return True, seen
+    if n > LOW_CONTENTION_N:
+        raise NotReproduced(f"{seen}: jitter alone did not cut them")
+    return False, seen
 
 
 def _business_errors(rec: Record) -> int:
