@@ -10,7 +10,10 @@ Fix:        singleflight, token + compare-and-delete in finally, a wait bounded 
 Published:  500 misses, 400 ms rebuild: poll GETs=2739, DB calls=1, 597 ms; singleflight
             GETs=500, DB calls=1, 531 ms; 5,000 waiters, 1 s rebuild: ~100k GET/s (Redis
             7.4.11, Node 24) — deadlock-distributed-lock-cron.vi.txt, "Cache rebuild lock".
-See:        claims.py, wait_window.py, docs/load.md; waiters: lab/kit/waiters.py.
+Written:    both variants in one language, async functions that await Redis through
+            awaits.py (`await redis(...)`, `await sleep(...)`, `await call(...)`): the
+            waiter engine runs them fast enough for 5,000 pollers (docs/load.md).
+See:        claims.py, wait_window.py, docs/load.md; awaits.py, lab/kit/waiters.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import uuid
 from lab.aio import within
 from lab.core.scenario import Check, Env
 from lab.kit.redislock import COMPARE_AND_DELETE
-from lab.kit.waiters import Call, Command, Sleep, Waiter
+from lab.kit.waiters import Command
+from scenarios.cache_stampede.awaits import call, redis, run, sleep
 
 KEY = "product:42"
 LOCK = "lock:product:42"
@@ -39,13 +43,13 @@ async def setup(env: Env) -> None:
         await env.redis.set(env.key(STALE), b"product-42-v0", ex=STALE_TTL_S)
 
 
-def query_db(env: Env) -> Waiter[bytes]:
+async def query_db(env: Env) -> bytes:
     """rebuild_ms of query, on the trace; with rebuild_fails a process's first one throws."""
     env.add("db_calls")
     fails = env.params["rebuild_fails"] and env.counters["db_calls"] == 1
     start = env.now_ms()
     try:
-        yield Sleep(env.params["rebuild_ms"] / 1000)
+        await sleep(env.params["rebuild_ms"] / 1000)
     finally:
         env.trace("db", "rebuild", at_ms=start, end_ms=round(env.now_ms(), 1), failed=fails)
     if fails:
@@ -53,61 +57,74 @@ def query_db(env: Env) -> Waiter[bytes]:
     return b"product-42-v1"
 
 
-def get(env: Env, key: str) -> Command:
+async def get(env: Env, key: str) -> bytes | None:
     env.add("redis_get")
-    return Command.get(env.key(key))
+    value: bytes | None = await redis(Command.get(env.key(key)))
+    return value
 
 
-def take_lock(env: Env, actor: int, token: str) -> Waiter[bool]:
+async def take_lock(env: Env, actor: int, token: str) -> bool:
     env.add("redis_set")
     env.add("lock_attempts")
     ttl_ms = max(1, round(float(env.params["lock_ttl_s"]) * 1000))  # EX 10 is PX 10000
-    taken = bool((yield Command.set(env.key(LOCK), token, nx=True, px=ttl_ms)))
+    taken = bool(await redis(Command.set(env.key(LOCK), token, nx=True, px=ttl_ms)))
     if taken:
         env.state["lock_owner"] = actor  # the lab's bookkeeping: buggy's lock has no token
     return taken
 
 
-def write(env: Env, key: str, value: bytes, ttl_s: int) -> Waiter[None]:
+async def write(env: Env, key: str, value: bytes, ttl_s: int) -> None:
     env.add("redis_set")
-    yield Command.set(env.key(key), value, ex=ttl_s)
+    await redis(Command.set(env.key(key), value, ex=ttl_s))
     env.trace("cache", "set", key=key)
+
+
+# --- buggy: the document's code -------------------------------------------------------
 
 
 async def buggy(env: Env, conn: object, actor: int) -> str:
     try:
-        await env.do(get_polling(env, actor))
+        await run(env, get_polling(env, actor))
     except RebuildFailed:
         return "error"  # the request that ran the failing query answers 500
     return "ok"
 
 
-def get_polling(env: Env, actor: int, depth: int = 0) -> Waiter[bytes]:
-    value: bytes | None = yield get(env, KEY)
+async def get_polling(env: Env, actor: int, depth: int = 0) -> bytes:
+    value = await get(env, KEY)
     if value is None:
-        if not (yield Call(take_lock(env, actor, "1"))):
+        if not await take_lock(env, actor, "1"):
             env.add("polls")
-            yield Sleep(env.params["poll_ms"] / 1000)  # the poll interval is the subject
-            found: bytes = yield Call(get_polling(env, actor, depth + 1))  # unbounded
-            return found
-        value = yield Call(query_db(env))  # throws: no finally, the lock stays for its TTL
-        yield Call(write(env, KEY, value, CACHE_TTL_S))
-        env.add("redis_del")
-        owner = env.state["lock_owner"]
-        if (yield Command.delete(env.key(LOCK))) and owner != actor:  # no token: anyone's
-            env.add("lock_deleted_foreign")
+            await sleep(env.params["poll_ms"] / 1000)  # the poll interval is the subject
+            return await call(get_polling(env, actor, depth + 1))  # unbounded recursion
+        value = await query_db(env)  # throws: no finally, the lock stays for its TTL
+        await write(env, KEY, value, CACHE_TTL_S)
+        await delete_lock(env, actor)
     env.sample("polls_per_request", depth)
     return value
 
 
+async def delete_lock(env: Env, actor: int) -> None:
+    """DEL with no token: it deletes whoever's lock is there now."""
+    env.add("redis_del")
+    owner = env.state["lock_owner"]
+    deleted = await redis(Command.delete(env.key(LOCK)))
+    if deleted and owner != actor:
+        env.add("lock_deleted_foreign")
+
+
+# --- fixed: singleflight, token + compare-and-delete in finally, bounded wait, stale copy
+
+
 async def fixed(env: Env, conn: object, actor: int) -> str:
-    if await env.do(get(env, KEY)) is not None:
+    if await run(env, get(env, KEY)) is not None:
         return "ok"
-    flights: dict[int, asyncio.Task[bytes]] = env.state.setdefault("flights", {})
+    flights: dict[int, asyncio.Future[bytes]] = env.state.setdefault("flights", {})
     pod = actor % env.params["pods"]
     flight = flights.get(pod)  # a flight that ended well answers misses that raced its write
     if flight is None or (flight.done() and (flight.cancelled() or flight.exception())):
-        flight = flights[pod] = asyncio.create_task(rebuild_once(env, actor))
+        flight = asyncio.ensure_future(run(env, rebuild_once(env, actor)))
+        flights[pod] = flight
     elif await stale(env, at_once=True):
         return "stale"  # the stale copy answers waiters at once
     budget = env.params["max_polls"] * env.params["poll_ms"] / 1000 * env.rng(actor).uniform(1, 2)
@@ -123,30 +140,36 @@ async def fixed(env: Env, conn: object, actor: int) -> str:
 async def rebuild_once(env: Env, actor: int) -> bytes:
     """One rebuild per process; across processes the Redis lock, with a token."""
     token = uuid.uuid4().hex
-    if await env.do(take_lock(env, actor, token)):
+    if await take_lock(env, actor, token):
         try:
-            value: bytes = await env.do(query_db(env))
-            await env.do(write(env, KEY, value, CACHE_TTL_S))
-            await env.do(write(env, STALE, value, STALE_TTL_S))
+            value = await query_db(env)
+            await write(env, KEY, value, CACHE_TTL_S)
+            await write(env, STALE, value, STALE_TTL_S)
             return value
         finally:
-            env.add("redis_eval")
-            release = Command.eval(COMPARE_AND_DELETE, 1, env.key(LOCK), token)
-            env.add("lock_released" if await env.do(release) else "lock_expired_before_release")
+            await release_lock(env, token)
     rng = env.rng(-1 - actor)
     for _ in range(env.params["max_polls"]):  # another process rebuilds: bounded wait
-        await asyncio.sleep(env.params["poll_ms"] / 1000 * rng.uniform(1, 2))
+        await sleep(env.params["poll_ms"] / 1000 * rng.uniform(1, 2))
         env.add("polls")
-        if (found := await env.do(get(env, KEY))) is not None:
-            return bytes(found)
+        found = await get(env, KEY)
+        if found is not None:
+            return found
     raise TimeoutError("another process holds the rebuild lock")
+
+
+async def release_lock(env: Env, token: str) -> None:
+    """Compare-and-delete: only the lock this token took (it may have expired since)."""
+    env.add("redis_eval")
+    released = await redis(Command.eval(COMPARE_AND_DELETE, 1, env.key(LOCK), token))
+    env.add("lock_released" if released else "lock_expired_before_release")
 
 
 async def stale(env: Env, at_once: bool = False) -> bool:
     """With -p stale=true: is there a stale copy to answer with?"""
     if not env.params["stale"]:
         return False
-    found = await env.do(get(env, STALE)) is not None
+    found = await run(env, get(env, STALE)) is not None
     if found:
         env.add("stale_at_once" if at_once else "stale_after_waiting")
     return found

@@ -24,9 +24,10 @@ Counting:   counters redis_get/set/del/eval are the client's commands. INFO comm
             `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
             lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
             run of 4 at n=500, where the client's event loop is saturated).
-Python:     each recursive poll is a call of its own (lab/kit/waiters.py's Call), as each
+Python:     both variants are async functions the waiter engine runs (awaits.py). Each
+            recursive poll is `await call(get_polling(...))`, a call of its own, as each
             JavaScript async call is its own promise: like the document's, it never
-            overflows a stack; each poll keeps one more generator alive until the answer.
+            overflows a stack; each poll keeps one more coroutine alive until the answer.
 Checks:     counts.py (DL-19), get_rate.py (DL-20), failures.py (DL-21); reading.py reads a
             record for them. This file keeps the published values, CLAIMS and the assembly.
 """
