@@ -131,10 +131,6 @@ def _record_edits() -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 32: cache-stampede (being rewritten) still has record edits without a reason",
-)
 def test_every_record_edit_says_why_no_run_gives_the_opposite() -> None:
     """No generic edit is left: each record edit carries its one-line reason."""
     assert [e for e in _record_edits() if not e[2]] == []
