@@ -121,7 +121,8 @@ CLAIMS = (
         counterfactual=mutation(
             "buggy",
             counts._one_get_fewer,
-            why="Redis's own counts are the reference: no run makes them disagree with the client's",
+            why="Redis's own counts are the reference: no run makes them disagree with the "
+            "client's",
         ),
     ),
     Claim(
