@@ -13,7 +13,14 @@ from collections.abc import Mapping
 from lab.core.claims import Record
 from lab.core.scenario import Check, Env
 from scenarios.lease_gc_pause import lease_gc_pause as code
-from scenarios.lease_gc_pause.reading import _both, _during, _ev, _span, _writes
+from scenarios.lease_gc_pause.reading import (
+    _both,
+    _during,
+    _ev,
+    _span,
+    _writes,
+    fence_rejected_a,
+)
 
 FENCE_INVARIANT = "fence never goes backwards"
 # observation only: every write that landed, with the fence it replaced
@@ -57,16 +64,8 @@ def _belief_ends_with_lease(rec: Record) -> None:
 
 def _fenced(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["fixed"]
-    aw = _ev(rec, "A", "write")
-    bw = _ev(rec, "B", "write")
     row = rec["evidence"].get("final_row") or {}
-    held = (
-        bool(aw and bw)
-        and (bw["rows"], aw["rows"]) == (1, 0)
-        and bw["t_ms"] < aw["t_ms"]
-        and row.get("body") == "from B"
-        and row.get("fence") == bw["fence"]
-    )
+    held = fence_rejected_a(rec) and row.get("fence") == _ev(rec, "B", "write")["fence"]
     return held, f"fixed: {_writes(rec)}"
 
 

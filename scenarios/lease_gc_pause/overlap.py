@@ -32,6 +32,7 @@ from lab.procs.workers import proc_state
 from scenarios.lease_gc_pause.choreography import WorkerProcess
 from scenarios.lease_gc_pause.fence import FENCE_INVARIANT
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease, hold
+from scenarios.lease_gc_pause.reading import fence_rejected_a
 from scenarios.lease_gc_pause.worker import QuorumLease
 
 GONE_POLL_S = 0.001  # how often the lab looks for A's key on the nodes
@@ -186,15 +187,7 @@ def writes(rec: Record) -> str:
 
 def fenced_verdict(rec: Record) -> tuple[bool, str]:
     """B's write lands (1 row), A's later stale write changes 0 rows, the row is B's."""
-    aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
-    row = rec["evidence"].get("final_row") or {}
-    held = (
-        bool(aw and bw)
-        and (bw["rows"], aw["rows"]) == (1, 0)
-        and bw["t_ms"] < aw["t_ms"]
-        and row.get("body") == "from B"
-    )
-    return held, writes(rec)
+    return fence_rejected_a(rec), writes(rec)
 
 
 def stale_verdict(rec: Record) -> tuple[bool, str]:

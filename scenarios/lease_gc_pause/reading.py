@@ -17,6 +17,19 @@ def _ev(rec: Record, who: str, event: str) -> dict[str, Any]:
     return next((e for e in rec["trace"] if e["who"] == who and e["event"] == event), {})
 
 
+def fence_rejected_a(rec: Record) -> bool:
+    """B's write landed (1 row), A's later stale write changed 0 rows, the row is B's: what
+    the storage's fence does (lease-gc-pause, redlock, lease-busy-loop)."""
+    aw, bw = _ev(rec, "A", "write"), _ev(rec, "B", "write")
+    row = rec["evidence"].get("final_row") or {}
+    return (
+        bool(aw and bw)
+        and (bw["rows"], aw["rows"]) == (1, 0)
+        and bw["t_ms"] < aw["t_ms"]
+        and row.get("body") == "from B"
+    )
+
+
 def _span(rec: Record, who: str, kind: str) -> dict[str, Any]:
     """`who`'s first span of `kind` ("belief" or "redis") in the timeline ({} when none)."""
     spans = rec["evidence"].get("timeline", {}).get("spans", [])
