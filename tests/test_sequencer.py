@@ -281,8 +281,8 @@ async def test_code_inside_one_step_sleeps_no_other_logic_when_pinned(
         slept.append(seconds)
 
     monkeypatch.setattr("lab.core.steps.asyncio.sleep", sleep)
-    pinned = Session("s1", cast(Any, None), 0, gate=cast(Any, object())).inside_step()
-    loaded = Session("s1", cast(Any, None), 0).inside_step()
+    pinned = Session("s1", None, 0, gate=cast(Any, object())).inside_step()
+    loaded = Session("s1", None, 0).inside_step()
     assert pinned.gate is None and pinned.pinned and not loaded.pinned
     await pinned.other_logic(0.05)
     await loaded.other_logic(0.03)

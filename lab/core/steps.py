@@ -50,18 +50,35 @@ class Gate(Protocol):
     ) -> None: ...
 
 
+class Backend(Protocol):
+    """What the harness asks of a session's connection: its backend's pid, and to drop it.
+    An asyncpg connection is one; so is the spec runner's own wire connection."""
+
+    def get_server_pid(self) -> int: ...
+
+    def terminate(self) -> None: ...
+
+
 class Session:
     """One actor's connection, its name (``s1``, ``s2``) and its step points."""
 
     def __init__(
-        self, name: str, conn: asyncpg.Connection, index: int, gate: Gate | None = None
+        self, name: str, conn: Backend | None, index: int, gate: Gate | None = None
     ) -> None:
         self.name = name
-        self.conn = conn
+        self.backend = conn  # None: a session run in a worker process, or a test's
         self.index = index  # 0-based: the role a session plays (cart order, ...)
         self.gate = gate  # None: LOAD mode
         self.stamps: list[tuple[str, float]] = []  # (step, perf_counter) in LOAD mode
         self.pinned = gate is not None  # under a schedule (also inside one granted step)
+
+    @property
+    def conn(self) -> asyncpg.Connection:
+        """The asyncpg connection the session's code runs its SQL on (a pool's proxy is
+        one too); a TypeError names the session when its backend is not one."""
+        if not isinstance(self.backend, asyncpg.Connection):
+            raise TypeError(f"session {self.name}: no asyncpg connection ({self.backend!r})")
+        return self.backend
 
     async def step(
         self,
@@ -135,7 +152,7 @@ class Session:
         """This session for code that runs inside one granted step (a retried transaction
         as the single step `retry`): its step points are not granted, only stamped, and
         pinned its other_logic still takes no time."""
-        inner = Session(self.name, self.conn, self.index)
+        inner = Session(self.name, self.backend, self.index)
         inner.pinned = self.pinned
         return inner
 

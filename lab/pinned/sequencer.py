@@ -37,11 +37,9 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-import asyncpg
-
 from lab.aio import within
 from lab.core.outcome import classify
-from lab.core.steps import Session, on_its_own, parse_step
+from lab.core.steps import Backend, Session, on_its_own, parse_step
 from lab.errors import ScenarioFailure
 from lab.pinned.cast import Aborted, Cast, Code, InvalidPermutation, ScheduleError, SessionState
 from lab.pinned.interleave import Fetcher, InterleaveTimeout, lock_waiters
@@ -69,7 +67,7 @@ class Sequencer(Cast):
     def __init__(
         self,
         db: Fetcher | None,
-        sessions: Mapping[str, tuple[asyncpg.Connection, Code]],
+        sessions: Mapping[str, tuple[Backend | None, Code]],
         *,
         label: str,
         header: str = "",
@@ -314,8 +312,8 @@ class Sequencer(Cast):
             pending = {t for t in tasks if not t.done()}
         if pending:  # nothing a run left half done is reused
             for st in self.states.values():
-                if st.session.conn is not None:
-                    st.session.conn.terminate()
+                if st.session.backend is not None:
+                    st.session.backend.terminate()
 
     def _grant(self, st: SessionState, own: bool = False) -> None:
         self._own = own

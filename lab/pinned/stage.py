@@ -81,7 +81,7 @@ class ChildGate:
         self.child = child
 
     async def ask(self, session: Session, step: str, shown: str) -> None:
-        pid = session.conn.get_server_pid() if session.conn is not None else 0
+        pid = session.backend.get_server_pid() if session.backend is not None else 0
         self.child.emit("asks", step=step, shown=shown, pid=pid)  # pid: the lab looks at it
         await self.child.step(step)
 

@@ -34,8 +34,8 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
 
+from lab.core.steps import Backend
 from lab.errors import LabError
 from lab.pinned.cast import Code
 from lab.pinned.rules import Rules
@@ -144,10 +144,10 @@ class SpecRun:
                 self.run_sql(conn, sess.setup, f"setup of session {sess.name} failed", fatal=True)
         items = [SpecStep(ps, self.conn_of(ps)) for ps in perm]
         tester = Tester(self, items)
-        sessions: dict[str, tuple[Any, Code]] = {}
+        sessions: dict[str, tuple[Backend | None, Code]] = {}
         for conn in self.conns[1:]:  # by the spec's own session names
             mine = [step for step in items if step.conn is conn]
-            sessions[conn.name] = (cast(Any, SessionHandle(conn.pg)), tester.code(conn, mine))
+            sessions[conn.name] = (SessionHandle(conn.pg), tester.code(conn, mine))
         schedule = [f"{step.conn.name} {step.ps.name}" for step in items]
         seq = Sequencer(
             None,

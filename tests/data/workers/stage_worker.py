@@ -10,7 +10,7 @@ from lab.procs.workers import Child, run_child
 
 
 async def main(child: Child) -> str:
-    s = Session(child.config["who"], None, 0, gate=ChildGate(child))  # type: ignore[arg-type]
+    s = Session(child.config["who"], None, 0, gate=ChildGate(child))
     await s.step("one", asyncio.sleep, 0, shown="sleep 0", result=lambda _: "slept")
     await s.step("two", asyncio.sleep, 0, shown="sleep 0 again", result=lambda _: "slept")
     return "done"
