@@ -40,6 +40,7 @@ from lab.aio import within
 from lab.core.claims import Claim, mutation
 from lab.core.published import Measured, published_lines
 from lab.core.scenario import Defaults, Env, Param, declare
+from lab.core.seconds import wall_within
 from lab.load.redisstats import preconnect
 from scenarios.cache_stampede import cache_stampede as code
 from scenarios.cache_stampede import counts, failures, get_rate
@@ -112,6 +113,18 @@ CLAIMS = (
         counts._poll_multiplies_gets,
         published=f"{PUBLISHED['buggy']} vs {PUBLISHED['fixed']}; "
         "500 waiter poll mỗi 50 ms tạo 5.5x số GET",
+    ),
+    Claim(
+        "DL-19",
+        f"500 misses, 400 ms rebuild: buggy's GETs within ±{counts.NEAR:.0%} of the published",
+        ("buggy",),
+        counts.gets_near(2739),
+        published=PUBLISHED["buggy"],
+        profiles=("published",),
+    ),
+    *(
+        wall_within("DL-19", v, MEASURED[v][0].wall_ms or 0, counts.NEAR, "", f"500 misses, {v}")
+        for v in BOTH
     ),
     Claim(
         "DL-19",

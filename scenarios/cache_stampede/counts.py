@@ -7,10 +7,12 @@ counterfactuals: a second rebuild, a server count one GET short.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
-from lab.core.claims import Record
+from lab.core.claims import NotReproduced, Record
 from scenarios.cache_stampede.reading import _c, _failure_mode
+
+NEAR = 0.30  # a published count or wall reproduced within ±30 % (single runs move 10-15 %)
 
 
 def _one_rebuild(records: Mapping[str, Record]) -> tuple[bool, str] | None:
@@ -78,3 +80,21 @@ def _second_rebuild(rec: Record) -> None:  # a lock that let a second waiter reb
 def _one_get_fewer(rec: Record) -> None:  # a server count one GET short of the client's
     stats = rec["evidence"].setdefault("redis_commandstats", {})
     stats["get"] = int(stats.get("get", 0)) - 1
+
+
+def gets_near(published: int) -> Callable[[Mapping[str, Record]], tuple[bool, str] | None]:
+    """buggy's GET count within NEAR of the document's `published`; outside it the number
+    is not reproduced (NotReproduced, with the ratio)."""
+
+    def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+        rec = records["buggy"]
+        if _failure_mode(rec):
+            return None
+        got = _c(rec, "redis_get")
+        ratio = got / published
+        seen = f"buggy: GETs={got} vs published {published} (x{ratio:.2f}, n={rec['knobs']['n']})"
+        if abs(ratio - 1) > NEAR:
+            raise NotReproduced(f"{seen}, outside ±{NEAR:.0%}")
+        return True, seen
+
+    return check
