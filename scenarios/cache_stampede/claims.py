@@ -172,6 +172,15 @@ CLAIMS = (
     ),
     Claim(
         "DL-21",
+        "No bound: buggy's poll calls itself again for as long as the failed rebuild's lock "
+        "stays, about TTL / poll_ms deep; the fix's wait is bounded (max_polls)",
+        BOTH,
+        failures._no_bound,
+        published="đệ quy không giới hạn (treo tới timeout)",
+        cases=("rebuild-fails",),
+    ),
+    Claim(
+        "DL-21",
         "No token: a rebuild slower than the lock TTL lets a second rebuild start and the first "
         "one's DEL removes the second's lock; the fix keeps one rebuild and deletes nothing",
         BOTH,

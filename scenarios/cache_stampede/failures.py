@@ -31,6 +31,27 @@ def _no_finally(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     return held_b > 0 and p50_b >= ttl_ms and held_f < 0 and max_f < ttl_ms, seen
 
 
+def _no_bound(records: Mapping[str, Record]) -> tuple[bool, str] | None:
+    """The document's poll calls itself again with no bound: a waiter recurses once per
+    poll for as long as the failed rebuild's lock stays (its TTL), about TTL / poll_ms
+    deep; the fix waits a bounded number of polls (max_polls), here none at all."""
+    b, f = records["buggy"], records["fixed"]
+    if not b["params"]["rebuild_fails"]:
+        return None
+    p = b["params"]
+    deep = p["lock_ttl_s"] * 1000 / p["poll_ms"]
+    polls = b.get("samples", {}).get("polls_per_request", {})
+    fixed_polls = _c(f, "polls")
+    seen = (
+        f"buggy: polls per request p50 {polls.get('p50')}, max {polls.get('max')} (lock TTL "
+        f"{p['lock_ttl_s'] * 1000:.0f} ms / poll {p['poll_ms']:.0f} ms = {deep:.0f}); fixed: "
+        f"{fixed_polls} polls in all (bound {f['params']['max_polls']} per request)"
+    )
+    reached = polls.get("p50", 0) >= 0.8 * deep
+    bounded = fixed_polls <= f["params"]["max_polls"] * f["knobs"]["n"]
+    return reached and bounded, seen
+
+
 def _no_token(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     b, f = records["buggy"], records["fixed"]
     p = b["params"]
