@@ -170,3 +170,19 @@ def test_the_templates_are_package_data() -> None:
     for f in files:
         rel = f.relative_to(OUTPUT).as_posix()
         assert any(fnmatch.fnmatch(rel, g) for g in globs), rel
+
+
+def test_each_claim_shows_its_counterfactual_and_its_kind() -> None:
+    """A verify --counterfactual run's page has a counterfactual column: what each claim
+    gave there and the kind (a run, a record edit); a page without one has no column."""
+    recs, verdicts = _verify_run()
+    first, second = verdicts[0].verdicts[:2]
+    first["counterfactual"], first["counterfactual_kind"] = "failed", "run"
+    second["counterfactual"], second["counterfactual_kind"] = "held", "record-edit"
+    page = page_view(recs, "r", verdicts, generated="now")
+    rows = page.sections[0].claims
+    assert [r.counterfactual for r in rows[:3]] == ["failed (run)", "held (record-edit)", ""]
+    text = visible_text(render(page))
+    assert "counterfactual" in text and "failed (run)" in text and "held (record-edit)" in text
+    plain_recs, plain = _verify_run()
+    assert "counterfactual" not in visible_text(render(page_view(plain_recs, "r", plain)))

@@ -96,6 +96,9 @@ class ClaimRow:
     measured: str  # for a claim not judged here: why
     published: str
     judged: bool  # False: a claim of another profile, or one these settings cannot judge
+    # verify --counterfactual: what the claim gave there, and the counterfactual's kind
+    # ("failed (run)", "held (record-edit)": it cannot fail); "" when none was judged
+    counterfactual: str = ""
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,13 @@ def record_verdicts(sc_id: str, recs: Sequence[Record]) -> ScenarioVerdicts:
     )
 
 
+def _counterfactual(v: Mapping[str, Any]) -> str:
+    """`failed (run)`, `held (record-edit)`, `none: why (none)`, or "" when not judged."""
+    said = str(v.get("counterfactual") or "")
+    kind = str(v.get("counterfactual_kind") or "")
+    return f"{said} ({kind})" if said and kind else said
+
+
 def claim_rows(shown: ScenarioVerdicts) -> tuple[ClaimRow, ...]:
     rows = []
     for c in shown.verdicts:
@@ -293,6 +303,7 @@ def claim_rows(shown: ScenarioVerdicts) -> tuple[ClaimRow, ...]:
                 str(c.get("measured", "")),
                 str(c.get("published") or ""),
                 judged=True,
+                counterfactual=_counterfactual(c),
             )
         )
     for s in shown.skipped:
