@@ -268,8 +268,9 @@ def test_missing_variant_and_missing_trials_are_not_judged() -> None:
     assert repeated_v["measured"].startswith("asks for 3 trials, 1 recorded")
 
 
-def test_check_returning_none_is_not_exercised_and_a_crashing_check_not_held() -> None:
-    """A check that says "not exercised" is reported so; a check that raises is not held."""
+def test_check_returning_none_is_not_judged_and_a_crashing_check_not_held() -> None:
+    """In verify, at the claim's own settings, a check that finds nothing to judge is NOT
+    JUDGED (never a silent pass); a check that raises is not held."""
 
     def boom(records: Mapping[str, Record]) -> tuple[bool, str]:
         raise KeyError("redis_get")
@@ -279,14 +280,26 @@ def test_check_returning_none_is_not_exercised_and_a_crashing_check_not_held() -
         Claim("DL-19", "GET counts", ("buggy",), boom),
     ]
     verdicts = by_text(evaluate(claims, [trial(1, {"ok": 4})]))
-    assert verdicts["no finally"]["status"] == "not exercised"
+    assert verdicts["no finally"]["status"] == "not judged"
+    assert "did not exercise it" in verdicts["no finally"]["measured"]
     assert verdicts["GET counts"]["status"] == "not held"
     assert "check failed: KeyError" in verdicts["GET counts"]["measured"]
     summary = summarize(
         [ScenarioVerdicts("toy", "", "quick", {}, {}, 1, list(verdicts.values()))], "quick"
     )
     assert summary.line().startswith("0 claims held, 1 not held")
-    assert "1 not exercised" in summary.line()
+    assert "1 not judged" in summary.line()
+    assert not summary.ok
+
+
+def test_a_claim_verify_ran_but_whose_effect_did_not_happen_fails_verify() -> None:
+    """Issue 32's not-exercised defect: a check that returns None because the effect did
+    not happen (no contention, pod-2 never in time) made a verify that judged nothing
+    else pass. Now it is NOT JUDGED and verify's summary is not ok."""
+    claims = [Claim("LC-12", "a refusal is timed", ("buggy",), lambda r: None)]
+    verdicts = evaluate(claims, [trial(1, {"ok": 4})])
+    summary = summarize([ScenarioVerdicts("toy", "", "quick", {}, {}, 1, verdicts)], "quick")
+    assert [v["status"] for v in verdicts] == ["not judged"]
     assert not summary.ok
 
 
@@ -599,7 +612,7 @@ def test_a_held_gap_is_not_counted_held_and_says_not_reproduced() -> None:
     ]
     summary = summarize([ScenarioVerdicts("toy", "", "quick", {}, {}, 1, rows)], "quick")
     assert summary.line().startswith(
-        "1 claims held, 0 not held (1 published number(s) NOT REPRODUCED, only their gap held)"
+        "1 claims held, 0 not held (1 published number(s) NOT REPRODUCED)"
     )
     assert summary.ok and summary.to_json()["gaps"] == 1
     assert "NOT REPRODUCED" in held_word(rows[0]) and held_word(rows[1]) == "[green]held[/green]"

@@ -110,7 +110,7 @@ def verify(
             return
         vr = verify_command(chosen, asked, SCENARIOS, _Stderr())
         _print_verify(vr, as_json, asked.write)
-        cf_bad = vr.summary.cannot_fail or vr.summary.ungrounded
+        cf_bad = vr.summary.cannot_fail or vr.summary.ungrounded or vr.summary.unrun
         if not vr.summary.ok or (counterfactual and cf_bad):
             raise typer.Exit(1)
 

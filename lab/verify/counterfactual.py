@@ -45,6 +45,9 @@ def edit_reason(claim: Claim) -> str:
     return cf.why if isinstance(cf, Edit) else ""
 
 
+RUNS_IT = "(verify --counterfactual runs it)"  # how a plain verify's missing record reads
+
+
 def is_fixed(variant: str) -> bool:
     """Variants named fixed* carry a fix; every other one (buggy*, timeout-only, ...) not."""
     return variant.split("@", 1)[0].startswith("fixed")
@@ -106,7 +109,7 @@ def records_of(
         return mapping
     missing = sorted({o for o in mapping.values() if o not in records})
     if missing:
-        return f"no record of {', '.join(missing)} in this run (verify --counterfactual runs it)"
+        return f"no record of {', '.join(missing)} in this run {RUNS_IT}"
     out = dict(records)
     for name, other in mapping.items():
         out[name] = records[other]

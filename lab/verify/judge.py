@@ -79,7 +79,7 @@ class Summary:
     errors: int
     scenarios: int
     profile: str
-    gaps: int = 0  # held claims on a published number the lab does not reproduce: not in held
+    gaps: int = 0  # published numbers the lab does not reproduce (NOT REPRODUCED): not in held
     fitted: int = 0  # held on a number a knob was fitted to: not in held
     cannot_fail: int = 0  # held on their counterfactual too (verify --counterfactual)
     by_chance: int = 0  # failed their counterfactual in some trials only ("held in k of n")
@@ -91,6 +91,9 @@ class Summary:
     # many have none outside a declared gap (NOT REPRODUCED): those fail --counterfactual
     kinds: dict[str, int] = field(default_factory=dict)
     ungrounded: int = 0
+    # a plain verify: counterfactuals whose records only verify --counterfactual makes
+    # (another variant, a mutant): not counted as ungrounded there, a failure with it
+    unrun: int = 0
 
     @property
     def ok(self) -> bool:
@@ -103,7 +106,7 @@ class Summary:
         if self.fitted:
             extra.append(f"{self.fitted} FITTED (a knob was fitted to the number they check)")
         if self.gaps:
-            extra.append(f"{self.gaps} published number(s) NOT REPRODUCED, only their gap held")
+            extra.append(f"{self.gaps} published number(s) NOT REPRODUCED")
         if self.cannot_fail:
             extra.append(f"{self.cannot_fail} held on their counterfactual too: cannot fail")
         if self.by_chance:
@@ -140,6 +143,7 @@ class Summary:
             "cannot_fail": self.cannot_fail,
             "counterfactual_kinds": self.kinds,
             "ungrounded": self.ungrounded,
+            "unrun": self.unrun,
             "missing": self.missing,
             "missing_why": self.missing_why,
             "line": self.line(),
@@ -211,9 +215,10 @@ def evaluate(
     """Every claim's verdict over the trials it asks for (pure: records in, verdicts out).
 
     Each verdict has a `status`: "held", "not held", "fitted" and "not reproduced" (held,
-    but not counted so), "not judged" (a variant's record is missing, or fewer trials than
-    the claim asks for) or "not exercised" (the check says this run's settings do not
-    exercise it, e.g. a failure mode left off). Nothing is silently dropped. Given the
+    but not counted so), "not judged" (a variant's record is missing, fewer trials than
+    the claim asks for, or the check found nothing to judge: verify runs each claim at its
+    own settings, so an effect that did not happen there is no pass, and it counts against
+    verify's exit). Nothing is silently dropped. Given the
     scenario's `variants`, each judged verdict also gets its `counterfactual`
     (lab/verify/counterfactual.py); `setup` says whose settings the run had.
     """
@@ -227,8 +232,10 @@ def evaluate(
             why = f"no record of {', '.join(missing) or 'any variant'}"
             verdict = {**bare_verdict(c), "held": False, "status": "not judged", "measured": why}
         elif verdict is None:
-            why = "this run's settings do not exercise it"
-            verdict = {**bare_verdict(c), "held": False, "status": "not exercised", "measured": why}
+            why = (
+                "at its own settings the run did not exercise it: the check found nothing to judge"
+            )
+            verdict = {**bare_verdict(c), "held": False, "status": "not judged", "measured": why}
         elif exercised < c.trials:
             why = f"asks for {c.trials} trials, {exercised} recorded; {verdict['measured']}"
             verdict = {**verdict, "held": False, "status": "not judged", "measured": why}
@@ -301,7 +308,12 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
     missing = [v for r in results for v in r.verdicts if v.get("missing")]
     verdicts = [v for r in results for v in r.verdicts if not v.get("missing")]
     # records written before "not reproduced" was a status said "held" with a gap's text
-    gaps = sum(1 for v in verdicts if status_of(v) in ("held", "not reproduced") and is_gap(v))
+    gaps = sum(
+        1
+        for v in verdicts
+        if status_of(v) == "not reproduced" or (status_of(v) == "held" and is_gap(v))
+    )
+    unrun = [v for v in verdicts if str(v.get("counterfactual", "")).endswith(cf.RUNS_IT)]
     return Summary(
         held=sum(1 for v in verdicts if status_of(v) == "held" and not is_gap(v)),
         fitted=sum(1 for v in verdicts if status_of(v) == "fitted"),
@@ -312,8 +324,11 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
         gaps=gaps,
         kinds=kind_counts(verdicts),
         ungrounded=sum(
-            1 for v in verdicts if v.get("counterfactual_kind") == "none" and not is_gap(v)
+            1
+            for v in verdicts
+            if v.get("counterfactual_kind") == "none" and not is_gap(v) and v not in unrun
         ),
+        unrun=len(unrun),
         not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
         not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
         not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
