@@ -3,6 +3,7 @@ and nothing else, `--expected` diffs it (alternates count), a bad spec is one li
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from lab.servers import Servers
@@ -65,3 +66,30 @@ def test_steps_that_never_return_are_named_with_their_line(
     assert proc.stdout == (EXPECTED / "mutual-blockers.out").read_text()
     last = proc.stderr.strip().splitlines()[-1]
     assert last == f"locklab: {spec}:16: steps b, a2 block each other and never return", last
+
+
+def test_trace_takes_a_scenarios_parameters_and_records_them(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """`trace SCENARIO -p key=value` runs the schedule with it (lost-update with 2 in stock:
+    both reads see 2) and the record keeps it; -p isolation, an unknown key, -p with
+    --actor or on a spec are one line each, before any server starts."""
+    assert servers.pg is not None
+    dsn = ("--pg-dsn", servers.pg.dsn)
+    args = ("trace", "lost-update", "-v", "buggy", "--schedule", "both-read-first")
+    ran = locklab(*args, "-p", "stock=2", *dsn, results=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.count("stock=2") == 2
+    (record,) = tmp_path.rglob("lost-update.json")
+    assert json.loads(record.read_text())["params"] == {"stock": 2}
+    refused = tmp_path / "refused"
+    for extra, said in (
+        (("-p", "isolation=serializable"), r"give the levels with --isolation"),
+        (("-p", "nope=1"), r"--param 'nope=1': lost-update takes key=value"),
+    ):
+        proc = locklab(*args, *extra, results=refused)
+        assert_one_line_error(proc, said, refused)
+    actors = locklab("explore", "--actor", "true", "-p", "stock=2", results=refused)
+    assert_one_line_error(actors, r"-p: a scenario's parameter", refused)
+    spec = locklab("trace", str(SPECS / "deadlock-simple.spec"), "-p", "a=1", results=refused)
+    assert_one_line_error(spec, r"-p: not for an isolation spec", refused)

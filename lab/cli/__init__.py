@@ -6,7 +6,8 @@ a failure ends as one line and a non-zero exit, never a traceback), ``options`` 
 options commands share, turned into the lab's objects: scenarios, variants, knobs, a run
 plan, servers), then the groups in the order `locklab --help` lists them: ``catalogue``
 (list, claims, show, doctor, locks, new), ``runs`` (run, compare), ``verify`` (verify,
-results, diff, report), ``pinned`` (trace, explore, spec-suite), ``gate`` (`locklab gate`),
+results, diff, report), ``pinned`` (trace, explore, spec-suite; their options in
+``pinned_options``), ``gate`` (`locklab gate`),
 ``bench`` (the lab against reference tools on the same server), ``servers`` (servers up,
 down, status); ``actors`` is what trace and explore do with --actor (unchanged programs
 through the gate).

@@ -15,41 +15,56 @@ from lab.cli.options import (
     DeadlockTimeout,
     Isolation,
     NoRecord,
+    Params,
     PgDsn,
     PgVersion,
     SvgFile,
     find_scenario,
+    parse_params,
     servers_for,
     variants_of,
 )
+from lab.cli.pinned_options import (
+    ActorCommands,
+    AllOrders,
+    ExploreDeadlockTimeout,
+    ExploreJson,
+    FirstOnly,
+    InvariantFile,
+    MaxOrders,
+    OptionalScenario,
+    Reduce,
+    SetupFile,
+    SpecOut,
+)
 from lab.core.results import results_root
+from lab.core.scenario import Scenario, check_params
 from lab.errors import LabError
 from lab.output import console as report
 from lab.servers import open_servers
 
-ActorCommands = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--actor",
-        help="A command to run as one actor, through the gate (repeat it; no scenario then). "
-        "It gets PGHOST/PGPORT/PGUSER/PGDATABASE/PGPASSFILE and DATABASE_URL.",
-    ),
-]
-SetupFile = Annotated[
-    Path | None, typer.Option("--setup", help="With --actor: SQL run once, copied per order.")
-]
-InvariantFile = Annotated[
-    Path | None,
-    typer.Option("--invariant", help="With --actor: SQL returning one boolean row (true: kept)."),
-]
-OptionalScenario = Annotated[
-    str | None,
-    typer.Argument(help="Scenario id (see `locklab list`), a scenario file, or FILE.spec."),
-]
+
+def _pinned_params(sc: Scenario, given: list[str] | None) -> dict[str, Any]:
+    """The -p given to trace or explore, the keys named only, each checked as `run` checks
+    it, over the pinned story's own parameters; the isolation level is --isolation's."""
+    if not given:
+        return {}
+    from lab.pinned import pinned_of
+
+    pinned = pinned_of(sc)
+    keys = [item.partition("=")[0] for item in given]
+    if "isolation" in keys:
+        raise LabError("-p isolation: give the levels with --isolation")
+    full = parse_params(sc, given, {**sc.params, **pinned.params})
+    check_params(sc, len(pinned.sessions), full)
+    return {key: full[key] for key in keys}
 
 
 def _actor_mode(scenario: str | None, actors: list[str] | None, **only: bool) -> bool:
     """Whether the command runs actors; refuses a mix with a scenario's options."""
+    if actors and only.pop("-p", False):
+        raise LabError("-p: a scenario's parameter; an actor takes its own arguments")
+    only.pop("-p", None)
     if not actors:
         if scenario is None:
             raise LabError("give a scenario (see `locklab list`), a FILE.spec, or --actor commands")
@@ -74,6 +89,7 @@ def trace_cmd(
     ] = None,
     isolation: Isolation = None,
     deadlock_timeout: DeadlockTimeout = None,
+    param: Params = None,
     pg_dsn: PgDsn = None,
     svg: SvgFile = None,
     no_record: NoRecord = False,
@@ -92,7 +108,7 @@ def trace_cmd(
     """Print the transcript of a schedule: each step, its SQL and result, who waited. A
     PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints.
     With --actor: one order of unchanged programs' statements (--schedule 1,2,1,2)."""
-    only = {"--setup": setup is not None, "--invariant": invariant is not None}
+    only = {"--setup": setup is not None, "--invariant": invariant is not None, "-p": bool(param)}
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import trace_actors
 
@@ -108,6 +124,7 @@ def trace_cmd(
             "--isolation": isolation is not None,
             "--svg": svg is not None,
             "--deadlock-timeout": deadlock_timeout is not None,
+            "-p": bool(param),
         }
         guarded(lambda: _trace_spec(Path(scenario), pg_dsn, pg_version, expected, not_for_spec))
         return
@@ -123,6 +140,7 @@ def trace_cmd(
             no_record,
             pg_version,
             expected,
+            param,
         )
     )
 
@@ -138,6 +156,7 @@ def _trace_scenario(
     no_record: bool,
     pg_version: str | None,
     expected: Path | None,
+    param: list[str] | None,
 ) -> None:
     """`locklab trace SCENARIO`: each chosen schedule's transcript, then its record."""
     from lab.core.results import new_run_id
@@ -147,6 +166,7 @@ def _trace_scenario(
     if expected is not None:
         raise LabError("--expected diffs an isolation spec's output: give a FILE.spec")
     sc = find_scenario(scenario)
+    params = _pinned_params(sc, param)
     runs = schedules_for(sc, variants_of(sc, variant), schedule)
     levels = isolation_levels(sc, isolation)
     dl = sc.defaults.deadlock_timeout_ms if deadlock_timeout is None else deadlock_timeout
@@ -164,9 +184,11 @@ def _trace_scenario(
             shown.append(res.name)
 
         done = asyncio.run(
-            trace(sc, srv, runs, levels, run_id=run_id, deadlock_ms=dl, on_result=show)
+            trace(
+                sc, srv, runs, levels, run_id=run_id, deadlock_ms=dl, on_result=show, params=params
+            )
         )
-        record = trace_record(sc, srv, done, run_id=run_id, deadlock_ms=dl)
+        record = trace_record(sc, srv, done, run_id=run_id, deadlock_ms=dl, params=params)
     if picture is not None:
         log.print(draw_svg(record, picture), markup=False)
     if not no_record:
@@ -290,47 +312,20 @@ def explore_cmd(
         str, typer.Option("--variant", "-v", help="A variant, a comma list, or all.")
     ] = "all",
     isolation: Isolation = None,
-    deadlock_timeout: Annotated[
-        int | None,
-        typer.Option("--deadlock-timeout", help="PostgreSQL deadlock_timeout in ms (default 100)."),
-    ] = None,
+    deadlock_timeout: ExploreDeadlockTimeout = None,
+    param: Params = None,
     pg_dsn: PgDsn = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the explore record only.")] = False,
+    as_json: ExploreJson = False,
     no_record: NoRecord = False,
     svg: SvgFile = None,
     actor: ActorCommands = None,
     setup: SetupFile = None,
     invariant: InvariantFile = None,
-    max_orders: Annotated[
-        int | None, typer.Option("--max", help="With --actor: run at most N orders.")
-    ] = None,
-    first: Annotated[
-        bool, typer.Option("--first", help="With --actor: stop at the first broken order.")
-    ] = False,
-    reduce: Annotated[
-        bool,
-        typer.Option(
-            "--reduce",
-            help="A scenario: run one interleaving of each set that differ only in steps the "
-            "server shows commute; the counts are then of those (docs/gate.md).",
-        ),
-    ] = False,
-    all_orders: Annotated[
-        bool,
-        typer.Option(
-            "--all-orders",
-            help="With --actor: run every order, also those that differ only in statements "
-            "the server shows commute (docs/gate.md).",
-        ),
-    ] = False,
-    spec_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--spec",
-            help="With --actor: write the first broken order as a 1-minimal isolation spec "
-            "(FILE.spec, and the tester's output in FILE.out).",
-        ),
-    ] = None,
+    max_orders: MaxOrders = None,
+    first: FirstOnly = False,
+    reduce: Reduce = False,
+    all_orders: AllOrders = False,
+    spec_out: SpecOut = None,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
     many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
@@ -338,7 +333,7 @@ def explore_cmd(
     every order of unchanged programs' statements, each on a fresh copy of --setup."""
     only = {"--setup": setup is not None, "--invariant": invariant is not None}
     only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
-    only |= {"--all-orders": all_orders}
+    only |= {"--all-orders": all_orders, "-p": bool(param)}
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import Asked, explore_actors
 
@@ -351,7 +346,7 @@ def explore_cmd(
         return
     assert scenario is not None
     if scenario.endswith(".spec"):
-        not_for_spec = {"--variant": variant != "all", "--svg": svg is not None}
+        not_for_spec = {"--variant": variant != "all", "--svg": svg is not None, "-p": bool(param)}
         path = Path(scenario)
         guarded(
             lambda: _explore_spec(
@@ -361,7 +356,16 @@ def explore_cmd(
         return
     guarded(
         lambda: _explore_scenario(
-            scenario, variant, isolation, deadlock_timeout, pg_dsn, as_json, no_record, svg, reduce
+            scenario,
+            variant,
+            isolation,
+            deadlock_timeout,
+            pg_dsn,
+            as_json,
+            no_record,
+            svg,
+            reduce,
+            param,
         )
     )
 
@@ -376,6 +380,7 @@ def _explore_scenario(
     no_record: bool,
     svg: str | None,
     reduce: bool,
+    param: list[str] | None,
 ) -> None:
     """`locklab explore SCENARIO`: every interleaving per variant and level (with
     `reduce`, one of each set of equivalent ones), then a table."""
@@ -385,6 +390,7 @@ def _explore_scenario(
     from lab.pinned import explore, isolation_levels, pinned_of, write_explore
 
     sc = find_scenario(scenario)
+    params = _pinned_params(sc, param)
     pinned = pinned_of(sc)
     chosen = variants_of(sc, variant)
     levels = isolation_levels(sc, isolation or ",".join(pinned.isolation))
@@ -408,6 +414,7 @@ def _explore_scenario(
                     deadlock_ms=dl,
                     on_progress=bar.advance,
                     reduce=reduce,
+                    params=params,
                 )
             )
     drew = None if picture is None else draw_svg(record, picture)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -148,10 +148,17 @@ class PinnedLab(PinnedDatabase):
     """A database for pinned runs of one scenario, reset before every run."""
 
     def __init__(
-        self, scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
+        self,
+        scenario: Scenario,
+        servers: Servers,
+        run_id: str,
+        deadlock_ms: int,
+        lane: str = "",
+        params: Mapping[str, Any] | None = None,
     ):
         super().__init__(f"locklab/{scenario.id}/pinned")
         self.scenario = scenario
+        self.params = dict(params or {})  # the user's -p, over the pinned story's own
         self.servers = servers
         self.run_id = run_id
         self.deadlock_ms = deadlock_ms
@@ -162,7 +169,7 @@ class PinnedLab(PinnedDatabase):
     async def prepare(self, variant: str, isolation: str) -> Env:
         """The run's env, the database reset and set up for it."""
         sc, pinned = self.scenario, pinned_of(self.scenario)
-        params = {**sc.params, **pinned.params}
+        params = {**sc.params, **pinned.params, **self.params}
         if "isolation" in params:
             params["isolation"] = isolation
         env = Env(
@@ -301,10 +308,16 @@ def _held(held: bool) -> str:
 
 @asynccontextmanager
 async def pinned_lab(
-    scenario: Scenario, servers: Servers, run_id: str, deadlock_ms: int, lane: str = ""
+    scenario: Scenario,
+    servers: Servers,
+    run_id: str,
+    deadlock_ms: int,
+    lane: str = "",
+    params: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[PinnedLab]:
-    """A fresh database (and Redis prefix) for one trace or explore, dropped afterwards."""
-    lab = PinnedLab(scenario, servers, run_id, deadlock_ms, lane)
+    """A fresh database (and Redis prefix) for one trace or explore, dropped afterwards;
+    `params` (the user's -p) over the scenario's and its pinned story's own."""
+    lab = PinnedLab(scenario, servers, run_id, deadlock_ms, lane, params)
     admin = await admin_connect(servers)
     created = False
     try:

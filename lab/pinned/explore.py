@@ -74,17 +74,18 @@ async def explore(
     on_progress: Callable[[str], None] | None = None,
     lane: str = "",
     reduce: bool = False,
+    params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every interleaving of each variant's declared steps at each of its isolation levels
     (`plan`: variant -> levels), and its canonical schedules; the explore record (see the
     module doc). `lane` names this explore's database apart from others of the same
     scenario running at the same time (see merge_explores). With `reduce`, one
     interleaving of each set of equivalent ones (lab/pinned/reduce.py), where the server
-    sees every step (no Redis, no worker processes)."""
+    sees every step (no Redis, no worker processes). `params`: the -p given, recorded."""
     pinned = pinned_of(scenario)
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     by_variant: dict[str, dict[str, Any]] = {}
-    async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane) as lab:
+    async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane, params) as lab:
         for variant, levels in plan.items():
             # a cast may interleave fewer steps than its schedules name (lab/pinned/stage.py)
             steps = getattr(pinned, "explore_steps", {}).get(variant) or pinned.steps[variant]
@@ -120,6 +121,7 @@ async def explore(
         "title": scenario.title,
         "started_at": started,
         "deadlock_timeout_ms": deadlock_ms,
+        "params": dict(params or {}),
         "isolation": levels_all,
         "servers": {i.product: i.to_json() for i in servers.infos()},
         "lab": lab_info(),

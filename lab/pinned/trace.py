@@ -30,10 +30,11 @@ async def trace(
     run_id: str,
     deadlock_ms: int,
     on_result: Callable[[PinnedResult], None] | None = None,
+    params: Mapping[str, Any] | None = None,
 ) -> list[PinnedResult]:
-    """Each (variant, schedule) at each isolation level, in order."""
+    """Each (variant, schedule) at each isolation level, in order; `params`: the -p given."""
     out = []
-    async with pinned_lab(scenario, servers, run_id, deadlock_ms) as lab:
+    async with pinned_lab(scenario, servers, run_id, deadlock_ms, params=params) as lab:
         for variant, name, steps in runs:
             for iso in isolations:
                 res = await lab.run(variant, steps, isolation=iso, name=name)
@@ -50,9 +51,10 @@ def trace_record(
     *,
     run_id: str,
     deadlock_ms: int,
+    params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The trace's record: each run (variant, level, transcript, timing); `draw_svg` adds
-    the file it drew them into."""
+    """The trace's record: each run (variant, level, transcript, timing), the -p given;
+    `draw_svg` adds the file it drew them into."""
     return {
         "schema": SCHEMA_VERSION,
         "kind": "trace",
@@ -61,6 +63,7 @@ def trace_record(
         "title": scenario.title,
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "deadlock_timeout_ms": deadlock_ms,
+        "params": dict(params or {}),
         "servers": {i.product: i.to_json() for i in servers.infos()},
         "lab": lab_info(),
         "svg": None,
