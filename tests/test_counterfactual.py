@@ -244,3 +244,25 @@ def test_the_default_swap_is_only_buggy_for_fixed_and_back() -> None:
         "buggy@a": "fixed@a",
         "buggy@b": "fixed@b",
     }
+
+
+def test_code_mutants_are_named_by_claims_and_run_only_for_them() -> None:
+    """A code-mutation counterfactual names a declared mutant of its scenario; every mutant
+    is read by some claim, is no variant, and verify runs it only with --counterfactual."""
+    from lab.core.profiles import QUICK, claims_for
+    from lab.verify.run import run_variants
+    from scenarios import SCENARIOS
+
+    for sc in SCENARIOS:
+        named = {
+            target
+            for c in sc.claims
+            if cf.kind(c) == "code-mutation"
+            for target in cf.swap_names(c, tuple(sc.variants))
+        }
+        assert named <= set(sc.mutants), (sc.id, named)
+        assert set(sc.mutants) <= named, (sc.id, "a mutant no claim reads")
+        assert not set(sc.mutants) & set(sc.variants), sc.id
+        claims, _ = claims_for(sc, QUICK)
+        assert not set(run_variants(sc, QUICK, claims, 1, "")) & set(sc.mutants), sc.id
+        assert set(sc.mutants) <= set(run_variants(sc, QUICK, claims, 1, "", True)), sc.id

@@ -89,7 +89,7 @@ def variants_of(scenario: Scenario, variant: str) -> list[str]:
     if not chosen:
         raise LabError(f"--variant {variant!r}: name at least one variant, or all")
     for v in chosen:
-        if v not in scenario.variants:
+        if v not in scenario.variants and v not in scenario.mutants:  # a mutant by name only
             raise LabError(
                 f"{scenario.id} has no variant {v!r}; choose from: all, {', '.join(scenario.variants)}"
             )

@@ -313,6 +313,14 @@ def mutation(
     return Edit(mutate, why, kind)
 
 
+def on_mutant(claim: Claim, mutant: str) -> Claim:
+    """`claim` with a code mutant as its counterfactual: every variant it names is read from
+    the run of `mutant` (a `Scenario.mutants` entry, the code with the guard the claim rests
+    on dropped), which verify --counterfactual runs on the server."""
+    swap = dict.fromkeys(claim.variants, mutant)
+    return replace(claim, counterfactual=swap, counterfactual_kind="code-mutation")
+
+
 class Undeclared:
     """A claim constructor's default counterfactual when its caller declares none."""
 

@@ -227,6 +227,10 @@ class Scenario:
     # and the case `bench redis` runs against redis-benchmark ("" = none).
     pgbench: Pgbench | None = None
     bench_redis: str = ""
+    # Code mutants: the code with its fix removed or its guard dropped ("mutant-..."), run
+    # only as the counterfactual a claim names (`lab.core.claims.on_mutant`): `run`,
+    # `compare` and verify's own runs leave them out; `-v mutant-...` runs one by name.
+    mutants: Mapping[str, Callable[..., Awaitable[Any]]] = field(default_factory=dict)
     # filled from `params` (kept when a Scenario is copied with dataclasses.replace)
     param_specs: Mapping[str, Param] = field(default_factory=dict)
 
@@ -244,6 +248,10 @@ class Scenario:
         if self.measured:
             lines = {v: published_line(runs) for v, runs in self.measured.items()}
             object.__setattr__(self, "published", {**lines, **self.published})
+
+    def code(self, variant: str) -> Callable[..., Awaitable[Any]]:
+        """A variant's code, or a mutant's (named apart, run only when asked by name)."""
+        return self.variants[variant] if variant in self.variants else self.mutants[variant]
 
     @property
     def title(self) -> str:
@@ -303,6 +311,7 @@ class Declared(TypedDict, total=False):
     observers: tuple[Observer, ...]
     pgbench: Pgbench | None
     bench_redis: str
+    mutants: Mapping[str, Callable[..., Awaitable[Any]]]
     param_specs: Mapping[str, Param]
 
 

@@ -175,7 +175,7 @@ async def run_sharded(
         "actors_redis_url": env.actors_redis_url,
         "pgbouncer": env.pgbouncer,
     }
-    module = scenario.variants[variant].__module__
+    module = scenario.code(variant).__module__
     workers: list[_Worker] = []
     drains: list[asyncio.Task[None]] = []
     try:
@@ -296,7 +296,7 @@ async def _worker(cfg: dict[str, Any], out: Any) -> None:
         cpu0 = time.process_time()
         res = await run_actors(
             env,
-            scenario.variants[cfg["variant"]],
+            scenario.code(cfg["variant"]),
             knobs,
             uses_pg=cfg["uses_pg"],
             indices=indices,

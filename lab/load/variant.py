@@ -76,7 +76,7 @@ async def _run_variant(
 ) -> Record:
     """One variant's record, with whatever its run opened closed on every path."""
     scenario = plan.scenario
-    if variant not in scenario.variants:
+    if variant not in scenario.variants and variant not in scenario.mutants:
         raise LabError(f"{scenario.id} has no variant {variant!r} ({', '.join(scenario.variants)})")
     run = _VariantRun(plan, variant, servers, made)
     try:
@@ -228,7 +228,7 @@ class _VariantRun:
         scenario, knobs = self.plan.scenario, self.plan.knobs
         if scenario.kind != "actors":
             return await self.run_script(env), {}
-        actor: Actor = scenario.variants[self.variant]
+        actor: Actor = scenario.code(self.variant)
         cpu0 = time.process_time()
         load: dict[str, Any] = {}
         if self.procs > 1:
@@ -247,7 +247,7 @@ class _VariantRun:
 
     async def run_script(self, env: Env) -> ActorsResult:
         """Run the variant's script under the run's hard limit; its outcomes and wall time."""
-        script: Script = self.plan.scenario.variants[self.variant]
+        script: Script = self.plan.scenario.code(self.variant)
         env.t0 = time.perf_counter()
         try:
             await hard_limit(script(env), self.plan.knobs.run_timeout_s)

@@ -59,7 +59,8 @@ def run_variants(
     counterfactual: bool = False,
 ) -> list[str]:
     """The variants trial k of (scenario, case) runs: its claims' and cross-case claims',
-    and with `counterfactual` the variants their counterfactuals read."""
+    and with `counterfactual` the variants their counterfactuals read (code mutants only
+    then, and only those a claim names)."""
     need = set(variants_for_trial(scenario, claims, k, case))
     if k == 1:
         need |= across_variants(scenario, profile, case)
@@ -73,7 +74,7 @@ def run_variants(
                 for v in cf.swap_names(c, names)
                 if v.endswith(f"@{case}")
             }
-    return [v for v in scenario.variants if v in need]
+    return [v for v in (*scenario.variants, *scenario.mutants) if v in need]
 
 
 def variant_runs(
