@@ -61,13 +61,14 @@ async def setup(env: Env) -> None:
     await env.db.execute(f"INSERT INTO orders (id, customer_id) VALUES ({ORDER}, {CUSTOMER})")
 
 
-async def _request(s: Session, clause: str) -> str:
+async def _request(s: Session, clause: str, pause_s: float = 0.0) -> str:
     """Even sessions pay the order; odd ones are the customer's second request."""
     payer = s.index % 2 == 0
     if not payer:  # an unrelated update of the order's customer, committed on its own
         await s.execute("rename", RENAME, CUSTOMER)
     async with s.transaction():
         await s.execute("add-item", ADD_ITEM, ORDER, "GIFT-WRAP" if payer else "SKU-2")
+        await s.other_logic(pause_s)
         await s.fetchrow("lock", LOCK.format(clause=clause), ORDER)  # "to be safe"
         if payer:
             await s.execute("pay", PAY, ORDER)
@@ -80,6 +81,13 @@ async def buggy(env: Env, s: Session) -> str:
 
 async def fixed(env: Env, s: Session) -> str:
     return await _request(s, FIXED_LOCK)
+
+
+async def item_then_pause(env: Env, s: Session) -> str:
+    """Not a variant: buggy with 20 ms of other logic between its item and its lock, so that
+    under a load both requests hold their item before either locks (the cross, every run).
+    The code mutant (lab.core.mutants.commits_partial) needs that item before the 40P01."""
+    return await _request(s, BUGGY_LOCK, pause_s=0.02)
 
 
 async def invariant(env: Env) -> list[Check]:

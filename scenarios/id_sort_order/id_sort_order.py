@@ -75,6 +75,19 @@ async def fixed(env: Env, s: Session) -> str:
     return await _app_path(env, s, numeric_sort(list(IDS)))  # [9, 10]: the whole fix
 
 
+async def touch_each(env: Env, s: Session) -> str:
+    """Not a variant: buggy's two orders (the app's string sort, SQL's numeric one), each
+    path adding AMOUNT to a row as it locks it, one UPDATE a row. In a whole transaction the
+    result is buggy's; the code mutant (lab.core.mutants.commits_partial) that drops
+    all-or-nothing needs that write before the 40P01."""
+    order = numeric_sort(list(IDS)) if s.index % 2 else js_default_sort(list(IDS))
+    async with s.transaction():
+        for i in order:
+            await s.execute(f"touch-{i}", TOUCH, [i], AMOUNT)
+            await s.other_logic(env.params["step_pause_ms"] / 1000)
+    return "ok"
+
+
 async def invariant(env: Env) -> list[Check]:
     """Every committed transfer added AMOUNT to both rows, exactly once."""
     rows = await env.db.fetch("SELECT id, balance FROM accounts ORDER BY id")

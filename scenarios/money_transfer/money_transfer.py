@@ -74,6 +74,25 @@ async def buggy(env: Env, s: Session, jitter: bool = False) -> str:
     return await retried(env, s, attempt, BUGGY_ATTEMPTS, lambda exc: True, jitter)
 
 
+async def debit_first(env: Env, s: Session) -> str:
+    """Not a variant: buggy with its debit before the `to` row's lock. In a whole
+    transaction the result is buggy's; the code mutant (lab.core.mutants.commits_partial)
+    that drops all-or-nothing needs that write before the 40P01."""
+    _, src, dst, amount = transfer_of(env, s.index)
+
+    async def attempt(s: Session) -> str:
+        async with s.transaction():
+            await s.execute("lock-from", LOCK, src)
+            await s.execute("debit", DEBIT, src, amount)
+            await s.other_logic(env.params["fraud_ms"] / 1000)  # the fraud "HTTP call", locked
+            await s.execute("lock-to", LOCK, dst)
+            await s.execute("credit", CREDIT, dst, amount)
+        env.add(f"committed_{src}_to_{dst}")
+        return "ok"
+
+    return await retried(env, s, attempt, BUGGY_ATTEMPTS, lambda exc: True, jitter=False)
+
+
 def _retryable(exc: BaseException) -> bool:
     """Fixed retries only a deadlock or a serialization failure (buggy: everything)."""
     return getattr(exc, "sqlstate", None) in RETRYABLE
