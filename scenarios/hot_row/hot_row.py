@@ -38,8 +38,17 @@ RETURNING stock
 """
 
 
+UNGUARDED = "mutant-unguarded"  # the code mutant: TAKE without `stock >= 1`, at a sell-out
+
+
 def buckets_of(env: Env) -> int:
     return 1 if env.variant == "buggy" else int(env.params["buckets"])
+
+
+def stock_of(env: Env) -> int:
+    """The units for sale: the `stock` param; the unguarded mutant sells out halfway (half as
+    many units as buyers), where the guard is what stops a bucket going below zero."""
+    return env.n // 2 if env.variant == UNGUARDED else int(env.params["stock"])
 
 
 def validate(n: int, p: Mapping[str, Any]) -> None:
@@ -56,20 +65,20 @@ async def schema(env: Env) -> None:
 
 async def setup(env: Env) -> None:
     k = buckets_of(env)
-    share, extra = divmod(env.params["stock"], k)
+    share, extra = divmod(stock_of(env), k)
     await env.db.executemany(
         "INSERT INTO inventory_buckets VALUES ($1, $2, $3)",
         [(PRODUCT, b, share + (1 if b < extra else 0)) for b in range(k)],
     )
 
 
-async def _buy(env: Env, s: Session, buckets: int) -> str:
+async def _buy(env: Env, s: Session, buckets: int, take: str = TAKE) -> str:
     """Take one unit from a random bucket with stock, then `work_ms` more in the transaction."""
     order = list(range(buckets))
     env.rng(s.index).shuffle(order)
     async with s.transaction():
         for tries, bucket in enumerate(order, 1):
-            if await s.fetchval("take", TAKE, PRODUCT, bucket) is not None:
+            if await s.fetchval("take", take, PRODUCT, bucket) is not None:
                 env.sample("tries", tries)
                 await s.other_logic(env.params["work_ms"] / 1000)  # create the order, etc.
                 return "ok"
@@ -84,6 +93,12 @@ async def fixed(env: Env, s: Session) -> str:
     return await _buy(env, s, env.params["buckets"])  # the whole fix
 
 
+async def unguarded(env: Env, s: Session) -> str:
+    """Not a variant: fixed with the guard dropped (its UPDATE without `stock >= 1`), the
+    code mutant LC-25's invariant is judged against; it runs at a sell-out (stock_of)."""
+    return await _buy(env, s, env.params["buckets"], TAKE.replace(" AND stock >= 1", ""))
+
+
 async def invariant(env: Env) -> list[Check]:
     row = await env.db.fetchrow(
         "SELECT sum(stock) AS left, min(stock) AS lowest FROM inventory_buckets"
@@ -91,7 +106,7 @@ async def invariant(env: Env) -> list[Check]:
         PRODUCT,
     )
     assert row is not None
-    sold, ok = env.params["stock"] - row["left"], env.outcomes.get("ok", 0)
+    sold, ok = stock_of(env) - row["left"], env.outcomes.get("ok", 0)
     return [
         Check("units sold == buyers that got ok", sold == ok, f"sold {sold}, ok {ok}"),
         Check("no bucket below zero", row["lowest"] >= 0, f"lowest bucket {row['lowest']}"),

@@ -68,7 +68,7 @@ async def setup(env: Env) -> None:
     await env.db.execute(f"ALTER DATABASE \"{env.database}\" SET lock_timeout = '{GLOBAL_TIMEOUT}'")
 
 
-async def _checkout(env: Env, s: Session, per_tx: bool) -> str:
+async def _checkout(env: Env, s: Session, per_tx: bool, in_cart_order: bool = False) -> str:
     pause_ms = env.params["step_pause_ms"]
 
     async def take(sku: str) -> str:  # lock the row, then the "other logic" while it is held
@@ -81,7 +81,8 @@ async def _checkout(env: Env, s: Session, per_tx: bool) -> str:
             await s.execute("set-local", f"SET LOCAL lock_timeout = '{TX_TIMEOUT}'")
         # observed, not a step: the timeout this transaction waits under (counted per value)
         env.add(f"lock_timeout={await s.conn.fetchval('SHOW lock_timeout')}")
-        for sku in sorted(checkout.SKUS):  # every cart holds both SKUs, in one global order
+        skus = checkout.cart(s) if in_cart_order else sorted(checkout.SKUS)
+        for sku in skus:  # every cart holds both SKUs, in one global order
             shown = f"{show_sql(checkout.TAKE, (sku,))}; {pause_ms:g} ms other logic"
             await s.step(checkout.STEP[sku], take, sku, shown=shown)
     return "ok"
@@ -93,6 +94,13 @@ async def buggy(env: Env, s: Session) -> str:
 
 async def fixed(env: Env, s: Session) -> str:
     return await _checkout(env, s, per_tx=True)  # the whole fix
+
+
+async def cart_order(env: Env, s: Session) -> str:
+    """Not a variant: buggy with half the carts reversed (checkout-deadlock's cart order), so
+    that a cart times out waiting for its second row while it holds its first. The code
+    mutant (lab.core.mutants.commits_partial) needs that write before the 55P03."""
+    return await _checkout(env, s, per_tx=False, in_cart_order=True)
 
 
 # --- pinned: two sorted carts, each holding each row HOLD_MS, past the global timeout ---

@@ -113,6 +113,23 @@ async def fixed(env: Env, s: Session) -> str:
     return await (gate(s) if s.name == "gate" else _checkout(s, lock_first=True))  # the fix
 
 
+TAKE_ONE = "UPDATE inventory SET stock = stock - 1 WHERE product_id = $1"
+
+
+async def row_by_row(env: Env, s: Session) -> str:
+    """Not a variant: buggy's checkout one row a statement, in the order its session's plan
+    locks them (seq-scan: 202 first; index: 101 first), 5 ms apart. In a whole transaction
+    the result is buggy's; the code mutant (lab.core.mutants.commits_partial) that drops
+    all-or-nothing needs a write before the 40P01."""
+    order = [SECOND, FIRST] if s.index % 2 == 0 else [FIRST, SECOND]
+    async with s.transaction():
+        await s.execute("gate", rowgate.setting(s.index % 2 + 1))  # the trigger reads it
+        for product in order:
+            await s.execute(f"take-{product}", TAKE_ONE, product)
+            await s.other_logic(0.005)
+    return "ok"
+
+
 async def invariant(env: Env) -> list[Check]:
     """Each committed checkout took one unit of both products; a deadlock loser none."""
     rows = await env.db.fetch(
