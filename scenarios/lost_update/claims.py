@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab.core.claims import at_isolation, invariants_hold, one_invariant_broken
+from lab.core.claims import at_isolation, invariants_hold, on_mutant
 from lab.core.scenario import Defaults, Param, declare
-from lab.core.steps import ISOLATION_LEVELS
+from lab.core.steps import ISOLATION_LEVELS, as_actor
 from lab.pinned import broke_in_some, canonical, kept_in_all, level_as
 from scenarios.lost_update import lost_update as code
 
@@ -37,8 +37,9 @@ LC8 = (
 
 BOTH = "both-read-first"
 # buggy's load kept the stock right in a run on a busy machine (2026-12-06): its oversell
-# needs two buyers between read and write, which only the pinned schedule makes sure of
-BY_CHANCE = "buggy's load oversells only when two buyers overlap (seen held): a pinned run does"
+# needs two buyers between read and write. The mutant makes sure of it: buggy's code with
+# 20 ms between read and write, so both read before either writes, in every run.
+OVERLAP = "mutant-read-pause-write"
 
 CLAIMS = (
     canonical(
@@ -115,14 +116,14 @@ CLAIMS = (
         for v in FIXES
     ),
     *(
-        at_isolation(
-            invariants_hold(
-                "LC-4",
-                v,
-                f"{v}: no oversell under a load, every sale left the stock",
-                counterfactual=one_invariant_broken(v, BY_CHANCE),
+        on_mutant(
+            at_isolation(
+                invariants_hold(
+                    "LC-4", v, f"{v}: no oversell under a load, every sale left the stock"
+                ),
+                RC,
             ),
-            RC,
+            OVERLAP,
         )
         for v in FIXES
     ),
@@ -134,6 +135,7 @@ SCENARIO = declare(
     claims=CLAIMS,
     published=PUBLISHED,
     defaults=Defaults(n=2, arrival="burst", actor_timeout_s=30, run_timeout_s=60),
+    mutants={OVERLAP: as_actor(code.read_pause_write)},
     params={
         "stock": Param(1, "units of product 101 before the sale", min=0),
         "qty": Param(1, "units each buyer takes", min=1),

@@ -65,12 +65,13 @@ async def setup(env: Env) -> None:
 Write = Callable[[Session, int, "asyncpg.Record | None"], Awaitable[str]]
 
 
-async def _buy(env: Env, s: Session, read: str | None, write: Write) -> str:
+async def _buy(env: Env, s: Session, read: str | None, write: Write, pause_s: float = 0.0) -> str:
     qty = env.params["qty"]
     async with s.transaction(isolation=env.params["isolation"]):
         row = await s.fetchrow("read", read, PRODUCT) if read else None
         if row is not None and row["stock"] < qty:
             return "out_of_stock"
+        await s.other_logic(pause_s)
         return await write(s, qty, row)  # a buyer who got "ok" created its order
 
 
@@ -93,6 +94,13 @@ async def _versioned(s: Session, qty: int, row: asyncpg.Record | None) -> str:
 
 async def buggy(env: Env, s: Session) -> str:
     return await _buy(env, s, READ, _computed)
+
+
+async def read_pause_write(env: Env, s: Session) -> str:
+    """Not a variant: buggy with 20 ms between its read and its write, so that under a load
+    both buyers read before either writes (the overlap, every run): the code mutant the
+    fixes' load invariant is judged against (buggy's own load overlaps only by chance)."""
+    return await _buy(env, s, READ, _computed, pause_s=0.02)
 
 
 async def fixed(env: Env, s: Session) -> str:
