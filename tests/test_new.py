@@ -19,6 +19,8 @@ def test_new_writes_a_skeleton_every_command_runs(tmp_path: Path, servers: Serve
     run = locklab("run", "./my_checkout.py", cwd=tmp_path, servers=servers)
     assert run.returncode == 0, run.stderr
     assert "buggy" in run.stdout and "fixed" in run.stdout
+    # output on a file of one's own speaks of that file, not of the catalogue's documents
+    assert "locklab explore ./my_checkout.py (or verify)" in run.stdout + run.stderr
 
     trace = locklab("trace", "./my_checkout.py", cwd=tmp_path, servers=servers)
     assert trace.returncode == 0, trace.stderr
@@ -43,6 +45,11 @@ def test_new_writes_a_skeleton_every_command_runs(tmp_path: Path, servers: Serve
         (c["id"], c["variants"], c["status"]) for r in doc["scenarios"] for c in r["verdicts"]
     ]
     assert verdicts == [("MC-1", ["buggy"], "held"), ("MC-1", ["fixed"], "held")], verdicts
+    assert doc["coverage"] == "claims judged: MC-1"  # not the documents' DL 0/26, LC 0/35
+    page = locklab("report", doc["run_id"], cwd=tmp_path, servers=servers)
+    assert page.returncode == 0, page.stderr
+    html = next(tmp_path.rglob("report.html")).read_text()
+    assert "Node 24" not in html  # the documents' setup is said only beside their numbers
 
 
 def test_new_refuses_to_overwrite(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import typer
 
 from lab.cli.base import _tables, app, guarded, out
 from lab.cli.options import ScenarioId, find_scenario
+from lab.core.loader import command_name
 from lab.errors import LabError
 from lab.servers import state_path
 
@@ -98,7 +99,8 @@ def show(scenario: ScenarioId) -> None:
         for name, overrides in sc.cases.items():
             settings = " ".join(f"{k}={v}" for k, v in overrides.items())
             console.print(
-                f"case {name}: {settings}  (locklab run {sc.id} --case {name})", markup=False
+                f"case {name}: {settings}  (locklab run {command_name(sc)} --case {name})",
+                markup=False,
             )
         for v, named in (sc.pinned.schedules if sc.pinned else {}).items():
             for name, steps in named.items():

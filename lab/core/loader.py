@@ -52,6 +52,15 @@ def scenario_files(name: str) -> list[Path]:
     return [path]
 
 
+_FROM_FILE: dict[str, str] = {}  # a file's scenario id -> the path it was loaded from
+
+
+def command_name(scenario: Scenario) -> str:
+    """What to type to name `scenario` on the command line: its id, or for a scenario of
+    the user's own the file it came from (its id is no catalogue name)."""
+    return _FROM_FILE.get(scenario.id, scenario.id)
+
+
 def load_file(path: Path) -> Scenario:
     """The SCENARIO a file defines; one line (naming the path as given) when it has none
     or fails to import."""
@@ -82,6 +91,7 @@ def load_file(path: Path) -> Scenario:
         raise LabError(
             f"{shown}: defines {what}; a scenario file must define SCENARIO = Scenario(...)"
         )
+    _FROM_FILE[scenario.id] = shown if "/" in shown else f"./{shown}"
     return scenario
 
 

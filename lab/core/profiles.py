@@ -19,6 +19,7 @@ from typing import Any
 
 from lab.core.claims import PROFILES, Claim
 from lab.core.knobs import Knobs
+from lab.core.loader import command_name
 from lab.core.scenario import Scenario
 from lab.errors import LabError
 
@@ -201,13 +202,14 @@ def claims_for_run(
     matched = profiles_of(scenario, knobs, params, case)
     judged: list[Claim] = []
     not_judged: list[dict[str, Any]] = []
+    name = command_name(scenario)
     for c in scenario.claims:
         only = "/".join(c.profiles)
         if c.explore:
-            why = f"judged on every interleaving: locklab explore {scenario.id} (or verify)"
+            why = f"judged on every interleaving: locklab explore {name} (or verify)"
         elif c.across:
             named = " vs ".join(x or "defaults" for x in c.cases)
-            why = f"compares settings ({named}): locklab verify {scenario.id}"
+            why = f"compares settings ({named}): locklab verify {name}"
         elif matched and not any(k in c.cases for _, k in matched):
             hint = " or ".join(f"with --case {x}" if x else "without --case" for x in c.cases)
             why = f"about other settings: run it {hint}"

@@ -191,4 +191,13 @@ def page_view(
         # small to read, so the picture scrolls instead (the template's div.pinned)
         pictures=tuple(Svg(draw([p])) for p in pinned),
         generated=generated or dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        # the documents' setup, said only where the page shows a number they published
+        published_note=PUBLISHED_NOTE if _shows_published(sections) else "",
+    )
+
+
+def _shows_published(sections: Sequence[ScenarioSection]) -> bool:
+    """Whether a section quotes a published number (a scenario of the user's own: none)."""
+    return any(row.published for s in sections for row in s.variants) or any(
+        c.published for s in sections for c in s.claims
     )
