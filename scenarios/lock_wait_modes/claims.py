@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import Claim, Record, invariants_hold, one_invariant_broken
+from lab.core.claims import Claim, Record, invariants_hold, on_mutant
 from lab.core.scenario import Defaults, Param, declare
+from lab.core.steps import as_actor
 from lab.pinned import error_in, kept_in_all, one_interleaving_broken
 from scenarios.lock_wait_modes import lock_wait_modes as code
 
@@ -76,12 +77,15 @@ def answers(
 
 # Each variant times its own 55P03 against its own bound, and the server keeps that bound.
 TIMED = "PostgreSQL never fires lock_timeout early nor makes NOWAIT wait: no run breaks the bound"
+# The load's counterfactuals: each fix with its wait mode swapped for the other's (code mutants)
+NOWAIT_DROPPED, TIMEOUT_DROPPED = "mutant-nowait-dropped", "mutant-timeout-dropped"
 
 
-def _under_load(variant: str, text: str) -> Claim:
+def _under_load(variant: str, text: str, mutant: str) -> Claim:
     """The invariants held, judged only when the load produced a 55P03: with none, nothing
-    contended and the timing invariant held vacuously, so the claim is not exercised."""
-    claim = invariants_hold("LC-12", variant, text, "", one_invariant_broken(variant, TIMED))
+    contended and the timing invariant held vacuously, so the claim is not exercised. Its
+    counterfactual: `mutant`, the variant's wait mode swapped for the other one."""
+    claim = on_mutant(invariants_hold("LC-12", variant, text), mutant)
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str] | None:
         if not records[variant].get("outcomes", {}).get("55P03", 0):
@@ -141,8 +145,9 @@ CLAIMS = (
             v,
             f"{v}: under a load too, every 55P03 came as fast (NOWAIT) or as late "
             "(lock_timeout) as it should",
+            mutant,
         )
-        for v in ("fixed-nowait", "fixed-lock-timeout")
+        for v, mutant in (("fixed-nowait", NOWAIT_DROPPED), ("fixed-lock-timeout", TIMEOUT_DROPPED))
     ),
     *(
         error_in("LC-12", v, "55P03", f"{v}: some interleavings end in 55P03", expect=True)
@@ -152,6 +157,10 @@ CLAIMS = (
 
 SCENARIO = declare(
     code,
+    mutants={
+        NOWAIT_DROPPED: as_actor(code.nowait_dropped),
+        TIMEOUT_DROPPED: as_actor(code.timeout_dropped),
+    },
     validate=code.validate,
     outcomes=("ok", "55P03"),
     claims=CLAIMS,

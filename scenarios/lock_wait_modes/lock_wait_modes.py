@@ -74,12 +74,14 @@ async def _holder(env: Env, s: Session) -> str:
     return "ok"
 
 
-async def _waiter(env: Env, s: Session, mode: str) -> str:
-    """Both asks, each its own implicit transaction; a 55P03 is the answer, not a crash."""
-    word, timeout = "ok", int(env.params["lock_timeout_ms"]) if mode == "lock_timeout" else 0
+async def _waiter(env: Env, s: Session, mode: str, asks: str = "") -> str:
+    """Both asks, each its own implicit transaction; a 55P03 is the answer, not a crash.
+    `asks`: the wait mode the statements use, when not `mode` (a code mutant's)."""
+    asks = asks or mode
+    word, timeout = "ok", int(env.params["lock_timeout_ms"]) if asks == "lock_timeout" else 0
     for step, (sql, _) in ASKS.items():
         # LOCAL: the one implicit transaction of the two statements; 0 (the default) waits forever
-        sql = f"SET LOCAL lock_timeout = {timeout}; {sql}" + (" NOWAIT" if mode == "nowait" else "")
+        sql = f"SET LOCAL lock_timeout = {timeout}; {sql}" + (" NOWAIT" if asks == "nowait" else "")
         try:
             await s.step(step, _timed, env, s, sql, mode, shown=sql)
         except asyncpg.LockNotAvailableError:  # 55P03, the only error a waiter expects
@@ -111,6 +113,23 @@ async def fixed_nowait(env: Env, s: Session) -> str:
 
 async def fixed_lock_timeout(env: Env, s: Session) -> str:
     return await _request(env, s, "lock_timeout")
+
+
+async def nowait_dropped(env: Env, s: Session) -> str:
+    """Not a variant: fixed-nowait with its NOWAIT dropped for a lock_timeout, the code
+    mutant its "refuses at once" is judged against (its refusals counted as NOWAIT's)."""
+    return await (
+        _holder(env, s) if s.index % 2 == 0 else _waiter(env, s, "nowait", "lock_timeout")
+    )
+
+
+async def timeout_dropped(env: Env, s: Session) -> str:
+    """Not a variant: fixed-lock-timeout with its lock_timeout dropped for NOWAIT, the code
+    mutant its "fires at its timeout" is judged against (its refusals counted as the
+    timeout's)."""
+    return await (
+        _holder(env, s) if s.index % 2 == 0 else _waiter(env, s, "lock_timeout", "nowait")
+    )
 
 
 async def invariant(env: Env) -> list[Check]:
