@@ -29,6 +29,7 @@ from scenarios.checkout_deadlock import checkout_deadlock as checkout
 from scenarios.lock_timeouts import lock_timeouts as code
 from scenarios.lock_timeouts.lock_timeouts import (
     GLOBAL_TIMEOUT,
+    HOLDS,
     LOAD_TRIALS,
     SLOW,
     SLOW_PAUSE_MS,
@@ -58,6 +59,19 @@ def _all_ok(records: Mapping[str, Record]) -> tuple[bool, str]:
     return set(rec["outcomes"]) == {"ok"}, _seen(rec)
 
 
+def _fails_past_the_timeout(records: Mapping[str, Record]) -> tuple[bool, str]:
+    """Over the spread of holds: no 55P03 while each holder keeps the row under the global
+    timeout, most checkouts failing once it keeps it past."""
+    parts, held = [], True
+    for case, pause in HOLDS.items():
+        out = records[f"buggy@{case}"]["outcomes"]
+        failed = out.get("55P03", 0)
+        past = 2 * pause > float(GLOBAL_TIMEOUT.removesuffix("ms"))
+        held = held and (failed * 2 > sum(out.values()) if past else failed == 0)
+        parts.append(f"hold {2 * pause:.0f} ms: {notation(out)}")
+    return held, "buggy: " + "; ".join(parts)
+
+
 def _fails_at_load(records: Mapping[str, Record]) -> tuple[bool, str]:
     """Most sorted carts fail with 55P03 at the document's load; measured here they fail only
     when a holder stalls past 100 ms, so this reads NOT REPRODUCED, with the count."""
@@ -79,6 +93,21 @@ CLAIMS = (
         _fails,
         published="đặt 100 ms toàn cục làm checkout lỗi mỗi khi có contention bình thường",
         cases=(SLOW,),
+    ),
+    Claim(
+        "LC-27",
+        f"buggy, over holds of {', '.join(f'{2 * p:.0f}' for p in HOLDS.values())} ms: the "
+        f"global {GLOBAL_TIMEOUT} lock_timeout fails no checkout while each holder keeps the "
+        "row under it, and most once it keeps it past",
+        tuple(f"buggy@{case}" for case in HOLDS),
+        _fails_past_the_timeout,
+        published="đặt 100 ms toàn cục làm checkout lỗi mỗi khi có contention bình thường",
+        cases=tuple(HOLDS),
+        across=True,
+        timing=True,  # a holder the machine stalls past 100 ms is the machine's doing
+        counterfactual={
+            f"buggy@{case}": f"fixed@{case}" for case in HOLDS
+        },  # SET LOCAL: none fails at any hold
     ),
     Claim(
         "LC-27",
@@ -135,5 +164,8 @@ SCENARIO = declare(
     },
     sources=("LC",),
     quick={"n": 40},
-    cases={SLOW: {"n": 12, "step_pause_ms": SLOW_PAUSE_MS}},
+    cases={
+        SLOW: {"n": 12, "step_pause_ms": SLOW_PAUSE_MS},
+        **{case: {"n": 12, "step_pause_ms": pause} for case, pause in HOLDS.items()},
+    },
 )

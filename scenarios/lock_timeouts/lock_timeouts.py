@@ -56,6 +56,11 @@ TX_TIMEOUT = "3s"  # the withTx helper's SET LOCAL
 SLOW = "slow-holder"  # the case where one holder keeps the row past GLOBAL_TIMEOUT
 SLOW_PAUSE_MS = 60.0  # x2 updates: each holder keeps the row past GLOBAL_TIMEOUT
 LOAD_TRIALS = 5  # at the document's load, whether a holder stalls past 100 ms is chance
+# LC-27 over a spread of holds (two updates, step_pause_ms after each): 12 sorted carts at
+# 20, 60 and 150 ms, below and above GLOBAL_TIMEOUT. Each waiter waits for the holder
+# ahead of it only (the next one's wait starts anew), so the hold decides, not the queue:
+# measured 12/12 ok at 20 and 60 ms, 10/12 failed at 100 and 150 ms.
+HOLDS = {"hold-20ms": 10.0, "hold-60ms": 30.0, "hold-150ms": 75.0}
 HOLD_MS = 300.0  # pinned: each hold, 3x GLOBAL_TIMEOUT (the waiter's 55P03 comes within it)
 
 
