@@ -92,7 +92,7 @@ async def _trial(
     p = env.params
 
     def job(pod: str) -> Job:
-        return Job(pod, p["customers"], fix.unique, fix.xact_lock, p["bill_pause_ms"])
+        return Job(pod, p["customers"], fix.unique, fix.xact_lock, p["bill_pause_ms"], fix.locks)
 
     await observer.execute("TRUNCATE invoices")
     env.trace("lab", f"trial {trial}", customers=p["customers"], crash_after=p["crash_after"])

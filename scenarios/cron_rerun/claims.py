@@ -100,6 +100,7 @@ SCENARIO = declare(
     validate=validate,
     kind="script",
     variants={name: variant(fix) for name, fix in FIXES.items()},
+    mutants={name: variant(fix) for name, fix in code.MUTANTS.items()},
     outcomes=("billed", "skipped", "crashed", "killed"),  # killed: pinned, by the schedule
     claims=CLAIMS,
     published={

@@ -50,14 +50,19 @@ Report = Callable[[dict[str, Any]], None]  # one event to the lab (trials); pinn
 class Fix:
     unique: bool  # UNIQUE (customer_id, period) + ON CONFLICT DO NOTHING
     xact_lock: bool  # pg_try_advisory_xact_lock, the whole job in one transaction
+    locks: bool = True  # False only in the mutant: the job takes no advisory lock at all
 
 
 FIXES = {"buggy": Fix(unique=False, xact_lock=False), "fixed": Fix(unique=True, xact_lock=False)}
 FIXES["fixed-xact-lock"] = Fix(unique=True, xact_lock=True)
+# A code mutant (Scenario.mutants, read only as a counterfactual): buggy's job with the
+# advisory lock dropped, so what DL-15 says the lock does can be seen undone on the server.
+NO_LOCK = "mutant-no-lock"
+MUTANTS = {NO_LOCK: Fix(unique=False, xact_lock=False, locks=False)}
 
 
 async def setup(env: Env) -> None:
-    unique = ", UNIQUE (customer_id, period)" if FIXES[env.variant].unique else ""
+    unique = ", UNIQUE (customer_id, period)" if {**FIXES, **MUTANTS}[env.variant].unique else ""
     await env.db.execute(f"""CREATE TABLE invoices (customer_id int NOT NULL, period text NOT NULL,
   amount int NOT NULL, billed_by text NOT NULL{unique})""")
 
@@ -71,6 +76,7 @@ class Job:
     unique: bool
     xact_lock: bool
     pause_ms: float = 0.0  # other work per customer (the payment call), lock held
+    locks: bool = True  # the mutant's job takes no lock (its "lock" step only says so)
 
 
 @dataclass
@@ -86,7 +92,9 @@ async def run_job(s: Session, job: Job, report: Report) -> Billed | None:
     sql = TRY_XACT_LOCK if tx else TRY_LOCK
     shown = ("BEGIN; " if tx else "") + show_sql(sql, [LOCK])
     try:
-        if not await s.step("lock", _try, s.conn, tx, sql, report, shown=shown, result=_said):
+        if not job.locks:  # the mutant: the same step, no lock taken
+            await s.step("lock", _no_lock, report, shown="-- no lock", result=_said)
+        elif not await s.step("lock", _try, s.conn, tx, sql, report, shown=shown, result=_said):
             return None
         billed = await _bill(s, job, report)
         if tx:  # a crash before this step loses the whole transaction
@@ -123,6 +131,11 @@ async def _try(conn: asyncpg.Connection, tx: Transaction | None, sql: str, repor
     got = bool(await conn.fetchval(sql, LOCK))
     report({"ev": "locked" if got else "skipped", "sent_at": sent_at})
     return got
+
+
+async def _no_lock(report: Report) -> bool:
+    report({"ev": "locked", "sent_at": time.perf_counter()})
+    return True
 
 
 async def _bill(s: Session, job: Job, report: Report) -> Billed:

@@ -175,12 +175,6 @@ def first_trial(rec: Record) -> dict[str, Any] | None:
     return next(iter(rec.get("evidence", {}).get("trials", [])), None)
 
 
-def first_trial_before_the_crash(rec: Record) -> dict[str, Any] | None:
-    """The first trial whose pod-2 tried the lock before the crash, as the record keeps it."""
-    kept = rec.get("evidence", {}).get("trials", [])
-    return next((t for t in kept if t["pod2"]["arrived"] == BEFORE_CRASH), None)
-
-
 def billed_again(t: Trial) -> bool:
     """pod-2 took the lock and billed every customer, on top of what pod-1 had committed
     (the table's count before the retry agrees)."""
