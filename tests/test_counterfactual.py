@@ -137,7 +137,7 @@ def test_every_record_edit_says_why_no_run_gives_the_opposite() -> None:
 
 
 @pytest.mark.xfail(
-    strict=True, reason="issue 32: 46 record edits in quick (69 before the code mutants)"
+    strict=True, reason="issue 32: 33 record edits in quick (69 before the code mutants)"
 )
 def test_at_most_ten_record_edits() -> None:
     """Record edits remain only where no run can give the opposite: at most 10 of them."""
@@ -247,8 +247,9 @@ def test_the_default_swap_is_only_buggy_for_fixed_and_back() -> None:
 
 
 def test_code_mutants_are_named_by_claims_and_run_only_for_them() -> None:
-    """A code-mutation counterfactual names a declared mutant of its scenario; every mutant
-    is read by some claim, is no variant, and verify runs it only with --counterfactual."""
+    """A code-mutation counterfactual names a declared mutant of its scenario (a pinned one
+    too); every mutant is read by a claim, is no variant, and verify runs it only with
+    --counterfactual."""
     from lab.core.profiles import QUICK, claims_for
     from lab.verify.run import run_variants
     from scenarios import SCENARIOS
@@ -263,6 +264,7 @@ def test_code_mutants_are_named_by_claims_and_run_only_for_them() -> None:
         assert named <= set(sc.mutants), (sc.id, named)
         assert set(sc.mutants) <= named, (sc.id, "a mutant no claim reads")
         assert not set(sc.mutants) & set(sc.variants), sc.id
+        assert set(sc.pinned.mutants if sc.pinned else {}) <= set(sc.mutants), sc.id
         claims, _ = claims_for(sc, QUICK)
         assert not set(run_variants(sc, QUICK, claims, 1, "")) & set(sc.mutants), sc.id
         assert set(sc.mutants) <= set(run_variants(sc, QUICK, claims, 1, "", True)), sc.id

@@ -49,7 +49,10 @@ class _CommitsPartial(Session):
     async def step(
         self, name: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kw: Any
     ) -> Any:
-        return await self._alone(super().step(name, fn, *args, **kw))
+        async def alone(*given: Any) -> Any:  # pinned: its SQL only once the step is granted
+            return await self._alone(fn(*given))
+
+        return await super().step(name, alone, *args, **kw)
 
     # Unpinned, a statement is not a step (Session calls asyncpg at once): each alone too.
     async def execute(self, name: str, sql: str, *args: Any) -> str:

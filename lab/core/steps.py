@@ -222,6 +222,20 @@ class Pinned:
     # ones included, the sequencer waits for their end before the next item, as for a
     # step marked (*), so that no other step's duration decides what ends first
     ends_by_itself: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # Code mutants explored as a claim's counterfactual only (lab.core.mutants): name ->
+    # (session code, its sessions' steps). Apart from `code` and `steps`: `explore` and
+    # `trace` never run them unless a counterfactual names one (Scenario.mutants).
+    mutants: Mapping[str, tuple[SessionCode, Mapping[str, tuple[str, ...]]]] = field(
+        default_factory=dict
+    )
+
+    def code_of(self, variant: str) -> SessionCode:
+        """A variant's session code, or a mutant's."""
+        return self.code[variant] if variant in self.code else self.mutants[variant][0]
+
+    def steps_of(self, variant: str) -> Mapping[str, tuple[str, ...]]:
+        """A variant's sessions' steps, or a mutant's."""
+        return self.steps[variant] if variant in self.steps else self.mutants[variant][1]
 
     def actors(self) -> dict[str, Actor]:
         """The variants as load actors (Scenario.variants)."""

@@ -214,7 +214,7 @@ class PinnedLab(PinnedDatabase):
         try:
             observed = await start_observers(sc.observers, env)
             conns = list(await asyncio.gather(*(self.session(s) for s in pinned.sessions)))
-            code = pinned.code[variant]
+            code = pinned.code_of(variant)
 
             def bind(c: Any) -> Any:
                 return lambda s: c(env, s)

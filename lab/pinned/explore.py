@@ -88,7 +88,7 @@ async def explore(
     async with pinned_lab(scenario, servers, run_id, deadlock_ms, lane, params) as lab:
         for variant, levels in plan.items():
             # a cast may interleave fewer steps than its schedules name (lab/pinned/stage.py)
-            steps = getattr(pinned, "explore_steps", {}).get(variant) or pinned.steps[variant]
+            steps = getattr(pinned, "explore_steps", {}).get(variant) or pinned.steps_of(variant)
             total = count_interleavings(steps)
             cells: dict[str, Any] = {}
             for iso in levels:

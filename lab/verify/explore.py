@@ -61,7 +61,7 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
     from lab.pinned import pinned_of
     from lab.pinned.permutations import count_interleavings
 
-    steps = pinned_of(scenario).steps
+    pinned = pinned_of(scenario)
     parts: list[list[str]] = [[]]
     size = 0
     for v, levels in plan.items():
@@ -69,7 +69,7 @@ def explore_parts(scenario: Scenario, plan: Mapping[str, Sequence[str]]) -> list
             parts.append([])
             size = 0
         parts[-1].append(v)
-        size += count_interleavings(steps[v]) * max(1, len(levels))
+        size += count_interleavings(pinned.steps_of(v)) * max(1, len(levels))
     return parts
 
 
@@ -78,7 +78,7 @@ def explore_plan(
 ) -> tuple[list[Claim], dict[str, list[str]]]:
     """The scenario's explore claims under `profile` and what they need explored: each
     variant they name (with `counterfactual`, also each variant their counterfactuals
-    read), at the isolation levels they name it at."""
+    read, a code mutant among them), at the isolation levels they name it at."""
     from lab.core.steps import ISOLATION_LEVELS
 
     claims = explore_claims(scenario, profile)
@@ -89,7 +89,7 @@ def explore_plan(
 
     plan = {
         v: [lv for lv in ISOLATION_LEVELS if any(lv in c.levels for c in claims if v in reads(c))]
-        for v in scenario.variants
+        for v in (*scenario.variants, *scenario.mutants)
         if any(v in reads(c) for c in claims)
     }
     return claims, plan
