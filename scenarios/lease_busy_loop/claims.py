@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.core.claims import Claim, Record, mutation
+from lab.core.claims import Claim, Record, on_mutant
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
 from scenarios.lease_busy_loop import lease_busy_loop as code
-from scenarios.lease_gc_pause.overlap import OVERLAP_EVERYWHERE, b_after_a, event, fence_claims
+from scenarios.lease_gc_pause.overlap import event, fence_claims
+
+IDLE = "mutant-idle-loop"
 
 
 def _overlap(variant: str) -> Claim:
@@ -37,16 +39,16 @@ def _overlap(variant: str) -> Claim:
             f"{got_b.get('t_ms')} ms; both believed they held it for {b.get('both_ms')} ms"
         )
 
-    return Claim(
+    claim = Claim(
         "DL-25",
         f"{variant}: the lease expires under a holder busy in its own event loop, "
         "and a second client takes it while the first still believes",
         (variant,),
         check,
         PUBLISHED,
-        # both variants busy A alike: the counterfactual is B taking it after A's release
-        counterfactual=mutation(variant, b_after_a, why=OVERLAP_EVERYWHERE),
     )
+    # both variants busy A alike: the counterfactual is the code run with A's loop idle
+    return on_mutant(claim, IDLE)
 
 
 PUBLISHED = "event loop block bởi JSON lớn; lease nào cũng có cửa sổ này"
@@ -65,6 +67,7 @@ SCENARIO = declare(
     code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
+    mutants={IDLE: code.idle_holder},
     outcomes=("wrote", "write_rejected"),
     claims=CLAIMS,
     published={"fixed": PUBLISHED},

@@ -54,7 +54,13 @@ async def fixed(env: Env) -> None:
     await _run(env, fenced=True)  # the whole fix: the write carries the lease's fence
 
 
-async def _run(env: Env, *, fenced: bool) -> None:
+async def idle_holder(env: Env) -> None:
+    """A code mutant (Scenario.mutants, a counterfactual only): buggy with A's busy spell
+    dropped (one JSON object), the one thing the overlap claim rests on."""
+    await _run(env, fenced=False, busy_rows=1)
+
+
+async def _run(env: Env, *, fenced: bool, busy_rows: int | None = None) -> None:
     p = env.params
     key = env.key(f"lock:invoice:{INVOICE_ID}")
     fence_key = env.key(f"lock:invoice:{INVOICE_ID}:fence")
@@ -73,7 +79,7 @@ async def _run(env: Env, *, fenced: bool) -> None:
         "fenced": fenced,
         "pause_at": "work",
         "stall": "cpu",
-        "busy_rows": p["busy_rows"],
+        "busy_rows": p["busy_rows"] if busy_rows is None else busy_rows,
     }
 
     def b_lease(b: Holder) -> Lease:

@@ -144,16 +144,6 @@ async def _noop() -> None:
     return None
 
 
-OVERLAP_EVERYWHERE = "every variant stalls A past its lease: no run lacks the overlap"
-
-
-def b_after_a(rec: Record) -> None:
-    """A counterfactual of both stories' overlap claims: B gets the lock only once A has
-    released it, and the beliefs, recomputed, never meet."""
-    event(rec, "B", "got lock")["t_ms"] = event(rec, "A", "release")["t_ms"] + 1
-    rec["evidence"]["beliefs"] = beliefs(rec["trace"])
-
-
 def beliefs(trace: list[dict[str, Any]]) -> dict[str, Any]:
     """Each holder's belief (got lock -> release) and when both believed at once."""
     span: dict[str, list[float]] = {}

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from lab.core.claims import Claim, Record, mutation
+from lab.core.claims import Claim, Record, on_mutant
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
-from scenarios.lease_gc_pause.overlap import OVERLAP_EVERYWHERE, b_after_a, event, fence_claims
+from scenarios.lease_gc_pause.overlap import event, fence_claims
 from scenarios.redlock import redlock as code
+
+UNFROZEN = "mutant-unfrozen"
 
 
 def _both_believe(variant: str) -> Claim:
@@ -46,16 +48,16 @@ def _both_believe(variant: str) -> Claim:
             f"believed they held it for {b.get('both_ms')} ms"
         )
 
-    return Claim(
+    claim = Claim(
         "DL-24",
         f"{variant}: a holder frozen past its validity and a second client that "
         "took the quorum both believe they hold the Redlock",
         (variant,),
         check,
         PUBLISHED_TIMING,
-        # both variants freeze A alike: the counterfactual is B's quorum after A's release
-        counterfactual=mutation(variant, b_after_a, why=OVERLAP_EVERYWHERE),
     )
+    # both variants freeze A alike: the counterfactual is the code run with A unfrozen
+    return on_mutant(claim, UNFROZEN)
 
 
 def _release_deleted_none(rec: Record) -> tuple[bool, str]:
@@ -83,6 +85,7 @@ SCENARIO = declare(
     code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
+    mutants={UNFROZEN: code.unfrozen_holder},
     outcomes=("wrote", "write_rejected"),
     claims=CLAIMS,
     published={"fixed": PUBLISHED_FENCE},

@@ -53,6 +53,15 @@ def story(o: Overlap) -> list[Step]:
     ]
 
 
+def unfrozen(o: Overlap) -> list[Step]:
+    """The mutant's story: A is never frozen; it writes and releases before B tries."""
+    return [
+        Step(0, "A takes the lock, writes and releases", o.start_a, o.a.done),
+        Step(0, "B takes the lock and writes", o.start_b, o.b.turn),
+        Step(0, "B releases", o.nothing, o.b.done),
+    ]
+
+
 async def buggy(env: Env) -> None:
     await _run(env, fenced=False)
 
@@ -61,12 +70,18 @@ async def fixed(env: Env) -> None:
     await _run(env, fenced=True)  # the whole fix: the write carries the storage's fence
 
 
+async def unfrozen_holder(env: Env) -> None:
+    """A code mutant (Scenario.mutants, a counterfactual only): buggy with A's pause
+    dropped, the one thing the overlap claim rests on."""
+    await _run(env, fenced=False, frozen=False)
+
+
 async def setup(env: Env) -> None:
     await lease_gc_pause.setup(env)
     await env.db.execute(FENCE_SEQUENCE)
 
 
-async def _run(env: Env, *, fenced: bool) -> None:
+async def _run(env: Env, *, fenced: bool, frozen: bool = True) -> None:
     p = env.params
     servers = await env.redis_nodes(p["nodes"])
     env.extra_evidence["nodes"] = servers.info()
@@ -84,14 +99,14 @@ async def _run(env: Env, *, fenced: bool) -> None:
         "ttl_ms": p["ttl_ms"],
         "token": tokens["A"],
         "fenced": fenced,
-        "pause_at": "work",
+        "pause_at": "work" if frozen else None,
     }
 
     def b_lease(b: Holder) -> QuorumLease:
         return QuorumLease(Redlock(clients, key, p["ttl_ms"], tokens["B"]), conn, fenced, b.report)
 
     try:
-        await Overlap(env, cfg, clients, b_lease).run(story)
+        await Overlap(env, cfg, clients, b_lease).run(story if frozen else unfrozen)
     finally:
         for c in clients:
             await c.aclose()
