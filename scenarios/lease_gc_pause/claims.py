@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from lab.core.claims import Claim, invariant_broken, invariants_hold, mutation
+from lab.core.claims import Claim, invariant_broken, invariants_hold, mutation, on_mutant
 from lab.core.scenario import Defaults, Env, Param, declare
 from lab.pinned import broke_in_some, kept_in_all, on_canonical
 from scenarios.lease_gc_pause import choreography, fence, schedules, story, ttl
@@ -129,18 +129,15 @@ CLAIMS = (
                 story._c_busy,
                 PUBLISHED_CAD,
             ),
-            Claim(
-                "DL-11",
-                "Even with compare-and-delete A and B both believe they hold the lock",
-                ("fixed",),
-                fence._lease_window,
-                PUBLISHED_WINDOW,
-                # every variant has the window: its counterfactual is a lease without one
-                counterfactual=mutation(
-                    "fixed",
-                    fence._belief_ends_with_lease,
-                    why="every variant pauses A past its lease: no run here lacks the window",
+            on_mutant(
+                Claim(
+                    "DL-11",
+                    "Even with compare-and-delete A and B both believe they hold the lock",
+                    ("fixed",),
+                    fence._lease_window,
+                    PUBLISHED_WINDOW,
                 ),
+                code.NO_PAUSE,  # every variant has the window: the code run without A's pause
             ),
             Claim(
                 "DL-11",
@@ -214,6 +211,7 @@ SCENARIO = declare(
     code,
     kind="script",
     variants={name: choreography.variant(c) for name, c in code.VARIANTS.items()},
+    mutants={name: choreography.variant(c) for name, c in code.MUTANTS.items()},
     outcomes=("wrote", "write_rejected", "lock_busy", "killed"),
     claims=CLAIMS,
     published={

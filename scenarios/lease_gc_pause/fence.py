@@ -17,7 +17,6 @@ from scenarios.lease_gc_pause.reading import (
     _both,
     _during,
     _ev,
-    _span,
     _writes,
     fence_rejected_a,
 )
@@ -55,11 +54,6 @@ async def invariant(env: Env) -> list[Check]:
 def _lease_window(records: Mapping[str, Record]) -> tuple[bool, str]:
     ab = _both(records["fixed"], "A", "B")
     return ab is not None, f"fixed: A and B both believed they held: {_during(ab)}"
-
-
-def _belief_ends_with_lease(rec: Record) -> None:
-    """A stops believing when Redis ends its lease: a lease without the window."""
-    _span(rec, "A", "belief")["end_ms"] = _span(rec, "A", "redis")["end_ms"]
 
 
 def _fenced(records: Mapping[str, Record]) -> tuple[bool, str]:

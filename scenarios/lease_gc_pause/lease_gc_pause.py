@@ -139,7 +139,7 @@ async def hold(
 class Code:  # what a variant runs: the release, whether the write is fenced, where A stalls
     release: str  # "del" | "cad" | "get-del"
     fenced: bool
-    pause_at: str = "work"  # "work": before the write; "release": inside the release
+    pause_at: str = "work"  # "work": before the write; "release": inside the release; "": never
     killed: bool = False  # a fault, not a fix: "A is killed" at its pause point, never wakes
 
     async def __call__(self, env: Env, s: Session) -> str:  # pinned B or C (A: worker.py)
@@ -159,6 +159,10 @@ VARIANTS = {
     "buggy-get-then-del": Code(release="get-del", fenced=True, pause_at="release"),
     "holder-killed": Code(release="cad", fenced=True, killed=True),
 }
+# A code mutant (Scenario.mutants, a counterfactual only): fixed with A's pause dropped,
+# the one thing the lease window (DL-11) rests on.
+NO_PAUSE = "mutant-no-pause"
+MUTANTS = {NO_PAUSE: Code(release="cad", fenced=True, pause_at="")}
 
 
 async def setup(env: Env) -> None:
