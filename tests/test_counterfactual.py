@@ -137,7 +137,7 @@ def test_every_record_edit_says_why_no_run_gives_the_opposite() -> None:
 
 
 @pytest.mark.xfail(
-    strict=True, reason="issue 32: 32 record edits in quick (69 before the code mutants)"
+    strict=True, reason="issue 32: 30 record edits in quick (69 before the code mutants)"
 )
 def test_at_most_ten_record_edits() -> None:
     """Record edits remain only where no run can give the opposite: at most 10 of them."""

@@ -75,18 +75,22 @@ async def buggy(env: Env, s: Session, jitter: bool = False) -> str:
 
 
 async def debit_first(env: Env, s: Session) -> str:
-    """Not a variant: buggy with its debit before the `to` row's lock. In a whole
-    transaction the result is buggy's; the code mutant (lab.core.mutants.commits_partial)
-    that drops all-or-nothing needs that write before the 40P01."""
+    """Not a variant: buggy with its debit before the `to` row's lock, in buggy's steps
+    (lock-from debits too). In a whole transaction the result is buggy's; the code mutant
+    (lab.core.mutants.commits_partial) that drops all-or-nothing needs that write first."""
     _, src, dst, amount = transfer_of(env, s.index)
+    shown = f"{show_sql(LOCK, (src,))}; {show_sql(DEBIT, (src, amount))}"
+
+    async def take(s: Session) -> str:  # one step, buggy's lock-from: lock `from`, debit it
+        await s.conn.execute(LOCK, src)
+        return str(await s.conn.execute(DEBIT, src, amount))
 
     async def attempt(s: Session) -> str:
         async with s.transaction():
-            await s.execute("lock-from", LOCK, src)
-            await s.execute("debit", DEBIT, src, amount)
+            await s.step("lock-from", take, s, shown=shown)
             await s.other_logic(env.params["fraud_ms"] / 1000)  # the fraud "HTTP call", locked
             await s.execute("lock-to", LOCK, dst)
-            await s.execute("credit", CREDIT, dst, amount)
+            await s.execute("move", CREDIT, dst, amount)  # buggy's move, the debit done
         env.add(f"committed_{src}_to_{dst}")
         return "ok"
 
