@@ -22,6 +22,7 @@ import asyncpg
 import pytest
 
 from lab.gate import Gate, Group, Session, gate_dsn, upstream_of
+from lab.gate.wire import Statement
 from lab.servers import Servers
 
 PSQL = shutil.which("psql") or next(
@@ -36,6 +37,7 @@ class Keeper:
     steps: list[tuple[str, str]] = field(default_factory=list)
     readies: list[tuple[str, str, list[str]]] = field(default_factory=list)
     logged_in: list[Session] = field(default_factory=list)
+    betweens: list[str] = field(default_factory=list)  # sessions of groups that are no step
     hold: bool = False
     arrived: asyncio.Queue[tuple[Session, Group]] = field(default_factory=asyncio.Queue)
     go: asyncio.Event = field(default_factory=asyncio.Event)
@@ -49,6 +51,9 @@ class Keeper:
         if self.hold:
             await self.go.wait()
             self.go.clear()
+
+    async def between(self, session: Session) -> None:
+        self.betweens.append(session.name)
 
     def ready(self, session: Session, errors: list[str]) -> None:
         self.readies.append((session.name, session.status, errors))
@@ -161,9 +166,44 @@ async def test_a_prepare_is_not_a_step_and_a_named_statement_keeps_its_text(
         before = len(keeper.steps)
         stmt = await conn.prepare("SELECT v FROM t WHERE id = $1")
         assert len(keeper.steps) == before  # Parse/Describe/Sync runs nothing
+        assert keeper.betweens  # ... and the keeper heard it go
         assert await stmt.fetchval(1) == 0
         assert await stmt.fetchval(1) == 0
     assert [t for _, t in keeper.steps[before:]] == ["SELECT v FROM t WHERE id = $1  -- ('1')"] * 2
+
+
+async def test_a_drivers_sets_at_connect_are_no_step_and_later_ones_are(
+    gate: tuple[Gate, Keeper, str],
+) -> None:
+    """SETs before a session's first step (pgjdbc's two) go on their own; after it, a SET is
+    a step like any statement."""
+    _, keeper, dsn = gate
+    async with connected(dsn) as conn:
+        before = len(keeper.steps)
+        await conn.execute("SET extra_float_digits = 3")
+        await conn.execute("SET application_name = 'PostgreSQL JDBC Driver'")
+        assert len(keeper.steps) == before and keeper.betweens[-2:] == ["s1", "s1"]
+        assert await conn.fetchval("SHOW application_name") == "PostgreSQL JDBC Driver"
+        await conn.execute("SET lock_timeout = '1s'")
+    shown = [t for _, t in keeper.steps[before:]]
+    assert shown[-1] == "SET lock_timeout = '1s'" and "SHOW application_name" in shown[0]
+
+
+def test_only_sets_out_of_a_transaction_before_the_first_step_are_the_drivers() -> None:
+    """A group of SETs alone, idle, before any step is the driver's; anything else is not."""
+    fresh = Session(1, ("127.0.0.1", 1), {})
+
+    def group(*sql: str) -> Group:
+        return Group(statements=[Statement(s) for s in sql])
+
+    assert fresh.driver_setup(group("SET extra_float_digits = 3", "set TimeZone='UTC';"))
+    assert not fresh.driver_setup(group("SET a = 1; UPDATE t SET v = 1"))
+    assert not fresh.driver_setup(group("BEGIN", "SET LOCAL lock_timeout = '1s'"))
+    assert not fresh.driver_setup(group())  # a Parse/Describe: no step anyway
+    begun = Session(2, ("127.0.0.1", 1), {}, status="T")
+    assert not begun.driver_setup(group("SET lock_timeout = '1s'"))
+    begun.status, begun.began = "I", True
+    assert not begun.driver_setup(group("SET lock_timeout = '1s'"))
 
 
 async def test_a_cancel_request_reaches_the_real_backend(gate: tuple[Gate, Keeper, str]) -> None:

@@ -3,7 +3,8 @@ points, and the orders of unchanged programs' statements run through it.
 
 The package: ``proxy`` (the gate: a client's statement is held until its keeper lets it go),
 ``wire`` (the protocol's frames as a proxy reads them), ``dsn`` (where the gate connects and
-what a client is told to connect to), ``serve`` (`locklab gate`: the gate on its own, in
+what a client is told to connect to), ``login`` (whom actors log in as: a login pgjdbc
+can do where the lab's superuser's is not), ``serve`` (`locklab gate`: the gate on its own, in
 front of a server, until Ctrl-C), ``order`` (one order of the programs' statements, one let
 go at a time), ``explore`` (every order, each on a fresh database, and trace's one),
 ``reduce`` (fewer orders, none missed: sleep sets over what the server says each statement

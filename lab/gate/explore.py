@@ -32,6 +32,7 @@ import asyncpg
 
 from lab.errors import LabError
 from lab.gate.dsn import upstream_of
+from lab.gate.login import actor_login
 from lab.gate.order import Actor, Choose, Decision, OrderRun, run_order
 from lab.gate.reduce import Redundant, SleepSets
 from lab.gate.serve import password_file
@@ -121,6 +122,7 @@ class Workspace:
     passfile: Path
     invariant: str
     deadlock_timeout_ms: int
+    user: str  # whom actors log in as (lab/gate/login.py)
 
     @contextlib.asynccontextmanager
     async def database(self) -> AsyncIterator[tuple[str, asyncpg.Connection]]:
@@ -165,8 +167,12 @@ async def workspace(
                 raise LabError(f"the setup failed: {exc.sqlstate}: {exc}") from None
             finally:
                 await conn.close()
-            with password_file(dsn, None) as passfile:
-                yield Workspace(admin, dsn, template, passfile, invariant, deadlock_timeout_ms)
+            async with actor_login(dsn) as login:
+                with password_file(login, None) as passfile:
+                    user = parse_dsn(login).get("user", "postgres")
+                    yield Workspace(
+                        admin, dsn, template, passfile, invariant, deadlock_timeout_ms, user
+                    )
         finally:
             await admin.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
     finally:
@@ -348,7 +354,7 @@ async def _one_order(
             upstream_of(ws.dsn),
             observer,
             actors,
-            user=parse_dsn(ws.dsn).get("user", "postgres"),
+            user=ws.user,
             database=name,
             passfile=ws.passfile,
             choose=choose,

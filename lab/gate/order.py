@@ -128,6 +128,8 @@ class Director:
         self.names: dict[Session, str] = {}
         self.exited: dict[int, int] = {}
         self._count: dict[int, int] = {}
+        self._observing = asyncio.Lock()  # one query at a time on the observer
+        self._after: dict[Session, Look] = {}  # read before a group that is no step went
 
     # --- the gate's Keeper ---
 
@@ -141,6 +143,13 @@ class Director:
         self.held.append(held)
         self.changed.set()
         await held.go.wait()
+
+    async def between(self, session: Session) -> None:
+        """A group that is no step is about to go: pgx's Parse/Describe of its next
+        statement takes that statement's locks already, so what the session's last step
+        left is read now, for that step's footprint."""
+        if session not in self.running and session not in self._after:
+            self._after[session] = await self._look(session)
 
     def ready(self, session: Session, errors: list[str]) -> None:
         self.run.errors.setdefault(session.actor, []).extend(errors)
@@ -183,6 +192,7 @@ class Director:
             depth += 1
             self.run.decisions.append(decision)
             granted = candidates[decision.chosen]
+            self._after.pop(granted.session, None)
             before = await self._look(granted.session)
             status, waited = granted.session.status, bool(self.waiting)
             await self._grant(granted)
@@ -191,7 +201,13 @@ class Director:
 
     async def _look(self, session: Session) -> Look:
         """What the server shows `session` holding now."""
-        return await look(self.observer, session.pid)
+        async with self._observing:
+            return await look(self.observer, session.pid)
+
+    async def _waiters(self, pids: list[int]) -> dict[int, list[int]]:
+        """Which of `pids` the server reports waiting on a lock."""
+        async with self._observing:
+            return await lock_waiters(self.observer, pids)
 
     async def _footprint(self, held: Held, before: Look, status: str, waited: bool) -> Footprint:
         """The footprint of the granted statement `held`, now that every actor settled."""
@@ -203,7 +219,8 @@ class Director:
             why = "its actor exited or it did not end"
         elif "advisory" in held.group.shown().lower():
             why = "it names an advisory lock"
-        after = Look() if why else await self._look(session)
+        early = self._after.pop(session, None)
+        after = Look() if why else early or await self._look(session)
         return footprint(held.actor, before, after, (status, session.status), why)
 
     async def _grant(self, held: Held) -> None:
@@ -217,7 +234,7 @@ class Director:
         self.run.statements.append((self.names[session], sql))
         held.go.set()
         while not done.is_set():
-            waits = await lock_waiters(self.observer, [session.pid])
+            waits = await self._waiters([session.pid])
             if session.pid in waits and not done.is_set():
                 self.waiting.add(session)
                 self.run.transcript[self.run.transcript.index(line)] = f"{line} <waiting ...>"
@@ -258,7 +275,7 @@ class Director:
         """Mark running statements the server reports blocked."""
         if not self.running:
             return
-        waits = await lock_waiters(self.observer, [s.pid for s in self.running])
+        waits = await self._waiters([s.pid for s in self.running])
         for session, line in list(self.running.items()):
             if session.pid in waits and session not in self.waiting:
                 self.waiting.add(session)

@@ -3,7 +3,8 @@
 Every client connection that logs in is a session, known by the backend pid the server
 gives it (BackendKeyData). Every statement group the client sends (a simple Query, or
 the extended messages up to a Sync or a Flush) that runs something is a step: the gate
-holds it until its keeper lets it go. The server's ReadyForQuery ends the step; its
+holds it until its keeper lets it go. The driver's own SETs at connect, before the
+session's first step, are not steps. The server's ReadyForQuery ends the step; its
 status byte says whether the session is in a transaction, so a driver that sends BEGIN
 in the same group as its first statement is read the same as one that sends it alone.
 
@@ -32,6 +33,7 @@ from lab.gate.wire import Statement
 
 CHUNK = 1 << 16
 SECRET = re.compile(r"(PASSWORD\s+)'(?:[^']|'')*'", re.IGNORECASE)
+SESSION_SET = re.compile(r"\s*SET\s[^;]*;?\s*$", re.IGNORECASE)
 
 
 @dataclass
@@ -48,6 +50,10 @@ class Group:
 
     def shown(self) -> str:
         return SECRET.sub(r"\1'***'", "; ".join(s.shown() for s in self.statements))
+
+    def only_sets(self) -> bool:
+        """Whether it runs nothing but `SET name = value` statements, one each."""
+        return self.runs and all(SESSION_SET.match(s.sql) for s in self.statements)
 
 
 @dataclass(eq=False)  # a session is itself: hashed by identity
@@ -67,6 +73,12 @@ class Session:
     types: dict[str, list[int]] = field(default_factory=dict)  # statement name -> param types
     describing: deque[str] = field(default_factory=deque)  # Describe S sent, not yet answered
     bound: Statement | None = None
+    began: bool = False  # a step of the client's own has run on it
+
+    def driver_setup(self, group: Group) -> bool:
+        """Whether `group` is the driver's own at connect (pgjdbc's `SET extra_float_digits`
+        and `SET application_name`): only SETs, out of a transaction, before any step."""
+        return not self.began and self.status == "I" and group.only_sets()
 
     @property
     def name(self) -> str:
@@ -81,6 +93,10 @@ class Keeper(Protocol):
 
     async def step(self, session: Session, group: Group) -> None:
         """Return when `group` may go to the server."""
+
+    async def between(self, session: Session) -> None:
+        """Return when a group that is not a step (one that runs nothing, or the driver's
+        SETs at connect) may go to the server: it goes on its own."""
 
     def ready(self, session: Session, errors: list[str]) -> None:
         """The server ended the session's step (ReadyForQuery); `errors` its SQLSTATEs."""
@@ -348,9 +364,14 @@ class Gate:
             group.statements.append(session.bound)
 
     async def _send(self, session: Session, group: Group, s_writer: asyncio.StreamWriter) -> None:
+        """Hold a step until the keeper lets it go; a group that runs nothing (pgx's
+        Parse/Describe before a new statement) or the driver's SETs at connect are no step
+        (docs/gate.md: they touch nothing another session sees)."""
+        step = group.runs and not session.driver_setup(group)
+        session.began = session.began or step
+        if self.keeper is not None:
+            await (self.keeper.step(session, group) if step else self.keeper.between(session))
         if group.runs:
-            if self.keeper is not None:
-                await self.keeper.step(session, group)
             self._write_log(session, group.shown())
         s_writer.write(b"".join(group.messages))
         await s_writer.drain()

@@ -11,6 +11,7 @@ from typing import TextIO
 
 from lab.errors import LabError
 from lab.gate.dsn import gate_dsn, upstream_of
+from lab.gate.login import actor_login
 from lab.gate.proxy import Gate
 from lab.procs.lifecycle import folder_of, make_base_dir, remove_base_dir
 from lab.spec.wire import parse_dsn
@@ -64,12 +65,13 @@ async def serve(dsn: str, port: int, log: TextIO | None, say: Callable[[str], No
     except OSError as exc:
         raise LabError(f"the gate cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
     try:
-        with password_file(dsn, gate.port) as passfile:
-            env = client_env(dsn, gate.port, passfile)
-            say(f"gate: 127.0.0.1:{gate.port} -> {_where(dsn)}; Ctrl-C stops it")
-            say("point a client at it (the password is in PGPASSFILE):")
-            say("  export " + " ".join(f"{k}={v}" for k, v in env.items()))
-            await asyncio.Event().wait()
+        async with actor_login(dsn) as login:
+            with password_file(login, gate.port) as passfile:
+                env = client_env(login, gate.port, passfile)
+                say(f"gate: 127.0.0.1:{gate.port} -> {_where(dsn)}; Ctrl-C stops it")
+                say("point a client at it (the password is in PGPASSFILE):")
+                say("  export " + " ".join(f"{k}={v}" for k, v in env.items()))
+                await asyncio.Event().wait()
     finally:
         await gate.close()
 
