@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev examples lock lock-upgrade floors run-scenario compare verify test reduction lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev examples examples-go examples-java lock lock-upgrade floors run-scenario compare verify test reduction lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -96,12 +96,30 @@ reduction: dev
 # The documents' node-postgres code (examples/node), explored as actors by the tests:
 # installed exactly from its package-lock.json (with integrity hashes). Without npm the
 # tests that need it skip and say why.
-examples: examples/node/node_modules/.package-lock.json
+examples: examples/node/node_modules/.package-lock.json examples-go examples-java
 examples/node/node_modules/.package-lock.json: examples/node/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --prefix examples/node --no-audit --no-fund --loglevel=error \
 	    || echo "npm ci failed: the node-postgres examples' tests will skip"; \
 	else echo "npm not found: the node-postgres examples' tests will skip"; fi
+
+# The Go (pgx) and Java (pgjdbc) versions, built into build/examples from Debian's
+# packages, offline: golang-go with golang-github-jackc-pgx-v4-dev (GOPATH mode over
+# /usr/share/gocode), javac (default-jdk-headless) against libpostgresql-jdbc-java's jar.
+# Without them the tests that need them skip and say why.
+GOCODE ?= /usr/share/gocode
+PGJDBC ?= /usr/share/java/postgresql.jar
+examples-go:
+	@if command -v go >/dev/null 2>&1 && [ -d $(GOCODE)/src/github.com/jackc/pgx/v4 ]; then \
+	  for p in deposit checkout; do \
+	    GO111MODULE=off GOPATH=$(GOCODE) go build -o build/examples/go/$$p ./examples/go/$$p || exit 1; \
+	  done; \
+	else echo "go or Debian's pgx not found: the Go examples' tests will skip"; fi
+examples-java:
+	@if command -v javac >/dev/null 2>&1 && [ -f $(PGJDBC) ]; then \
+	  mkdir -p build/examples/java && \
+	  javac -d build/examples/java -cp $(PGJDBC) examples/java/*.java; \
+	else echo "javac or pgjdbc's jar not found: the Java examples' tests will skip"; fi
 
 lint: dev
 	$(BIN)/ruff format --check .
