@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import asyncpg
 
@@ -74,11 +74,12 @@ class Session:
 
     @property
     def conn(self) -> asyncpg.Connection:
-        """The asyncpg connection the session's code runs its SQL on (a pool's proxy is
-        one too); a TypeError names the session when its backend is not one."""
-        if not isinstance(self.backend, asyncpg.Connection):
-            raise TypeError(f"session {self.name}: no asyncpg connection ({self.backend!r})")
-        return self.backend
+        """The connection the session's code runs its SQL on: an asyncpg connection, a
+        pool's proxy, or the tx-pool's (lab/load/txpool.py), which speaks asyncpg's API;
+        a TypeError names the session when it has none (a worker process's, a test's)."""
+        if self.backend is None:
+            raise TypeError(f"session {self.name}: no connection to run SQL on")
+        return cast("asyncpg.Connection", self.backend)
 
     async def step(
         self,
