@@ -35,6 +35,7 @@ Checks:     counts.py (DL-19), get_rate.py (DL-20), failures.py (DL-21); reading
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 from lab.aio import within
 from lab.core.claims import Claim, mutation
@@ -123,7 +124,17 @@ CLAIMS = (
         profiles=("published",),
     ),
     *(
-        wall_within("DL-19", v, MEASURED[v][0].wall_ms or 0, counts.NEAR, "", f"500 misses, {v}")
+        replace(
+            wall_within(
+                "DL-19", v, MEASURED[v][0].wall_ms or 0, counts.NEAR, "", f"500 misses, {v}"
+            ),
+            counterfactual=mutation(
+                v,
+                counts.twice_as_long,
+                why="both walls are the 400 ms rebuild and a little (597 and 531 ms "
+                "published): the other variant's falls within ±30 % of this one's too",
+            ),
+        )
         for v in BOTH
     ),
     Claim(

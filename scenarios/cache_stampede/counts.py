@@ -98,3 +98,8 @@ def gets_near(published: int) -> Callable[[Mapping[str, Record]], tuple[bool, st
         return True, seen
 
     return check
+
+
+def twice_as_long(rec: Record) -> None:
+    """A record edit: the run's wall twice as long (a rebuild the document did not time)."""
+    rec["wall_ms"] = 2 * rec["wall_ms"]
