@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev examples examples-go examples-java lock lock-upgrade floors run-scenario compare verify test reduction lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev examples examples-go examples-java lock lock-upgrade floors run-scenario compare verify headline test reduction lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -84,6 +84,13 @@ compare: venv
 
 verify: venv
 	$(BIN)/locklab verify --profile $(PROFILE) $(ARGS)
+
+# The README's table of the documents' headline numbers beside this machine's, made again
+# from the recorded verify its marker names (tests/test_headline.py keeps it so). A new
+# reference: `make verify PROFILE=published ARGS='SCENARIO ...'`, copy the run's folder to
+# results/reference/, point the marker at it, then `make headline`.
+headline: venv
+	$(BIN)/python -m lab.output.headline README.md
 
 test: dev examples
 	$(BIN)/pytest -q $(ARGS)

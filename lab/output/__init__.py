@@ -8,7 +8,8 @@ The package: on the console, ``console`` (the documents' result lines and rich t
 spans as text bars on one time axis), ``locks`` (the pg_blocking_pids() tree and
 `locks --watch`), ``explore`` (an explore record's table of interleavings), ``actors``
 (what trace and explore print for unchanged programs through the gate), ``bench`` (what
-`locklab bench` prints), ``provenance`` (`locklab --version`).
+`locklab bench` prints), ``provenance`` (`locklab --version`), ``headline`` (the README's
+table of the documents' numbers beside a recorded verify's).
 
 The page and the pictures: ``report`` (`locklab report RUN`: one self-contained page),
 ``report_view`` and ``scenario_view`` (the page and each scenario's section as a typed view
