@@ -146,6 +146,8 @@ async def choreography(env: Env, code: Code) -> None:
     b_guard = (
         [("A's lease to end in Redis", watch.gone("A"))] if p["b_at_ms"] >= p["ttl_ms"] else []
     )
+    if not code.pause_at:  # the mutant: A's lease may come and go between two polls
+        b_guard = [("A to finish", a.done)]
     actions: dict[str, tuple[Callable[[], None], asyncio.Event, list[tuple[str, asyncio.Event]]]]
     actions = {
         "A takes the lease and stalls": (start_a, a.stalled, []),
