@@ -9,7 +9,8 @@ guessed time; its lanes run side by side, one step at a time:
                          crash point;
   pod-2 starts           once pod-1 locked: granted its job (before), or only its connect
                          (inside);
-  pod-2 tries the lock   (inside) once connected: granted its job;
+  pod-2 tries the lock   (inside) once connected: granted its job (after the crash, once
+                         the server has ended pod-1's session: it comes after pod-1 is gone);
   pod-1 is killed        once it billed k, and not while pod-2's lock attempt is
                          unanswered: a look at pod-1's session (LC-3), then SIGKILL by PID;
   the server ends pod-1's session   once pod-2 has exited: its lock is gone (polled);
@@ -169,8 +170,13 @@ class Race:
         self.locked_at = self.env.now_ms()
         self.pod2.grant(1 if self.pod2.lazy else steps(self.pod2.job))
 
-    def ask_pod2(self) -> None:
+    async def ask_pod2(self) -> None:
+        """pod-2, connected, is granted its job; one that comes after the SIGKILL comes
+        after pod-1 is gone: not before the server has ended pod-1's session (else it can
+        find the dead session's lock still held, a few ms after the kill)."""
         self.pod2_after_crash = self.killed.is_set()
+        if self.pod2_after_crash:
+            await self._released()
         self.pod2.grant(steps(self.pod2.job))
 
     async def crash(self) -> None:
