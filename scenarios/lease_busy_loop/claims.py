@@ -13,7 +13,8 @@ from lab.core.claims import Claim, Record, on_mutant
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
 from scenarios.lease_busy_loop import lease_busy_loop as code
-from scenarios.lease_gc_pause.overlap import event, fence_claims
+from scenarios.lease_gc_pause.overlap import fence_claims
+from scenarios.lease_gc_pause.reading import event
 
 IDLE = "mutant-idle-loop"
 

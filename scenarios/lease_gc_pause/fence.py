@@ -16,9 +16,9 @@ from scenarios.lease_gc_pause import lease_gc_pause as code
 from scenarios.lease_gc_pause.reading import (
     _both,
     _during,
-    _ev,
-    _writes,
+    event,
     fence_rejected_a,
+    writes,
 )
 
 FENCE_INVARIANT = "fence never goes backwards"
@@ -59,17 +59,17 @@ def _lease_window(records: Mapping[str, Record]) -> tuple[bool, str]:
 def _fenced(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["fixed"]
     row = rec["evidence"].get("final_row") or {}
-    held = fence_rejected_a(rec) and row.get("fence") == _ev(rec, "B", "write")["fence"]
-    return held, f"fixed: {_writes(rec)}"
+    held = fence_rejected_a(rec) and row.get("fence") == event(rec, "B", "write")["fence"]
+    return held, f"fixed: {writes(rec)}"
 
 
 def _stale_write(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["buggy"]
-    aw, bw = _ev(rec, "A", "write"), _ev(rec, "B", "write")
+    aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
     held = (
         bool(aw and bw)
         and aw["rows"] == 1
         and bw["t_ms"] < aw["t_ms"]
         and aw["fence"] < bw["fence"]
     )
-    return held, f"buggy: {_writes(rec)}"
+    return held, f"buggy: {writes(rec)}"

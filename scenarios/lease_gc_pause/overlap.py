@@ -32,7 +32,7 @@ from lab.procs.workers import proc_state
 from scenarios.lease_gc_pause.choreography import WorkerProcess
 from scenarios.lease_gc_pause.fence import FENCE_INVARIANT
 from scenarios.lease_gc_pause.lease_gc_pause import INVOICE_ID, Lease, hold
-from scenarios.lease_gc_pause.reading import fence_rejected_a
+from scenarios.lease_gc_pause.reading import event, fence_rejected_a, writes
 from scenarios.lease_gc_pause.worker import QuorumLease
 
 GONE_POLL_S = 0.001  # how often the lab looks for A's key on the nodes
@@ -158,21 +158,6 @@ def beliefs(trace: list[dict[str, Any]]) -> dict[str, Any]:
         out["both_ms"] = round(hi - lo, 1) if hi > lo else 0.0
         out["both_from_ms"], out["both_to_ms"] = lo, hi
     return out
-
-
-def event(rec: Record, who: str, name: str) -> dict[str, Any]:
-    """`who`'s first `name` event in a record's trace ({} when it never happened)."""
-    return next((e for e in rec["trace"] if e["who"] == who and e["event"] == name), {})
-
-
-def writes(rec: Record) -> str:
-    row = rec["evidence"].get("final_row") or {}
-    w = [
-        f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}"
-        for e in rec["trace"]
-        if e["event"] == "write"
-    ]
-    return "; ".join([*w, f"row {{body: {row.get('body')!r}, fence: {row.get('fence')}}}"])
 
 
 def fenced_verdict(rec: Record) -> tuple[bool, str]:

@@ -12,15 +12,15 @@ from typing import Any
 from lab.core.claims import Record
 
 
-def _ev(rec: Record, who: str, event: str) -> dict[str, Any]:
-    """`who`'s first `event` in the trace ({} when it never happened)."""
-    return next((e for e in rec["trace"] if e["who"] == who and e["event"] == event), {})
+def event(rec: Record, who: str, name: str) -> dict[str, Any]:
+    """`who`'s first `name` event in the trace ({} when it never happened)."""
+    return next((e for e in rec["trace"] if e["who"] == who and e["event"] == name), {})
 
 
 def fence_rejected_a(rec: Record) -> bool:
     """B's write landed (1 row), A's later stale write changed 0 rows, the row is B's: what
     the storage's fence does (lease-gc-pause, redlock, lease-busy-loop)."""
-    aw, bw = _ev(rec, "A", "write"), _ev(rec, "B", "write")
+    aw, bw = event(rec, "A", "write"), event(rec, "B", "write")
     row = rec["evidence"].get("final_row") or {}
     return (
         bool(aw and bw)
@@ -58,7 +58,7 @@ def _lease(rec: Record, who: str) -> str:
 
 
 def _release(rec: Record, who: str) -> str:
-    e = _ev(rec, who, "release")
+    e = event(rec, who, "release")
     return (
         f"{who} release -> {e['result']} ({e['how']}) at {e['t_ms']:.0f} ms"
         if e
@@ -66,16 +66,16 @@ def _release(rec: Record, who: str) -> str:
     )
 
 
-def _writes(rec: Record) -> str:
+def writes(rec: Record) -> str:
     row = rec["evidence"].get("final_row") or {}
-    writes = [
+    lines = [
         f"{e['who']} (fence={e['fence']}) writes -> {e['rows']}"
         for e in rec["trace"]
         if e["event"] == "write"
     ]
     return "; ".join(
         [
-            *writes,
+            *lines,
             f"row {{id: {row.get('id')}, body: {row.get('body')!r}, fence: {row.get('fence')}}}",
         ]
     )

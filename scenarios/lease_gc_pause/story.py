@@ -13,7 +13,7 @@ from typing import Any
 
 from lab.core.claims import Check as ClaimCheck
 from lab.core.claims import Claim, Record
-from scenarios.lease_gc_pause.reading import _both, _during, _ev, _lease, _release, _span
+from scenarios.lease_gc_pause.reading import _both, _during, _lease, _release, _span, event
 
 
 def _third_holder(variant: str) -> ClaimCheck:
@@ -21,17 +21,18 @@ def _third_holder(variant: str) -> ClaimCheck:
 
     def check(records: Mapping[str, Record]) -> tuple[bool, str]:
         rec = records[variant]
-        c_got = _ev(rec, "C", "got lock")
+        c_got = event(rec, "C", "got lock")
         bc = _both(rec, "B", "C")
-        get = _ev(rec, "A", "GET")
+        get = event(rec, "A", "GET")
         held = (
-            _ev(rec, "A", "release").get("result") == 1
+            event(rec, "A", "release").get("result") == 1
             and _span(rec, "B", "redis").get("ended") == "deleted by A"
             and bool(c_got)
             and bc is not None
             # GET-then-DEL: A's GET saw its own token, and B took the lock before A's DEL
             and (
-                not get or (get["mine"] and get["t_ms"] < _ev(rec, "B", "got lock").get("t_ms", 0))
+                not get
+                or (get["mine"] and get["t_ms"] < event(rec, "B", "got lock").get("t_ms", 0))
             )
         )
         c = f"C got lock, fence={c_got['fence']}" if c_got else "C: lock busy"
@@ -48,10 +49,10 @@ def _third_holder(variant: str) -> ClaimCheck:
 
 def _c_busy(records: Mapping[str, Record]) -> tuple[bool, str]:
     rec = records["fixed"]
-    busy = bool(_ev(rec, "C", "lock busy"))
+    busy = bool(event(rec, "C", "lock busy"))
     held = (
         busy
-        and _ev(rec, "A", "release").get("result") == 0
+        and event(rec, "A", "release").get("result") == 0
         and _span(rec, "B", "redis").get("ended") == "expired"
     )
     c = "C lock busy" if busy else "C got the lock"

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from lab.core.claims import NotJudged, Record
-from scenarios.lease_gc_pause.reading import _both, _during, _ev, _lease, _span
+from scenarios.lease_gc_pause.reading import _both, _during, _lease, _span, event
 
 
 def _pause_over_ttl(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -41,8 +41,8 @@ def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
     """The dead holder's lease lasts its whole TTL from SET: whoever tries meanwhile is refused."""
     rec = records["holder-killed"]
     ttl = rec["params"]["ttl_ms"]
-    got = _ev(rec, "A", "got lock")
-    killed = _ev(rec, "A", "killed")
+    got = event(rec, "A", "got lock")
+    killed = event(rec, "A", "killed")
     lease = _span(rec, "A", "redis")
     if not (got and killed and lease):  # the run did not make the dead holder
         raise NotJudged("holder-killed: A was not killed after taking the lock")
@@ -66,4 +66,4 @@ def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
 def _lease_ends_at_death(rec: Record) -> None:
     """A's lease ends when A dies, as a lock tied to its holder's connection would."""
     lease = _span(rec, "A", "redis")
-    lease.update(end_ms=_ev(rec, "A", "killed")["t_ms"], ended="released at A's death")
+    lease.update(end_ms=event(rec, "A", "killed")["t_ms"], ended="released at A's death")

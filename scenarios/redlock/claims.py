@@ -23,7 +23,8 @@ from collections.abc import Mapping
 from lab.core.claims import Claim, Record, on_mutant
 from lab.core.scenario import Defaults, Param, declare
 from scenarios import lease_gc_pause
-from scenarios.lease_gc_pause.overlap import event, fence_claims
+from scenarios.lease_gc_pause.overlap import fence_claims
+from scenarios.lease_gc_pause.reading import event
 from scenarios.redlock import redlock as code
 
 UNFROZEN = "mutant-unfrozen"
