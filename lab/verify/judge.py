@@ -313,7 +313,10 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
         for v in verdicts
         if status_of(v) == "not reproduced" or (status_of(v) == "held" and is_gap(v))
     )
-    unrun = [v for v in verdicts if str(v.get("counterfactual", "")).endswith(cf.RUNS_IT)]
+
+    def unrun(v: Verdict) -> bool:  # its counterfactual's records only --counterfactual makes
+        return str(v.get("counterfactual", "")).endswith(cf.RUNS_IT)
+
     return Summary(
         held=sum(1 for v in verdicts if status_of(v) == "held" and not is_gap(v)),
         fitted=sum(1 for v in verdicts if status_of(v) == "fitted"),
@@ -326,9 +329,9 @@ def summarize(results: Sequence[ScenarioVerdicts], profile: str) -> Summary:
         ungrounded=sum(
             1
             for v in verdicts
-            if v.get("counterfactual_kind") == "none" and not is_gap(v) and v not in unrun
+            if v.get("counterfactual_kind") == "none" and not is_gap(v) and not unrun(v)
         ),
-        unrun=len(unrun),
+        unrun=sum(1 for v in verdicts if unrun(v)),
         not_held=sum(1 for v in verdicts if status_of(v) == "not held"),
         not_judged=sum(1 for v in verdicts if status_of(v) == "not judged"),
         not_exercised=sum(1 for v in verdicts if status_of(v) == "not exercised"),
