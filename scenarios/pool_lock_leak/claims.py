@@ -11,10 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.core.claims import Claim, Record, mutation
+from lab.core.claims import Claim, Record, on_mutant
 from lab.core.scenario import Defaults, declare
 from scenarios.pool_lock_leak import pool_lock_leak as code
 from scenarios.pool_lock_leak.pool_lock_leak import FAILED, LATER_RUNS, RAN, SKIPPED
+
+NO_RESET = "mutant-reset-dropped"  # buggy on asyncpg's default pool with a no-op reset
 
 
 def _leak_of(records: Mapping[str, Record], variant: str) -> dict[str, Any]:
@@ -59,14 +61,8 @@ def _asyncpg_hides(records: Mapping[str, Record]) -> tuple[bool, str]:
     d = records["buggy"]["evidence"]["asyncpg_default"]
     return d["first"] == FAILED and not d["locks_after_failure"], (
         f"buggy job on asyncpg's default pool: run {d['first']}, advisory locks after "
-        f"release {d['locks_after_failure']} (its reset ran pg_advisory_unlock_all())"
+        f"release {d['locks_after_failure']} (its reset: {d.get('reset')})"
     )
-
-
-def _asyncpg_without_reset(rec: Record) -> None:
-    """asyncpg's pool as the no-reset pool: the lock that pool leaked stays after release."""
-    ev = rec["evidence"]
-    ev["asyncpg_default"]["locks_after_failure"] = list(ev["leak"]["locks_after_failure"])
 
 
 CLAIMS = (
@@ -79,16 +75,17 @@ CLAIMS = (
         published="job không bao giờ chạy lại cho tới khi restart. Xem pg_locks WHERE "
         "locktype = 'advisory'",
     ),
-    Claim(
-        "LC-24",
-        "asyncpg's default pool reset (pg_advisory_unlock_all) releases the leaked lock: the "
-        "leak needs a pool that does not reset, as node-postgres's and pgx's",
-        ("buggy",),
-        _asyncpg_hides,
-        # every variant runs the same asyncpg job: the counterfactual is that pool without reset
-        counterfactual=mutation(
-            "buggy", _asyncpg_without_reset, "every variant runs asyncpg's pool, which resets"
+    # every variant runs asyncpg's pool, which resets: the counterfactual is buggy's job on
+    # that pool given a reset that does nothing (a code mutant), where the lock stays
+    on_mutant(
+        Claim(
+            "LC-24",
+            "asyncpg's default pool reset (pg_advisory_unlock_all) releases the leaked lock: "
+            "the leak needs a pool that does not reset, as node-postgres's and pgx's",
+            ("buggy",),
+            _asyncpg_hides,
         ),
+        NO_RESET,
     ),
     _fixed_runs("fixed"),
     _fixed_runs("fixed-xact"),
@@ -98,6 +95,7 @@ SCENARIO = declare(
     code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed, "fixed-xact": code.fixed_xact},
+    mutants={NO_RESET: code.reset_dropped},
     outcomes=(RAN, SKIPPED, FAILED),
     claims=CLAIMS,
     published={

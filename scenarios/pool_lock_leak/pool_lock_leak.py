@@ -26,6 +26,7 @@ See:        claim LC-24 in claims.py (advisory-pgbouncer has the PgBouncer leak,
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -47,6 +48,9 @@ class JobFailed(Exception):
 
 async def _no_reset(conn: asyncpg.Connection) -> None:
     """node-postgres / pgx: a released connection goes back as it is (no session reset)."""
+
+
+Reset = Callable[[asyncpg.Connection], Awaitable[None]]  # a pool's reset= hook
 
 
 async def job(conn: asyncpg.Connection, variant: str, fail: bool) -> str:
@@ -74,30 +78,30 @@ async def job(conn: asyncpg.Connection, variant: str, fail: bool) -> str:
         await conn.fetchval("SELECT pg_advisory_unlock($1)", JOB_KEY)
 
 
-async def _run_job(env: Env, pool: asyncpg.Pool, who: str, fail: bool = False) -> str:
+async def _run_job(env: Env, pool: asyncpg.Pool, who: str, variant: str, fail: bool = False) -> str:
     async with pool.acquire() as pooled:
         conn: asyncpg.Connection = pooled  # type: ignore[assignment]
         pid = conn.get_server_pid()
         try:
-            word = await job(conn, env.variant, fail)
+            word = await job(conn, variant, fail)
         except JobFailed:
             word = FAILED
     env.trace(who, word, pid=pid, locks=[r["pid"] for r in await env.db.fetch(LOCKS)])
     return word
 
 
-async def _leak(env: Env) -> dict[str, Any]:
+async def _leak(env: Env, variant: str) -> dict[str, Any]:
     """LC-24: pod-1 fails once; pod-2 runs later; pod-1 restarts; pod-2 runs again."""
     pod1 = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1, reset=_no_reset)
     pod2 = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1, reset=_no_reset)
     try:
-        first = await _run_job(env, pod1, "pod-1", fail=True)
+        first = await _run_job(env, pod1, "pod-1", variant, fail=True)
         async with pod1.acquire() as c:
             pod1_pid = c.get_server_pid()
         held = [r["pid"] for r in await env.db.fetch(LOCKS)]  # step observe
-        later = [await _run_job(env, pod2, "pod-2") for _ in range(LATER_RUNS)]
+        later = [await _run_job(env, pod2, "pod-2", variant) for _ in range(LATER_RUNS)]
         await pod1.close()  # step restart: pod-1's connection closes
-        after_restart = await _run_job(env, pod2, "pod-2")
+        after_restart = await _run_job(env, pod2, "pod-2", variant)
     finally:
         pod1.terminate()
         pod2.terminate()
@@ -110,31 +114,41 @@ async def _leak(env: Env) -> dict[str, Any]:
     }
 
 
-async def _asyncpg_default(env: Env) -> dict[str, Any]:
-    """The same failing job on asyncpg's default pool: its reset unlocks all on release."""
-    pool = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1)
+async def _asyncpg_default(env: Env, variant: str, reset: Reset | None) -> dict[str, Any]:
+    """The same failing job on asyncpg's default pool: its reset (`reset` None: asyncpg's
+    own) unlocks all on release."""
+    pool = await asyncpg.create_pool(env.dsn, min_size=1, max_size=1, reset=reset)
     try:
-        first = await _run_job(env, pool, "asyncpg-default", fail=True)
+        first = await _run_job(env, pool, "asyncpg-default", variant, fail=True)
         held = [r["pid"] for r in await env.db.fetch(LOCKS)]
     finally:
         await pool.close()
-    return {"first": first, "locks_after_failure": held}
+    how = "asyncpg's own: pg_advisory_unlock_all()" if reset is None else "one that does nothing"
+    return {"first": first, "locks_after_failure": held, "reset": how}
 
 
 async def buggy(env: Env) -> None:
-    await _run(env)
+    await _run(env, "buggy")
 
 
 async def fixed(env: Env) -> None:
-    await _run(env)
+    await _run(env, "fixed")
 
 
 async def fixed_xact(env: Env) -> None:
-    await _run(env)
+    await _run(env, "fixed-xact")
 
 
-async def _run(env: Env) -> None:  # job() applies env.variant's fix
-    leak = await _leak(env)
+async def reset_dropped(env: Env) -> None:
+    """Not a variant: buggy with asyncpg's default pool given a reset that does nothing."""
+    await _run(env, "buggy", reset=_no_reset)
+
+
+async def _run(env: Env, variant: str, reset: Reset | None = None) -> None:
+    """`variant`'s job (job() applies its fix) on the pods' pools, then on asyncpg's
+    default pool, whose reset is asyncpg's own unless `reset` is given (the mutant's)."""
+    leak = await _leak(env, variant)
     for word in (leak["first"], *leak["later"], leak["after_restart"]):
         env.outcome(word)
-    env.extra_evidence.update(leak=leak, asyncpg_default=await _asyncpg_default(env))
+    default = await _asyncpg_default(env, variant, reset)
+    env.extra_evidence.update(leak=leak, asyncpg_default=default)
