@@ -120,7 +120,9 @@ async def row_by_row(env: Env, s: Session) -> str:
     """Not a variant: buggy's checkout one row a statement, in the order its session's plan
     locks them (seq-scan: 202 first; index: 101 first), 5 ms apart. In a whole transaction
     the result is buggy's; the code mutant (lab.core.mutants.commits_partial) that drops
-    all-or-nothing needs a write before the 40P01."""
+    all-or-nothing needs a write before the 40P01. Pinned, no gate holds a row (ROW_BY_ROW)."""
+    if s.name == "gate":
+        return "opened"
     order = [SECOND, FIRST] if s.index % 2 == 0 else [FIRST, SECOND]
     async with s.transaction():
         await s.execute("gate", rowgate.setting(s.index % 2 + 1))  # the trigger reads it
@@ -157,6 +159,12 @@ SERIAL = schedule(
 CROSS = schedule(
     "gate close, s1 checkout, s2 checkout, gate open-s1, gate open-s2, s1 commit, s2 commit"
 )
+# row_by_row pinned: s1 on the seq-scan plan's order, s2 on the index plan's; the gate idle
+ROW_BY_ROW = {
+    "s1": ("gate", f"take-{SECOND}", f"take-{FIRST}", "commit"),
+    "s2": ("gate", f"take-{FIRST}", f"take-{SECOND}", "commit"),
+    "gate": (),
+}
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={"buggy": STEPS, "fixed": STEPS},
