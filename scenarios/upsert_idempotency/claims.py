@@ -24,6 +24,7 @@ from typing import Any
 
 from lab.core.claims import Claim, Record, invariants_hold, repeated
 from lab.core.scenario import Defaults, declare
+from lab.core.steps import as_actor
 from lab.errors import LabError
 from lab.pinned import broke_in_some, kept_in_all
 from scenarios.upsert_idempotency import double_submit, probes
@@ -155,25 +156,25 @@ CLAIMS = (
     invariants_hold(
         "LC-18", "fixed", "fixed: one charge, every view counted (a load)", counterfactual=None
     ),
-    # each gotcha is PostgreSQL's, whatever the variant: its counterfactual is the record
-    # changed where the gotcha shows (one claim each, so that each can be seen to fail)
+    # each gotcha is PostgreSQL's, whatever the variant: its counterfactual is a code mutant
+    # whose statement does not give it (one claim each, so that each can be seen to fail)
     probes._gotcha(
         "DO NOTHING returns no row for the existing key",
         "RETURNING không trả row có sẵn khi DO NOTHING",
         probes._no_row,
-        probes._row_back,  # counterfactual: DO UPDATE ... RETURNING hands the existing row back
+        code.ROW_BACK,  # DO UPDATE ... RETURNING hands the existing key's row back
     ),
     probes._gotcha(
         "conflicts consume the sequence: the next new row's id leaves a gap",
         "sequence ... vẫn bị tiêu hao khi conflict",
         probes._id_gap,
-        probes._no_gap,  # counterfactual: an id drawn only when a row is inserted, no gap
+        code.NO_CONFLICT,  # no INSERT tried for an existing row: no id drawn, no gap
     ),
     probes._gotcha(
         "one statement may not affect the same row twice (21000)",
         "ON CONFLICT DO UPDATE command cannot affect row a second time",
         probes._twice,
-        probes._twice_allowed,  # counterfactual: a statement that updated the row twice, no error
+        code.GROUPED,  # the batch summed one row a key: no row hit twice, no 21000
     ),
 )
 
@@ -184,6 +185,7 @@ SCENARIO = declare(
     claims=CLAIMS,
     published=PUBLISHED,
     invariant=invariant,
+    mutants={m: as_actor(code.variant(m)) for m in code.MUTANTS},
     # 20 submits of one key at once: buggy gave 19 of 20 23505 in each of 6 runs here, 3 of
     # them beside a busy core; a pair did not collide at all in one quick verify in 15
     defaults=Defaults(n=20, arrival="burst", actor_timeout_s=30, run_timeout_s=60),

@@ -89,6 +89,33 @@ UPSERTS: dict[str, tuple[Claim, View]] = {
 }
 
 
+# Code mutants (Scenario.mutants), read only as LC-19's counterfactuals: fixed with the
+# statement one gotcha comes from changed, so that the probes after the run show it gone.
+ROW_BACK = "mutant-do-nothing-dropped"  # the key claimed with DO UPDATE ... RETURNING
+NO_CONFLICT = "mutant-on-conflict-dropped"  # the counter: buggy's, behind a lock
+GROUPED = "mutant-repeated-key-dropped"  # fixed; the probes' batch one row a key (probes.py)
+CLAIM_BACK = INSERT_KEY + " ON CONFLICT (key) DO UPDATE SET key = EXCLUDED.key RETURNING key"
+
+
+async def view_locked(s: Session) -> int:
+    """buggy's SELECT-then-write counter behind a per-product advisory lock: no INSERT is
+    tried for a row that exists, so no id is drawn for a conflict."""
+    await s.execute("view-lock", "SELECT pg_advisory_xact_lock($1)", PRODUCT)
+    return await view_select_insert(s)
+
+
+MUTANTS: dict[str, tuple[Claim, View]] = {
+    ROW_BACK: (lambda env, s, h: s.fetchval("claim", CLAIM_BACK, KEY, h), UPSERTS["fixed"][1]),
+    NO_CONFLICT: (UPSERTS["fixed"][0], view_locked),
+    GROUPED: UPSERTS["fixed"],
+}
+
+
+def upserts(name: str) -> tuple[Claim, View]:
+    """A variant's claim and counter, or a mutant's."""
+    return UPSERTS[name] if name in UPSERTS else MUTANTS[name]
+
+
 async def checkout(env: Env, s: Session, claim: Claim, body: Mapping[str, Any]) -> str:
     """The checkout endpoint behind an idempotency key; its answer (a 23505 is the 500)."""
     h = "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
@@ -124,7 +151,7 @@ def variant(name: str) -> Callable[[Env, Session], Awaitable[str]]:
         """A double submit's request, then one page view of product 101 (its own transaction)."""
         if name == "buggy-merge" and s.conn.get_server_version().major < 17:
             return NEEDS_17  # MERGE ... RETURNING is 17's: not run, never a syntax error counted
-        claim, view = UPSERTS[name]
+        claim, view = upserts(name)
         word = await checkout(env, s, claim, BODY)
         env.add("views_sent")
         try:
