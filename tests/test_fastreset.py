@@ -36,17 +36,23 @@ async def test_every_golden_transcript_again_on_the_fast_path(
     servers: Servers, sc: Scenario
 ) -> None:
     """Each golden schedule, run right after a reset for the same variant and level (so
-    its own reset empties the tables instead of making them), prints its golden file."""
+    its own reset empties the tables instead of making them), prints its golden file.
+    A snapshot the server held elsewhere (autovacuum's ANALYZE, say) may keep VACUUM from
+    truncating, and the reset then rightly takes the full path: up to three tries, and
+    one of them must take the fast path."""
     assert sc.pinned is not None
     async with pinned_lab(sc, servers, "test-fast", GOLDEN_DEADLOCK_MS) as lab:
         for path in sorted(expected_dir(sc).glob("*.out")):
             variant, schedule, level = _parts(path)
-            await lab.prepare(variant, level)  # the run before (its steps' DDL, if any)
-            fast = lab.fast_resets
             steps = sc.pinned.schedules[variant][schedule]
-            res = await lab.run(variant, steps, isolation=level, name=schedule)
+            for _ in range(3):
+                await lab.prepare(variant, level)  # the run before (its steps' DDL, if any)
+                fast = lab.fast_resets
+                res = await lab.run(variant, steps, isolation=level, name=schedule)
+                assert res.transcript == path.read_text(), path.name
+                if lab.fast_resets == fast + 1:
+                    break
             assert (lab.slow_why, lab.fast_resets) == ("", fast + 1), path.name
-            assert res.transcript == path.read_text(), path.name
 
 
 async def test_a_steps_ddl_sends_the_next_reset_down_the_full_path(servers: Servers) -> None:
