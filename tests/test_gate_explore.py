@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.errors import LabError
 from lab.gate.explore import explore, trace
 from lab.gate.order import Actor
 from lab.gate.spec import export
@@ -216,3 +217,30 @@ def test_explore_spec_writes_a_spec_that_trace_runs(servers: Servers, tmp_path: 
         [*lab, "trace", str(spec)], env=env, capture_output=True, text=True, timeout=300
     )
     assert traced.stdout == spec.with_suffix(".out").read_text()
+
+
+# A deposit whose UPDATE carries a token of the clock: no two replays send the same text.
+TAGGED = """SELECT balance, md5(clock_timestamp()::text) AS tag FROM accounts WHERE id = 1 \\gset
+UPDATE accounts SET balance = :balance + 10 WHERE id = 1 AND :'tag' <> '';
+"""
+
+
+async def test_replays_that_diverge_are_named_then_sampled(
+    servers: Servers, tmp_path: Path
+) -> None:
+    """An actor that sends another statement on a replay of the same prefix is named in
+    one line, and explore goes on with sampled orders (PCT), counted as sampled, never
+    as complete; the lost update is found among them. --exhaustive refuses instead."""
+    assert servers.pg is not None
+    tagged = tmp_path / "tagged.sql"
+    tagged.write_text(TAGGED)
+    pair = [Actor(i, f"psql -X -q -v ON_ERROR_STOP=1 -f {tagged}") for i in (1, 2)]
+    found = await explore(servers.pg.dsn, pair, SETUP, DEPOSITS_KEPT, max_orders=8)
+    said = "actor 1's statement 2 differs between replays: \"a1: UPDATE accounts SET balance"
+    assert found.diverged.startswith(said) and found.diverged.endswith("the same in 3 replays")
+    assert not found.complete and found.sampled == 8 - (len(found.orders) - found.sampled)
+    assert found.stopped == f"sampled {found.sampled} orders (PCT, seed 1): not every order was run"
+    assert {o.kept for o in found.orders[-found.sampled :]} == {True, False}
+    assert found.as_json()["sampled"] == found.sampled
+    with pytest.raises(LabError, match=r"^--exhaustive: actor 1's statement 2 differs"):
+        await explore(servers.pg.dsn, pair, SETUP, DEPOSITS_KEPT, exhaustive=True)

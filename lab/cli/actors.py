@@ -61,6 +61,8 @@ class Asked:
     as_json: bool
     spec: Path | None
     all_orders: bool = False
+    exhaustive: bool = False
+    seed: int = 1
 
     def check(self) -> None:
         """Impossible values, refused before any server starts."""
@@ -123,6 +125,8 @@ def explore_actors(
                 max_orders=asked.max_orders,
                 first=asked.first or asked.spec is not None,
                 all_orders=asked.all_orders,
+                exhaustive=asked.exhaustive,
+                seed=asked.seed,
                 deadlock_timeout_ms=run.deadlock_ms,
                 cwd=Path.cwd(),
             )

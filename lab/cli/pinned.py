@@ -27,6 +27,7 @@ from lab.cli.options import (
 from lab.cli.pinned_options import (
     ActorCommands,
     AllOrders,
+    Exhaustive,
     ExploreDeadlockTimeout,
     ExploreJson,
     FirstOnly,
@@ -34,6 +35,7 @@ from lab.cli.pinned_options import (
     MaxOrders,
     OptionalScenario,
     Reduce,
+    SampleSeed,
     SetupFile,
     SpecOut,
 )
@@ -326,6 +328,8 @@ def explore_cmd(
     reduce: Reduce = False,
     all_orders: AllOrders = False,
     spec_out: SpecOut = None,
+    exhaustive: Exhaustive = False,
+    seed: SampleSeed = None,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
     many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
@@ -334,12 +338,13 @@ def explore_cmd(
     only = {"--setup": setup is not None, "--invariant": invariant is not None}
     only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
     only |= {"--all-orders": all_orders, "-p": bool(param)}
+    only |= {"--exhaustive": exhaustive, "--seed": seed is not None}
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import Asked, explore_actors
 
         if reduce:
             guarded(lambda: _refuse("--reduce: actors' orders are reduced already (--all-orders)"))
-        asked = Asked(max_orders, first, as_json, spec_out, all_orders)
+        asked = Asked(max_orders, first, as_json, spec_out, all_orders, exhaustive, seed or 1)
         guarded(
             lambda: explore_actors(actor or [], setup, invariant, pg_dsn, deadlock_timeout, asked)
         )

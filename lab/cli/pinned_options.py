@@ -60,3 +60,15 @@ SpecOut = Annotated[
         "(FILE.spec, and the tester's output in FILE.out).",
     ),
 ]
+Exhaustive = Annotated[
+    bool,
+    typer.Option(
+        "--exhaustive",
+        help="With --actor: refuse to sample; fail when a replay diverges (a timer, SKIP "
+        "LOCKED) instead of going on with sampled orders.",
+    ),
+]
+SampleSeed = Annotated[
+    int | None,
+    typer.Option("--seed", help="With --actor: the seed of sampled orders (default 1)."),
+]

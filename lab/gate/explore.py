@@ -7,8 +7,9 @@ depth first: after an order, the last point that had an untried candidate takes 
 one. So an actor whose next statement depends on what it read is explored as it runs.
 
 A replay that holds other statements than the first run did at the same point (a timer,
-`SKIP LOCKED`, a random token) cannot be explored this way: the exploration stops there
-and says which actor's statement differed.
+`SKIP LOCKED`, a random token) cannot be explored this way: explore says which actor's
+statement differed, in one line, and goes on with sampled orders (lab/gate/sample.py),
+counted as sampled, never as every order; `exhaustive` refuses instead.
 
 Orders that differ only by swapping statements that commute are run once (sleep sets
 over the footprints the server shows, lab/gate/reduce.py); `all_orders` runs every one.
@@ -22,6 +23,7 @@ its exit status and the SQLSTATEs the gate saw it receive.
 from __future__ import annotations
 
 import contextlib
+import random
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -35,19 +37,20 @@ from lab.gate.dsn import upstream_of
 from lab.gate.login import actor_login
 from lab.gate.order import Actor, Choose, Decision, OrderRun, run_order
 from lab.gate.reduce import Redundant, SleepSets
+from lab.gate.sample import SAMPLES, sampler, session_of
 from lab.gate.serve import password_file
 from lab.load.databases import set_deadlock_timeout
 from lab.pinned.footprint import Footprint
 from lab.spec.wire import parse_dsn
 
-DEADLOCK_TIMEOUT_MS = 100
+DEADLOCK_TIMEOUT_MS = 100  # on the explored databases: a deadlocking order costs this wait
 
 
 REPLAYS = 3  # tries of one order whose replay held other statements
 
 
 class Diverged(LabError):
-    """A replay held other statements than the order it replays."""  # on the explored databases: a deadlocking order costs this wait
+    """A replay held other statements than the order it replays."""
 
 
 @dataclass
@@ -79,6 +82,9 @@ class Exploration:
     replays: int = 0  # orders run again because a replay held other statements
     reduced: bool = True  # orders equivalent to one run are skipped (lab/gate/reduce.py)
     pruned: int = 0  # orders cut where every held statement slept
+    diverged: str = ""  # which actor's statement differed between replays, if one did
+    sampled: int = 0  # orders run by sampling after that (lab/gate/sample.py)
+    seed: int = 1  # of the sampling
 
     @property
     def outcomes(self) -> Counter[str]:
@@ -102,6 +108,9 @@ class Exploration:
             "replays": self.replays,
             "reduction": "sleep sets" if self.reduced else "none",
             "pruned": self.pruned,
+            "diverged": self.diverged or None,
+            "sampled": self.sampled,
+            "seed": self.seed,
             "first_broken": None
             if first is None
             else {
@@ -252,14 +261,18 @@ def _bounded(found: Exploration, search: SleepSets, max_orders: int) -> str:
 
 
 def diverged(known: Sequence[list[str]], run: OrderRun, prefix: Sequence[int]) -> str | None:
-    """Where a replay held other statements than the order it replays."""
+    """Which actor's statement a replay held otherwise than the order it replays."""
     for depth in range(min(len(prefix), len(known), len(run.decisions))):
         before, now = known[depth], run.decisions[depth].candidates
         if before != now:
             changed = next((b for b in before if b not in now), before[0] if before else "")
+            session = session_of(changed)
+            earlier = run.decisions[:depth]
+            nth = 1 + sum(session_of(d.candidates[d.chosen]) == session for d in earlier)
+            instead = next((c for c in now if session_of(c) == session), "nothing")
             return (
-                f"statement {depth + 1} differs between replays: held {now} where an earlier "
-                f"order held {before} (near {changed!r})"
+                f"actor {session.partition('.')[0][1:]}'s statement {nth} differs between "
+                f"replays: {instead!r} where an earlier order held {changed!r}"
             )
     return None
 
@@ -273,14 +286,17 @@ async def explore(
     max_orders: int | None = None,
     first: bool = False,
     all_orders: bool = False,
+    exhaustive: bool = False,
+    seed: int = 1,
     deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS,
     cwd: Path | None = None,
     progress: Callable[[Order], None] | None = None,
 ) -> Exploration:
     """Run every order of the actors' statements but those equivalent to one already run
     (every one with `all_orders`), or up to `max_orders`, or to the first broken one with
-    `first`."""
-    found = Exploration(list(actors), deadlock_timeout_ms=deadlock_timeout_ms)
+    `first`. When replays diverge: sampled orders from then on (`seed`), up to `max_orders`
+    in all or SAMPLES more; with `exhaustive`, a LabError instead."""
+    found = Exploration(list(actors), deadlock_timeout_ms=deadlock_timeout_ms, seed=seed)
     found.reduced = not all_orders
     search = SleepSets()
     async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
@@ -298,7 +314,11 @@ async def explore(
                 prefix = search.next_prefix()
                 continue
             except Diverged as exc:
-                found.stopped = str(exc)
+                if exhaustive:
+                    raise LabError(f"--exhaustive: {exc}") from None
+                found.diverged = str(exc)
+                left = SAMPLES if max_orders is None else max_orders - len(found.orders)
+                await _sample(ws, actors, found, cwd, left, first, progress)
                 return found
             found.orders.append(order)
             if progress is not None:
@@ -314,6 +334,32 @@ async def explore(
                 prefix = search.next_prefix()
     found.complete = True
     return found
+
+
+async def _sample(
+    ws: Workspace,
+    actors: Sequence[Actor],
+    found: Exploration,
+    cwd: Path | None,
+    budget: int,
+    first: bool,
+    progress: Callable[[Order], None] | None,
+) -> None:
+    """Up to `budget` sampled orders (lab/gate/sample.py), after the replays diverged."""
+    rng = random.Random(found.seed)
+    length = max((len(o.run.decisions) for o in found.orders), default=1)
+    how = f"PCT, seed {found.seed}"
+    while found.sampled < budget:
+        order = await _one_order(ws, actors, sampler(rng, length), cwd)
+        found.orders.append(order)
+        found.sampled += 1
+        length = max(length, len(order.run.decisions))
+        if progress is not None:
+            progress(order)
+        if first and not order.kept:
+            found.stopped = f"--first: stopped at the first broken order, sampled ({how})"
+            return
+    found.stopped = f"sampled {found.sampled} orders ({how}): not every order was run"
 
 
 async def _replayed(

@@ -181,6 +181,10 @@ class Gate:
             await self._relay(c_reader, c_writer, actor)
         except (ConnectionError, asyncio.IncompleteReadError, wire.ProtocolError):
             pass  # either side went away or spoke something else: the connection ends
+        except asyncio.CancelledError:
+            # close() ends it. Not re-raised: the task is asyncio's own connection callback,
+            # which on Python 3.11 logs a traceback for a cancelled one (fixed in 3.12)
+            pass
         except Exception as exc:  # the keeper's own fault: the gate's owner must hear of it
             self.failures.append(exc)
         finally:

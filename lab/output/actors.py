@@ -29,7 +29,9 @@ def print_order(console: Console, order: Order, actors: list[Actor]) -> None:
 
 def print_exploration(console: Console, found: Exploration) -> None:
     """The outcome classes with their counts, the first broken order as a transcript."""
-    if not found.complete:
+    if found.diverged:
+        how = f"{len(found.orders) - found.sampled} explored, then {found.stopped}"
+    elif not found.complete:
         how = f"stopped: {found.stopped}"
     elif found.reduced:
         how = "one of each set of orders that differ only in statements that commute"
@@ -40,6 +42,8 @@ def print_exploration(console: Console, found: Exploration) -> None:
         f"deadlock_timeout {found.deadlock_timeout_ms} ms on each order's database",
         markup=False,
     )
+    if found.diverged:
+        console.print(f"replays diverged: {found.diverged}", markup=False)
     if found.reduced and found.pruned:
         console.print(
             f"{found.pruned} more orders were cut where every held statement commuted with "
@@ -53,7 +57,12 @@ def print_exploration(console: Console, found: Exploration) -> None:
     if found.replays:
         console.print(
             f"{found.replays} orders ran again: a replay held other statements than the order "
-            "it replayed (the server chose otherwise, e.g. another deadlock victim)",
+            "it replayed"
+            + (
+                ""
+                if found.diverged
+                else " (the server chose otherwise, e.g. another deadlock victim)"
+            ),
             markup=False,
         )
     if not found.broke:
