@@ -43,6 +43,24 @@ def test_the_footprint_reads_the_server_and_says_when_it_cannot() -> None:
     assert footprint(1, Look(), Look(), ("I", "T")) == Footprint(1)  # BEGIN
 
 
+def test_a_transaction_that_wrote_nothing_ends_by_the_locks_it_lets_go_of() -> None:
+    """The end of a transaction with no id, none given out meanwhile and no serializable
+    read touches only the locks it held; with an id, an id given out during the step (one
+    query that wrote and committed), an SIReadLock or an unread next id, it touches all."""
+    ended = ("T", "I")
+    read_only = footprint(1, Look(frozenset({T_READ}), next_xid="9"), Look(next_xid="9"), ended)
+    assert read_only == Footprint(1, reads=frozenset({"relation:1"}))
+    assert read_only.commutes_with(Footprint(2, writes=frozenset({"relation:2"})))
+    assert not read_only.commutes_with(Footprint(2, writes=frozenset({"relation:1"})))
+    wrote = Look(frozenset({T}), xid="8", next_xid="9")
+    assert footprint(1, wrote, Look(next_xid="9"), ended).everything == "ended its transaction"
+    given = footprint(1, Look(next_xid="9"), Look(next_xid="10"), ended)
+    assert given.everything == "ended its transaction"
+    siread = Look(frozenset({("relation:1", "SIReadLock")}), next_xid="9")
+    assert footprint(1, siread, Look(next_xid="9"), ended).everything
+    assert footprint(1, Look(), Look(), ended).everything  # the next id was not read
+
+
 def test_commuting_needs_two_actors_and_no_write_on_a_shared_object() -> None:
     """Reads of one table commute; a write and a read of it do not; nor do two statements
     of one actor, nor anything with a statement that commutes with nothing."""

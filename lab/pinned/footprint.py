@@ -13,10 +13,16 @@ lab/pinned/explore.py with `reduce`):
   end, so before and after together cover the step.
 * Two footprints conflict when one writes an object the other reads or writes. Steps
   of the same session (actor) always conflict: the program orders them.
-* A step that ends its transaction (``COMMIT``, ``ROLLBACK``) commutes with nothing: a
-  commit decides what every snapshot taken after it sees, and under REPEATABLE READ or
-  SERIALIZABLE a transaction's first statement fixes its snapshot for every later one,
-  whatever it reads. Keeping commits in place keeps every snapshot as it was.
+* A step that ends a transaction that wrote (``COMMIT``, ``ROLLBACK``) commutes with
+  nothing: a commit decides what every snapshot taken after it sees, and under
+  REPEATABLE READ or SERIALIZABLE a transaction's first statement fixes its snapshot for
+  every later one, whatever it reads. Keeping commits in place keeps every snapshot as
+  it was. A transaction that wrote nothing has no transaction id (``backend_xid`` is
+  null), so no snapshot lists it and its end changes what no one sees: its end touches
+  only the locks it lets go of, read before the step. That holds when no id was given
+  out during the step (the next id, ``txid_snapshot_xmax``, did not move: one simple
+  query may write and commit at once) and the transaction held no ``SIReadLock``
+  (a serializable transaction's end moves its read-write conflicts, which no lock shows).
 * A step also commutes with nothing when the server cannot show what it touched: it ran
   statements outside a transaction (status I before and after, and the session's
   ``state_change`` moved: its locks are gone by the time anyone looks), it ended one
@@ -64,6 +70,8 @@ class Look:
     xact_start: str = ""
     state_change: str = ""
     query: str = ""
+    xid: str = ""  # the transaction's id ("" while it has written nothing)
+    next_xid: str = ""  # the next id the server gives out ("" when not read)
 
 
 def footprint(
@@ -97,7 +105,8 @@ WHERE pid = $1 AND granted AND locktype NOT IN ('virtualxid', 'transactionid')
 """
 ACTIVITY = """
 SELECT coalesce(xact_start::text, ''),
-       coalesce(state_change::text, ''), coalesce(query, '')
+       coalesce(state_change::text, ''), coalesce(query, ''), coalesce(backend_xid::text, ''),
+       txid_snapshot_xmax(txid_current_snapshot())::text
 FROM pg_stat_activity WHERE pid = $1
 """
 
@@ -108,9 +117,8 @@ async def look(db: Fetcher, pid: int) -> Look:
     activity = await db.fetch(ACTIVITY, pid)
     if not activity:  # the backend is gone
         return Look(frozenset((r[0], r[1]) for r in rows))
-    xact, changed, query = activity[0]
     locks = frozenset((r[0], r[1]) for r in rows)
-    return Look(locks, xact, changed, query)
+    return Look(locks, *activity[0])
 
 
 def _unseen(before: Look, after: Look, status: tuple[str, str]) -> str:
@@ -118,10 +126,18 @@ def _unseen(before: Look, after: Look, status: tuple[str, str]) -> str:
     if status == ("I", "I"):
         return "" if after.state_change == before.state_change else "ran outside a transaction"
     if status[1] == "I":
-        return "ended its transaction"
+        return "" if _wrote_nothing(before, after) else "ended its transaction"
     if status == ("T", "T") and before.xact_start != after.xact_start:
         return "ended its transaction and began another"
     return ""
+
+
+def _wrote_nothing(before: Look, after: Look) -> bool:
+    """Whether a transaction that just ended had no id, none was given out while it ended,
+    and it held no serializable read (see the module doc)."""
+    same_next = before.next_xid != "" and before.next_xid == after.next_xid
+    serializable = any(mode == "SIReadLock" for _, mode in before.locks)
+    return not before.xid and same_next and not serializable
 
 
 class StepPrints:
