@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from lab.cli import app
-from lab.core.scenario import Scenario
-from lab.core.steps import parse_step
+from lab.core.scenario import Env, Scenario
+from lab.core.steps import Pinned, Session, parse_step
 from lab.load.databases import admin_connect
 from lab.pinned import check_steps, expected_dir, expected_name, pinned_lab, trace
 from lab.servers import Servers
@@ -52,6 +52,35 @@ def test_schedules_fit_the_declared_steps(sc: Scenario) -> None:
             check_steps(sc, variant, steps)
             assert {parse_step(x)[0] for x in steps} == set(pinned.sessions), name
             assert (expected_dir(sc) / expected_name(variant, name)).is_file(), (variant, name)
+
+
+async def _ok(env: Env, s: Session) -> str:
+    return "ok"
+
+
+def test_a_mutant_has_canonical_schedules_of_its_own() -> None:
+    """Pinned.schedules_of: a variant's schedules, a mutant's from mutant_schedules (what a
+    canonical-only explore runs for it), none for a name without; every scenario's mutant
+    schedules name its mutants and their steps, in each session's order."""
+    pinned = Pinned(
+        code={"buggy": _ok},
+        steps={"buggy": {"s1": ("a",)}},
+        schedules={"buggy": {"one": ("s1 a",)}},
+        mutants={"mutant-x": (_ok, {"s1": ("a", "b")})},
+        mutant_schedules={"mutant-x": {"one": ("s1 a", "s1 b")}},
+    )
+    assert pinned.schedules_of("buggy") == {"one": ("s1 a",)}
+    assert pinned.schedules_of("mutant-x") == {"one": ("s1 a", "s1 b")}
+    assert pinned.schedules_of("mutant-y") == {}
+    for sc in PINNED:
+        assert sc.pinned is not None
+        assert set(sc.pinned.mutant_schedules) <= set(sc.pinned.mutants), sc.id
+        for mutant, named in sc.pinned.mutant_schedules.items():
+            steps = sc.pinned.steps_of(mutant)
+            for name, items in named.items():
+                for who in sc.pinned.sessions:
+                    own = [parse_step(x)[1] for x in items if parse_step(x)[0] == who]
+                    assert own == list(steps[who]), (sc.id, mutant, name, who)
 
 
 @pytest.mark.parametrize(

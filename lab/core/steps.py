@@ -229,6 +229,9 @@ class Pinned:
     mutants: Mapping[str, tuple[SessionCode, Mapping[str, tuple[str, ...]]]] = field(
         default_factory=dict
     )
+    # A mutant's canonical schedules, by its name, as `schedules` are a variant's: what an
+    # explore runs as its canonical runs (with `canonical_only`, the only runs it makes).
+    mutant_schedules: Mapping[str, Mapping[str, tuple[str, ...]]] = field(default_factory=dict)
 
     def code_of(self, variant: str) -> SessionCode:
         """A variant's session code, or a mutant's."""
@@ -237,6 +240,12 @@ class Pinned:
     def steps_of(self, variant: str) -> Mapping[str, tuple[str, ...]]:
         """A variant's sessions' steps, or a mutant's."""
         return self.steps[variant] if variant in self.steps else self.mutants[variant][1]
+
+    def schedules_of(self, variant: str) -> Mapping[str, tuple[str, ...]]:
+        """A variant's canonical schedules, or a mutant's (none declared: none)."""
+        if variant in self.schedules:
+            return self.schedules[variant]
+        return self.mutant_schedules.get(variant, {})
 
     def actors(self) -> dict[str, Actor]:
         """The variants as load actors (Scenario.variants)."""

@@ -106,7 +106,7 @@ async def explore(
                     cell = _cell(results, total, invalid)
                 cell["canonical"] = {
                     name: (await lab.run(variant, s, isolation=iso, name=name)).to_json()
-                    for name, s in pinned.schedules.get(variant, {}).items()
+                    for name, s in pinned.schedules_of(variant).items()
                 }
                 cells[iso] = cell
                 if on_progress is not None:
@@ -190,7 +190,7 @@ async def _canonical_cell(lab: PinnedLab, pinned: Pinned, variant: str, iso: str
     """A cell of a canonical-only explore: the canonical schedules are the runs counted."""
     runs = {
         name: await lab.run(variant, s, isolation=iso, name=name)
-        for name, s in pinned.schedules.get(variant, {}).items()
+        for name, s in pinned.schedules_of(variant).items()
     }
     cell = _cell(list(runs.values()), len(runs), 0)
     cell["canonical_only"] = True
