@@ -249,8 +249,9 @@ def test_the_default_swap_is_only_buggy_for_fixed_and_back() -> None:
 def test_code_mutants_are_named_by_claims_and_run_only_for_them() -> None:
     """A code-mutation counterfactual names a declared mutant of its scenario (a pinned one
     too); every mutant is read by a claim, is no variant, and verify runs it only with
-    --counterfactual."""
+    --counterfactual: in some case's load, or explored."""
     from lab.core.profiles import QUICK, claims_for
+    from lab.verify import explore_plan
     from lab.verify.run import run_variants
     from scenarios import SCENARIOS
 
@@ -265,6 +266,10 @@ def test_code_mutants_are_named_by_claims_and_run_only_for_them() -> None:
         assert set(sc.mutants) <= named, (sc.id, "a mutant no claim reads")
         assert not set(sc.mutants) & set(sc.variants), sc.id
         assert set(sc.pinned.mutants if sc.pinned else {}) <= set(sc.mutants), sc.id
-        claims, _ = claims_for(sc, QUICK)
-        assert not set(run_variants(sc, QUICK, claims, 1, "")) & set(sc.mutants), sc.id
-        assert set(sc.mutants) <= set(run_variants(sc, QUICK, claims, 1, "", True)), sc.id
+        assert not set(explore_plan(sc, QUICK)[1]) & set(sc.mutants), sc.id
+        ran = set(explore_plan(sc, QUICK, True)[1])
+        for case in ("", *sc.cases):
+            claims, _ = claims_for(sc, QUICK, None, case)
+            assert not set(run_variants(sc, QUICK, claims, 1, case)) & set(sc.mutants), sc.id
+            ran |= set(run_variants(sc, QUICK, claims, 1, case, True))
+        assert set(sc.mutants) <= ran, sc.id

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import Claim, invariants_hold, mutation, one_invariant_broken
+from lab.core.claims import Claim, invariants_hold, on_mutant
 from lab.core.scenario import Check, Defaults, Env, Param, declare
 from lab.errors import LabError
 from lab.pinned import broke_in_some, canonical, kept_in_all, on_canonical, waited_in
@@ -74,10 +74,11 @@ async def invariant(env: Env) -> list[Check]:
 
 
 QUEUE = {"s1": code.CLAIMED, "s2": code.CLAIMED, "s3": code.EMPTY}
-NO_OVERLAP = "no variant's load overlaps two claims of one job: only a pinned schedule does"
 
 CLAIMS = (
-    replace(
+    # buggy has no race schedule (which waiting claim wins is up to the server): the
+    # counterfactual is mutant-no-skip-locked, fixed's claim as FOR UPDATE alone, on it
+    on_mutant(
         on_canonical(
             "LC-16",
             "fixed",
@@ -87,18 +88,19 @@ CLAIMS = (
             explored._published,
             published=PUBLISHED,
         ),
-        # buggy has no race schedule to swap in: the counterfactual is FOR UPDATE's waits
-        counterfactual=mutation(
-            "fixed", explored._claims_wait, "no other variant has the race schedule"
-        ),
+        code.NO_SKIP,
     ),
-    invariants_hold(
-        "LC-16",
-        "fixed",
-        "SKIP LOCKED: no job run twice, every job run, a dead worker's jobs included",
-        # buggy (FOR UPDATE) keeps them too; buggy-no-lock's load did too when tried (its
-        # claims did not overlap): only its pinned schedules run a job twice
-        counterfactual=one_invariant_broken("fixed", NO_OVERLAP),
+    # buggy (FOR UPDATE) keeps them too, and buggy-no-lock's load only when its claims of
+    # ~1 ms happen to overlap (1 run of 3 here): mutant-no-lock drops the row lock and holds
+    # each claim's transaction open HOLD_MS, so the burst's claims overlap in every run
+    on_mutant(
+        invariants_hold(
+            "LC-16",
+            "fixed",
+            "SKIP LOCKED: no job run twice, every job run, a dead worker's jobs included",
+            counterfactual=None,
+        ),
+        code.NO_LOCK,
     ),
     kept_in_all(
         "LC-16",
@@ -159,31 +161,32 @@ CLAIMS = (
         "With no row lock some interleavings run a job twice or leave one behind",
         published=NO_DUP,
     ),
-    Claim(
-        "LC-16",
-        "A worker that dies after claiming: its jobs are reclaimed once locked_until passes",
-        ("fixed",),
-        reclaim._reclaimed,
-        RECLAIM,
-        cases=("crash",),
-        # buggy has the same lease: the counterfactual is a claim blind to locked_until
-        counterfactual=mutation(
-            "fixed", reclaim._never_reclaimed, "every variant claims with the same lease"
+    # every variant claims with the same lease: the counterfactual is mutant-no-lease, whose
+    # claim takes a 'running' job whatever its locked_until (the dead worker's at once)
+    on_mutant(
+        Claim(
+            "LC-16",
+            "A worker that dies after claiming: its jobs are reclaimed once locked_until passes",
+            ("fixed",),
+            reclaim._reclaimed,
+            RECLAIM,
+            cases=("crash",),
         ),
+        code.NO_LEASE,
     ),
+    # buggy has no race schedule: mutant-no-skip-locked plays it, s3 waiting on the stuck claims
     replace(
-        on_canonical(
-            "LC-17",
-            "fixed",
-            "race",
-            "Jobs held by a stuck (idle in transaction) claim are silently invisible to SKIP "
-            "LOCKED: no wait, no error",
-            explored._invisible,
-            published=INVISIBLE,
-        ),
-        # buggy has no race schedule to swap in: the counterfactual is FOR UPDATE's waits
-        counterfactual=mutation(
-            "fixed", explored._claims_wait, "no other variant has the race schedule"
+        on_mutant(
+            on_canonical(
+                "LC-17",
+                "fixed",
+                "race",
+                "Jobs held by a stuck (idle in transaction) claim are silently invisible to "
+                "SKIP LOCKED: no wait, no error",
+                explored._invisible,
+                published=INVISIBLE,
+            ),
+            code.NO_SKIP,
         ),
         unjudged=("the hidden job is claimed once the stuck holder rolls back",),
     ),
@@ -206,6 +209,7 @@ SCENARIO = declare(
     variants=code.VARIANTS,
     outcomes=(code.CLAIMED, code.EMPTY, code.DIED),
     claims=CLAIMS,
+    mutants=code.MUTANTS,
     published={
         "fixed": PUBLISHED,
         "buggy": "(not shown) 'không chờ worker-1': without SKIP LOCKED worker-2 would wait",

@@ -2,8 +2,8 @@
 in flight, then the commits) gives the published batches without a wait (LC-16) and leaves
 the jobs a stuck claim holds invisible, no wait and no error (LC-17); with no row lock, queue
 has the overlapping claims take the same jobs and run them twice. `claimed` reads the batch
-a session's claim returned from the transcript; `_claims_wait` is the counterfactual of
-the race: FOR UPDATE's waits.
+a session's claim returned from the transcript. The race's counterfactual is a code mutant's
+run of it (mutant-no-skip-locked: FOR UPDATE alone, whose later claims wait).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lab.core.claims import Record
 from lab.core.records import PinnedRunJson
-from lab.pinned import RC
 from lab.pinned.claims import step_result
 
 MEASURED_LINES = [  # the same batches in the lab's notation
@@ -62,9 +60,3 @@ def _invisible(run: PinnedRunJson) -> tuple[bool, str]:
         f"race: s3's claim -> {got} while s1, s2 held 20 pending jobs uncommitted; "
         f"waited: {', '.join(run['waited']) or 'none'}; errors: {errors}"
     )
-
-
-def _claims_wait(rec: Record) -> None:
-    """The race as FOR UPDATE plays it: the later claims wait on the one in flight (buggy
-    shows that wait in its queue schedule; it has no race, whose winner is the server's)."""
-    rec["by_isolation"][RC]["canonical"]["race"]["waited"] = ["s2 claim", "s3 claim"]

@@ -18,7 +18,9 @@ See:        claims LC-16, LC-17 in claims.py; expected/. s1..s3 are worker-1..3.
             takes one turn, its claim in a transaction the schedule commits (in flight: LC-17's
             stuck transaction). As a load each worker loops (claim, run, or sleep poll_ms);
             the `crash` one dies after its first claim, the others take its jobs once its
-            lease has passed (judged on PostgreSQL's clock).
+            lease has passed (judged on PostgreSQL's clock). Code mutants (MUTANTS: the claim
+            without SKIP LOCKED, without a row lock, without the lease) run only as
+            counterfactuals.
 """
 
 from __future__ import annotations
@@ -46,11 +48,12 @@ schema = executes(SCHEMA)  # once per database; `setup` fills the jobs each run
 ENQUEUE = """INSERT INTO jobs (id, kind, payload, run_at) OVERRIDING SYSTEM VALUE
 SELECT i, 'email', jsonb_build_object('n', i),
   now() - interval '1 hour' + (i - $1) * interval '1 millisecond'
-FROM generate_series($1::bigint, $2::bigint) AS i"""  # CLAIM: the document's, only {locking} varies
+FROM generate_series($1::bigint, $2::bigint) AS i"""
+# CLAIM: the document's; {locking} varies by variant, {expired} only in a code mutant
 CLAIM = """
 WITH next AS (
   SELECT id FROM jobs
-  WHERE (status = 'pending' AND run_at <= now()) OR (status = 'running' AND locked_until < now())
+  WHERE (status = 'pending' AND run_at <= now()) OR (status = 'running' AND {expired})
   ORDER BY run_at LIMIT $1 {locking}
 )
 UPDATE jobs j SET status = 'running', locked_until = now() + $2 * interval '1 millisecond',
@@ -58,6 +61,7 @@ UPDATE jobs j SET status = 'running', locked_until = now() + $2 * interval '1 mi
 FROM next WHERE j.id = next.id RETURNING j.id, j.kind, j.attempts
 """
 LOCKING = {"buggy": "FOR UPDATE", "buggy-no-lock": "", "fixed": "FOR UPDATE SKIP LOCKED"}  # the fix
+EXPIRED = "locked_until < now()"  # the lease: a 'running' job comes back once it has passed
 RUN = "INSERT INTO runs (job_id, worker) VALUES ($1, $2)"  # the handler's side effect
 DONE = "UPDATE jobs SET status = 'done', locked_until = NULL WHERE id = ANY($1::bigint[])"
 NOT_DONE = "SELECT id FROM jobs WHERE status <> 'done' ORDER BY id"
@@ -72,13 +76,19 @@ async def setup(env: Env) -> None:
     await env.db.execute(ENQUEUE, FIRST_JOB, FIRST_JOB + env.params["jobs"] - 1)
 
 
-async def claim(env: Env, s: Session, locking: str) -> list[asyncpg.Record]:
-    """The claim, in a transaction of its own: pinned, the schedule decides when it commits."""
-    sql, args = CLAIM.format(locking=locking), (env.params["batch"], env.params["lease_ms"])
+async def claim(
+    env: Env, s: Session, locking: str, expired: str = EXPIRED, hold_ms: int = 0
+) -> list[asyncpg.Record]:
+    """The claim, in a transaction of its own: pinned, the schedule decides when it commits.
+    `expired` and `hold_ms` (the transaction kept open that long after the claim, under a
+    load) are a code mutant's; the variants keep the defaults."""
+    sql = CLAIM.format(locking=locking, expired=expired)
+    args = (env.params["batch"], env.params["lease_ms"])
     async with s.transaction():
         rows: list[asyncpg.Record] = await s.step(
             "claim", s.conn.fetch, sql, *args, shown=show_sql(sql, args), result=show_ids
         )
+        await s.other_logic(hold_ms / 1000)
     return rows
 
 
@@ -95,10 +105,13 @@ async def turn(env: Env, s: Session, locking: str) -> str:
     return CLAIMED if rows else EMPTY
 
 
-async def worker(env: Env, s: Session, locking: str) -> str:
-    """The document's loop: claim and run a batch, or sleep poll_ms, until no job is left."""
+async def worker(
+    env: Env, s: Session, locking: str, expired: str = EXPIRED, hold_ms: int = 0
+) -> str:
+    """The document's loop: claim and run a batch, or sleep poll_ms, until no job is left
+    (`expired`, `hold_ms`: a code mutant's claim, as `claim` takes them)."""
     p, me = env.params, f"worker-{s.index + 1}"
-    rows = await claim(env, s, locking)
+    rows = await claim(env, s, locking, expired, hold_ms)
     if me == p["crash"]:  # it dies once its first claim committed: its jobs stay 'running'
         env.add("orphaned", len(rows))
         if (end := await s.conn.fetchval(LEASE_END, [r["id"] for r in rows])) is not None:
@@ -116,7 +129,7 @@ async def worker(env: Env, s: Session, locking: str) -> str:
             return word
         else:
             await s.other_logic(nap)  # "hết job sẵn sàng, ngủ 1s": time is the subject
-        batch = await claim(env, s, locking)
+        batch = await claim(env, s, locking, expired, hold_ms)
         back = [r for r in batch if r["attempts"] > 1]
         if back:  # an expired lease: a dead worker's jobs
             env.add("reclaimed", len(back))
@@ -139,6 +152,26 @@ async def fixed(env: Env, s: Session) -> str:
     return await turn(env, s, LOCKING["fixed"])
 
 
+# --- code mutants: fixed's claim with one guard dropped, run only as counterfactuals ------
+NO_SKIP = "mutant-no-skip-locked"  # FOR UPDATE alone, played on the race schedule
+NO_LOCK = "mutant-no-lock"  # no row lock, and a burst's claims overlap (HOLD_MS)
+NO_LEASE = "mutant-no-lease"  # SKIP LOCKED, but a 'running' job is taken whatever its lease
+# three workers' claims take ~1 ms each and overlap in some runs only: held open this long,
+# the burst's claims overlap in every run, as a busy queue's do (SKIP LOCKED would skip)
+HOLD_MS = 100
+MUTANTS = {
+    NO_SKIP: as_actor(partial(worker, locking=LOCKING["buggy"])),
+    NO_LOCK: as_actor(partial(worker, locking="", hold_ms=HOLD_MS)),
+    NO_LEASE: as_actor(partial(worker, locking=LOCKING["fixed"], expired="true")),
+}
+
+
+async def no_skip_locked(env: Env, s: Session) -> str:
+    """Pinned, fixed's turn with SKIP LOCKED dropped: buggy's claim, on the race schedule
+    (no variant has it: with two claims waiting, which wins is up to the server)."""
+    return await turn(env, s, LOCKING["buggy"])
+
+
 # --- pinned: s1..s3 are worker-1..3, each claims and commits ------------------------------
 STEPS = {s: ("claim", "commit") for s in ("s1", "s2", "s3")}
 RACE = schedule("s1 claim, s2 claim, s3 claim, s1 commit, s2 commit, s3 commit")  # all in flight
@@ -150,6 +183,8 @@ PINNED = Pinned(
     # with two claims waiting, which one wins once s1 commits is up to the server: no race
     schedules={v: {"queue": QUEUE} for v in LOCKING} | {"fixed": {"race": RACE, "queue": QUEUE}},
     params={"lease_ms": 5 * 60 * 1000, "crash": ""},  # the document's: no schedule outlasts it
+    mutants={NO_SKIP: (no_skip_locked, STEPS)},
+    mutant_schedules={NO_SKIP: {"race": RACE}},
 )
 # as a load: each variant's worker loop, the same claim with the same clause
 VARIANTS = {v: as_actor(partial(worker, locking=lk)) for v, lk in LOCKING.items()}
