@@ -7,24 +7,23 @@ are millions, and say nothing the document does): the blocking tree and the lock
 dba session read, the steps the server showed blocked, and where each session's answer
 came in the transcript (before or after pg_terminate_backend). `locklab run` runs the
 same schedule, timed, and judges the invariants.
+
+The counterfactuals are code mutants (lock_queue.py MUTANTS, each with its own canonical
+schedule): dml1 and dml2 taking a table lock that conflicts with itself (LC-9), the dba
+cancelling the root where it terminated it (LC-10). The one-root claims keep a record edit:
+PostgreSQL's wait tree has one root in every variant, and no honest change of the code
+gives it a second one without changing what the claim is about.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from lab.core.claims import (
-    Claim,
-    Mutation,
-    Record,
-    invariants_hold,
-    mutation,
-    one_invariant_broken,
-)
+from lab.core.claims import Claim, Mutation, Record, invariants_hold, mutation, on_mutant
 from lab.core.records import PinnedRunJson
-from lab.core.scenario import Defaults, Param, declare
+from lab.core.scenario import Defaults, Env, Param, declare
 from lab.pinned import RC, on_canonical
 from lab.pinned.scripted import scripted
 from scenarios.lock_queue import lock_queue as code
@@ -123,12 +122,13 @@ def _terminate_frees(run: Run) -> tuple[bool, str]:
     killed = ev.get("terminate") == [{"who": "root", "terminated": True}]
     ended, after = len(run["outcomes"]) == len(code.SESSIONS), ev.get("after")
     held = killed and after == [] and bool(freed) and ended
-    return held, f"pg_terminate_backend(root) freed {', '.join(freed)}; the tree after: {after}"
-
-
-def _tree_stays(run: Run) -> None:
-    """The dba's second look still finds the sessions the root blocked, each still waiting."""
-    run["evidence"]["after"] = [r for r in run["evidence"].get("tree", []) if r["who"] != "root"]
+    # what the dba's call did, as its result column says (a mutant cancels: "cancelled")
+    did = [f"{k} {r['who']}" for r in ev.get("terminate", []) for k, v in r.items() if v is True]
+    left = "no second look" if after is None else ", ".join(r["who"] for r in after) or "nobody"
+    return held, (
+        f"the dba {', '.join(did) or 'ended nobody'}; {', '.join(freed) or 'nobody'} ended "
+        f"after it; in the tree after: {left}"
+    )
 
 
 def _ddl_gives_up(run: Run) -> tuple[bool, str]:
@@ -143,9 +143,6 @@ def _ddl_gives_up(run: Run) -> tuple[bool, str]:
         f"{'held' if run['kept'] else 'BROKEN'}); {len(READERS)} SELECTs never waited, done "
         "before pg_terminate_backend(root)"
     )
-
-
-ROW_EXCLUSIVE = "ROW EXCLUSIVE never conflicts with itself, in any variant: no run shows it"
 
 
 def _dml_beside_dml(variant: str) -> Claim:
@@ -170,20 +167,10 @@ def _dml_beside_dml(variant: str) -> Claim:
         check,
         published="DML thường (ROW EXCLUSIVE) không xung đột với nhau",
     )
-    # both variants run the same two UPDATEs: the counterfactual is what a conflict shows
-    return replace(claim, counterfactual=_on_queue(variant, _dml_conflict, ROW_EXCLUSIVE))
+    # ROW EXCLUSIVE never conflicts with itself: the counterfactual runs the same UPDATEs,
+    # each after a LOCK TABLE in a mode that does (dml2 waits for dml1's commit)
+    return on_mutant(claim, code.LOCK_TABLE_MUTANTS[variant])
 
-
-def _dml_conflict(run: Run) -> None:
-    """As if ROW EXCLUSIVE conflicted with itself: dml2's lock pending, its UPDATE waited."""
-    for row in run["evidence"].get("locks", []):
-        if row["who"] == "dml2":
-            row["granted"] = False
-    run["waited"] = [*run["waited"], "dml2 update"]
-
-
-# Both variants end with the root terminated: the queue drains and the updater commits.
-ROOT_GONE = "both variants terminate the root: no run leaves the updater waiting or unwritten"
 
 VARIANTS = ("buggy", "fixed")
 CLAIMS = (
@@ -204,14 +191,17 @@ CLAIMS = (
         )
         for v in VARIANTS
     ),
+    # Both variants free their tree: the counterfactual cancels the root where they
+    # terminate it (an idle transaction runs no statement to cancel: the tree stays)
     *(
-        _claim(
-            v,
-            f"{v}: terminating the root frees the whole tree",
-            _terminate_frees,
-            "SELECT pg_terminate_backend(8123) gỡ cả cây.",
-            # both variants free their tree: the counterfactual is a tree still there after
-            _on_queue(v, _tree_stays, "pg_terminate_backend frees the tree in every variant"),
+        on_mutant(
+            _claim(
+                v,
+                f"{v}: terminating the root frees the whole tree",
+                _terminate_frees,
+                "SELECT pg_terminate_backend(8123) gỡ cả cây.",
+            ),
+            code.CANCEL_MUTANTS[v],
         )
         for v in VARIANTS
     ),
@@ -222,12 +212,17 @@ CLAIMS = (
         "lock_timeout ... Áp dụng cho mọi loại lock, kể cả table lock của DDL.",
     ),
     *(_dml_beside_dml(v) for v in VARIANTS),
+    # the same mutant: the dba's second look still finds the updater waiting on the root
+    # (its write lands later, at the root's own commit: the check that breaks is the tree's)
     *(
-        invariants_hold(
-            "LC-10",
-            v,
-            f"{v}: the updater's write landed, nothing left waiting",
-            counterfactual=one_invariant_broken(v, ROOT_GONE),
+        on_mutant(
+            invariants_hold(
+                "LC-10",
+                v,
+                f"{v}: the updater's write landed, nothing left waiting",
+                counterfactual=None,
+            ),
+            code.CANCEL_MUTANTS[v],
         )
         for v in VARIANTS
     ),
@@ -236,6 +231,19 @@ PUBLISHED: Mapping[str, str] = {
     "buggy": PUBLISHED_TREE,
     "fixed": "SET lock_timeout: Áp dụng cho mọi loại lock, kể cả table lock của DDL.",
 }
+
+
+def _mutant_runs() -> dict[str, Callable[[Env], Awaitable[None]]]:
+    """The code mutants as script variants, as `scripted` makes the variants: each runs its
+    canonical schedule `queue` (a counterfactual's `locklab run`, judged by the invariants)."""
+    pinned = code.PINNED
+    as_variants = replace(
+        pinned,
+        code={name: c for name, (c, _) in pinned.mutants.items()},
+        steps={name: steps for name, (_, steps) in pinned.mutants.items()},
+        schedules=pinned.mutant_schedules,
+    )
+    return scripted(as_variants, SCHEDULE)
 
 
 SCENARIO = declare(
@@ -250,4 +258,5 @@ SCENARIO = declare(
         "ddl_lock_timeout_ms": Param(100, "fixed: SET LOCAL lock_timeout before the ALTER", min=1),
     },
     sources=("LC",),
+    mutants=_mutant_runs(),
 )

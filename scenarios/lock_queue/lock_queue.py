@@ -16,11 +16,14 @@ See:        claims LC-9, LC-10 in claims.py; expected/ has the transcripts. root
             upd waits for order 42; then the ALTER; r1..r3 read order 77; dba reads the tree,
             terminates the session blocked by nobody, reads it again. On PostgreSQL 17 the
             ALTER waits for the root *and* the waiting UPDATE (published: {8123} only).
+            The code mutants at the end are the claims' counterfactuals, never a variant.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import asyncpg
 
@@ -42,8 +45,14 @@ TREE = f"""WITH s AS ({SEEN})
 SELECT pid, who, ARRAY(SELECT b.who FROM s b WHERE b.pid = ANY (s.by) ORDER BY 1) AS blocked_by,
   state, query FROM s WHERE cardinality(by) > 0 OR pid IN (SELECT unnest(by) FROM s)
 ORDER BY query_start"""  # in the order they came, as the published tree
-TERMINATE = f"""SELECT who, pg_terminate_backend(pid, 5000) AS terminated
-FROM ({TREE}) tree WHERE cardinality(blocked_by) = 0"""  # the root: blocks, waits for nobody
+
+
+def _to_root(call: str) -> str:
+    """`call` on the root: the session that blocks others and waits for nobody."""
+    return f"SELECT who, {call} FROM ({TREE}) tree WHERE cardinality(blocked_by) = 0"
+
+
+TERMINATE = _to_root("pg_terminate_backend(pid, 5000) AS terminated")
 LOCKS = f"""SELECT s.who, l.mode, l.granted FROM pg_locks l JOIN ({SEEN}) s USING (pid)
 WHERE l.relation = 'orders'::regclass ORDER BY 1, 2"""
 
@@ -52,25 +61,45 @@ async def setup(env: Env) -> None:
     await env.db.execute("INSERT INTO orders SELECT unnest($1::int[]), 'new'", [42, 77, *DML_ROWS])
 
 
+@dataclass(frozen=True)
+class Mutant:
+    """What a code mutant changes in `_session` (nothing: a variant's own code)."""
+
+    dml_lock: str = ""  # a statement dml1 and dml2 run before their UPDATE
+    dba: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # the dba's steps, not DBA
+    root_commits: bool = False  # the root commits at its last step: the run must end
+
+
 async def buggy(env: Env, s: Session) -> str:
     return await _session(env, s, "")
 
 
 async def fixed(env: Env, s: Session) -> str:
-    timeout = int(env.params["ddl_lock_timeout_ms"])
-    return await _session(env, s, f"SET LOCAL lock_timeout = {timeout}; ")
+    return await _session(env, s, _lock_timeout(env))
 
 
-async def _session(env: Env, s: Session, ddl_setting: str) -> str:
-    """Session i plays role i of SESSIONS; the variants differ only in `ddl_setting`."""
+def _lock_timeout(env: Env) -> str:
+    return f"SET LOCAL lock_timeout = {int(env.params['ddl_lock_timeout_ms'])}; "
+
+
+async def _session(env: Env, s: Session, ddl_setting: str, mutant: Mutant = Mutant()) -> str:
+    """Session i plays role i of SESSIONS; the variants differ only in `ddl_setting`, a
+    code mutant in what `mutant` changes."""
     role = SESSIONS[s.index % len(SESSIONS)]
     if role == "root":  # a request that locks a row and forgets to commit
         await s.conn.execute("BEGIN")
         await s.fetchrow("lock", ROOT_SQL)
-        return "idle"
-    if role.startswith("dml"):
+        if not mutant.root_commits:
+            return "idle"
+        await s.execute("commit", "COMMIT")  # a mutant's run must end: at its last step
+    elif role.startswith("dml"):
         async with s.transaction():
-            await s.execute("update", DML_SQL, DML_ROWS[int(role[-1]) - 1])
+            row = DML_ROWS[int(role[-1]) - 1]
+            if mutant.dml_lock:  # one step, as a simple query: the lock, then the UPDATE
+                sql = f"{mutant.dml_lock}{DML_SQL.replace('$1', str(row))}"
+                await s.execute("update", sql)
+            else:
+                await s.execute("update", DML_SQL, row)
     elif role == "upd":
         await s.execute("update", UPDATE_SQL)  # its own implicit transaction
     elif role == "ddl":
@@ -80,7 +109,7 @@ async def _session(env: Env, s: Session, ddl_setting: str) -> str:
         except asyncpg.LockNotAvailableError:  # 55P03: the fix's answer; retry the migration
             return "55P03"
     elif role == "dba":  # what a DBA runs; what it saw goes to the evidence, for the claims
-        for step, (sql, shown) in DBA.items():
+        for step, (sql, shown) in (mutant.dba or DBA).items():
             rows = await s.step(step, s.conn.fetch, sql, shown=shown, result=_psql)
             env.extra_evidence[step] = [{k: v for k, v in r.items() if k != "pid"} for r in rows]
     else:
@@ -141,10 +170,61 @@ QUEUE = schedule(
 )
 # fixed: the ALTER's lock_timeout fires by itself (*), before the readers come
 QUEUE_FIXED = tuple(x.replace("alter", "alter(*)") for x in QUEUE)
+
+# --- code mutants: read only as claims' counterfactuals (claims.py) ------------------------
+# LC-9: dml1 and dml2 lock the table in a mode that conflicts with itself before updating
+LOCK_TABLE = Mutant(dml_lock="LOCK TABLE orders IN SHARE ROW EXCLUSIVE MODE; ")
+# LC-10: the dba cancels the root where it terminated it; an idle transaction runs no
+# statement to cancel and keeps its locks. The run must end: the root commits at its own
+# last step, after the dba's second look.
+CANCEL = _to_root("pg_cancel_backend(pid) AS cancelled")
+CANCEL_ROOT = Mutant(
+    dba=DBA | {"terminate": (CANCEL, "pg_cancel_backend(the one blocked by nobody)")},
+    root_commits=True,
+)
+
+
+async def buggy_lock_table(env: Env, s: Session) -> str:
+    """buggy, dml1 and dml2 taking SHARE ROW EXCLUSIVE (self-conflicting) before updating."""
+    return await _session(env, s, "", LOCK_TABLE)
+
+
+async def fixed_lock_table(env: Env, s: Session) -> str:
+    """fixed, dml1 and dml2 taking SHARE ROW EXCLUSIVE (self-conflicting) before updating."""
+    return await _session(env, s, _lock_timeout(env), LOCK_TABLE)
+
+
+async def buggy_cancel_root(env: Env, s: Session) -> str:
+    """buggy, the dba cancelling the root (pg_cancel_backend) instead of terminating it."""
+    return await _session(env, s, "", CANCEL_ROOT)
+
+
+async def fixed_cancel_root(env: Env, s: Session) -> str:
+    """fixed, the dba cancelling the root (pg_cancel_backend) instead of terminating it."""
+    return await _session(env, s, _lock_timeout(env), CANCEL_ROOT)
+
+
+LOCK_TABLE_MUTANTS = {"buggy": "mutant-buggy-lock-table", "fixed": "mutant-fixed-lock-table"}
+CANCEL_MUTANTS = {"buggy": "mutant-buggy-cancel-root", "fixed": "mutant-fixed-cancel-root"}
+ROOT_COMMITS = STEPS | {"root": ("lock", "commit")}
+MUTANTS = {  # name -> (code, its sessions' steps)
+    LOCK_TABLE_MUTANTS["buggy"]: (buggy_lock_table, STEPS),
+    LOCK_TABLE_MUTANTS["fixed"]: (fixed_lock_table, STEPS),
+    CANCEL_MUTANTS["buggy"]: (buggy_cancel_root, ROOT_COMMITS),
+    CANCEL_MUTANTS["fixed"]: (fixed_cancel_root, ROOT_COMMITS),
+}
+MUTANT_QUEUES = {  # name -> its canonical schedule: the variant's (+ the root's commit)
+    LOCK_TABLE_MUTANTS["buggy"]: QUEUE,
+    LOCK_TABLE_MUTANTS["fixed"]: QUEUE_FIXED,
+    CANCEL_MUTANTS["buggy"]: (*QUEUE, "root commit"),
+    CANCEL_MUTANTS["fixed"]: (*QUEUE_FIXED, "root commit"),
+}
 PINNED = Pinned(
     code={"buggy": buggy, "fixed": fixed},
     steps={"buggy": STEPS, "fixed": STEPS},
     sessions=SESSIONS,
     schedules={"buggy": {"queue": QUEUE}, "fixed": {"queue": QUEUE_FIXED}},
     canonical_only=True,  # nine sessions: the canonical order is the story, the others noise
+    mutants=MUTANTS,
+    mutant_schedules={name: {"queue": queue} for name, queue in MUTANT_QUEUES.items()},
 )
