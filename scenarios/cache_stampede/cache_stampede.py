@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 
 from lab.aio import within
 from lab.core.scenario import Check, Env
@@ -63,11 +64,11 @@ async def get(env: Env, key: str) -> bytes | None:
     return value
 
 
-async def take_lock(env: Env, actor: int, token: str) -> bool:
+async def take_lock(env: Env, actor: int, token: str, nx: bool = True) -> bool:
     env.add("redis_set")
     env.add("lock_attempts")
     ttl_ms = max(1, round(float(env.params["lock_ttl_s"]) * 1000))  # EX 10 is PX 10000
-    taken = bool(await redis(Command.set(env.key(LOCK), token, nx=True, px=ttl_ms)))
+    taken = bool(await redis(Command.set(env.key(LOCK), token, nx=nx, px=ttl_ms)))
     if taken:
         env.state["lock_owner"] = actor  # the lab's bookkeeping: buggy's lock has no token
     return taken
@@ -82,24 +83,42 @@ async def write(env: Env, key: str, value: bytes, ttl_s: int) -> None:
 # --- buggy: the document's code -------------------------------------------------------
 
 
-async def buggy(env: Env, conn: object, actor: int) -> str:
+Lock = Callable[[Env, int, str], Awaitable[bool]]  # SET lock NX: did this caller take it?
+Rebuild = Callable[[Env, int], Awaitable[bytes]]  # what the lock's taker does
+
+
+async def rebuild_and_delete(env: Env, actor: int) -> bytes:
+    """The lock's taker: query, write the cache, DEL the lock."""
+    value = await query_db(env)  # throws: no finally, the lock stays for its TTL
+    await write(env, KEY, value, CACHE_TTL_S)
+    await delete_lock(env, actor)
+    return value
+
+
+async def buggy(
+    env: Env,
+    conn: object,
+    actor: int,
+    lock: Lock = take_lock,
+    rebuild: Rebuild = rebuild_and_delete,
+) -> str:
+    """The document's request; `lock` and `rebuild` are replaced only by the code mutants."""
     try:
-        await run(env, get_polling(env, actor))
+        await run(env, get_polling(env, actor, 0, lock, rebuild))
     except RebuildFailed:
         return "error"  # the request that ran the failing query answers 500
     return "ok"
 
 
-async def get_polling(env: Env, actor: int, depth: int = 0) -> bytes:
+async def get_polling(env: Env, actor: int, depth: int, lock: Lock, rebuild: Rebuild) -> bytes:
     value = await get(env, KEY)
     if value is None:
-        if not await take_lock(env, actor, "1"):
+        if not await lock(env, actor, "1"):
             env.add("polls")
             await sleep(env.params["poll_ms"] / 1000)  # the poll interval is the subject
-            return await call(get_polling(env, actor, depth + 1))  # unbounded recursion
-        value = await query_db(env)  # throws: no finally, the lock stays for its TTL
-        await write(env, KEY, value, CACHE_TTL_S)
-        await delete_lock(env, actor)
+            # unbounded recursion
+            return await call(get_polling(env, actor, depth + 1, lock, rebuild))
+        value = await rebuild(env, actor)
     env.sample("polls_per_request", depth)
     return value
 
@@ -173,6 +192,40 @@ async def stale(env: Env, at_once: bool = False) -> bool:
     if found:
         env.add("stale_at_once" if at_once else "stale_after_waiting")
     return found
+
+
+# --- code mutants: buggy with one guard dropped, run only as counterfactuals (DL-19) -----
+NO_NX = "mutant-lock-without-nx"  # the lock's SET without NX: every caller takes it
+UNCOUNTED = "mutant-uncounted-reread"  # a GET sent past the client's counter
+
+
+async def lock_without_nx(env: Env, actor: int, token: str) -> bool:
+    """SET lock without NX: it overwrites whoever's lock is there and always answers OK."""
+    return await take_lock(env, actor, token, nx=False)
+
+
+async def reread_uncounted(env: Env, actor: int) -> bytes:
+    """The re-read of the cache after SET NX that the document lacks, written as a plain
+    client call: Redis runs and counts the GET, the request's counter (get()) never sees it."""
+    found: bytes | None = await redis(Command.get(env.key(KEY)))
+    if found is not None:  # filled since this request's miss: no rebuild
+        await delete_lock(env, actor)
+        return found
+    return await rebuild_and_delete(env, actor)
+
+
+async def without_nx(env: Env, conn: object, actor: int) -> str:
+    """Not a variant: buggy whose lock is taken by every caller (more than one rebuild)."""
+    return await buggy(env, conn, actor, lock=lock_without_nx)
+
+
+async def uncounted_reread(env: Env, conn: object, actor: int) -> str:
+    """Not a variant: buggy whose lock taker re-reads the cache with a GET it never counts."""
+    return await buggy(env, conn, actor, rebuild=reread_uncounted)
+
+
+# plain functions, not partials: a sharded run finds its code by the function's module
+MUTANTS = {NO_NX: without_nx, UNCOUNTED: uncounted_reread}
 
 
 async def invariant(env: Env) -> list[Check]:

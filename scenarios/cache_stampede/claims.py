@@ -24,6 +24,10 @@ Counting:   counters redis_get/set/del/eval are the client's commands. INFO comm
             `PX 10000`. A waiter whose GET missed just before the write and whose SET NX
             lands after the DEL rebuilds once more (counter rebuilds_after_fill; about 1
             run of 4 at n=500, where the client's event loop is saturated).
+Mutants:    DL-19's counterfactuals, run only by verify --counterfactual: buggy with the
+            lock's SET sent without NX (mutant-lock-without-nx: every miss rebuilds), and
+            buggy whose lock taker re-reads the cache with a GET its counter skips
+            (mutant-uncounted-reread: Redis counts a GET more than the client).
 Python:     both variants are async functions the waiter engine runs (awaits.py). Each
             recursive poll is `await call(get_polling(...))`, a call of its own, as each
             JavaScript async call is its own promise: like the document's, it never
@@ -38,7 +42,7 @@ import asyncio
 from dataclasses import replace
 
 from lab.aio import within
-from lab.core.claims import Claim, mutation
+from lab.core.claims import Claim, mutation, on_mutant
 from lab.core.published import Measured, published_lines
 from lab.core.scenario import Defaults, Env, Param, declare
 from lab.core.seconds import wall_within
@@ -92,19 +96,18 @@ MEASURED = {
 }
 PUBLISHED = published_lines(MEASURED)
 CLAIMS = (
-    Claim(
-        "DL-19",
-        "Until the cache is filled the lock admits one rebuild; fixed makes exactly one DB call",
-        BOTH,
-        counts._one_rebuild,
-        published="DB calls=1 (both)",
-        # both variants admit one rebuild (the document's DB calls=1 for both)
-        counterfactual=mutation(
-            "buggy",
-            counts._second_rebuild,
-            why="a second rebuild needs DL-21's slow-rebuild case, which a swap within one "
-            "setting cannot read",
+    # both variants admit one rebuild (the document's DB calls=1 for both): the counterfactual
+    # is buggy with the lock's SET sent without NX, where every miss takes it and rebuilds
+    on_mutant(
+        Claim(
+            "DL-19",
+            "Until the cache is filled the lock admits one rebuild; fixed makes exactly one DB "
+            "call",
+            BOTH,
+            counts._one_rebuild,
+            published="DB calls=1 (both)",
         ),
+        code.NO_NX,
     ),
     Claim(
         "DL-19",
@@ -137,17 +140,17 @@ CLAIMS = (
         )
         for v in BOTH
     ),
-    Claim(
-        "DL-19",
-        "INFO commandstats counts the client's GET/SET/DEL/EVAL, plus the GET and DEL inside EVAL",
-        BOTH,
-        counts._server_counts_agree,
-        counterfactual=mutation(
-            "buggy",
-            counts._one_get_fewer,
-            why="Redis's own counts are the reference: no run makes them disagree with the "
-            "client's",
+    # Redis's own counts are the reference: the counterfactual is buggy whose lock taker
+    # re-reads the cache with a GET sent past the client's counter, which Redis counts
+    on_mutant(
+        Claim(
+            "DL-19",
+            "INFO commandstats counts the client's GET/SET/DEL/EVAL, plus the GET and DEL "
+            "inside EVAL",
+            BOTH,
+            counts._server_counts_agree,
         ),
+        code.UNCOUNTED,
     ),
     Claim(
         "DL-20",
@@ -213,6 +216,7 @@ SCENARIO = declare(
     code,
     kind="actors",
     variants={"buggy": code.buggy, "fixed": code.fixed},
+    mutants=code.MUTANTS,
     outcomes=("ok", "stale", "fallback", "error"),
     claims=CLAIMS,
     measured=MEASURED,

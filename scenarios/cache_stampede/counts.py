@@ -1,8 +1,8 @@
 """cache-stampede DL-19, the counts: until the cache is filled the lock admits one rebuild
 (fixed makes exactly one DB call), the buggy poll multiplies GETs where singleflight makes
 one GET per request, and Redis's INFO commandstats agrees with the client's counts (plus
-the GET and DEL inside the compare-and-delete EVAL). With the mutations that are their
-counterfactuals: a second rebuild, a server count one GET short.
+the GET and DEL inside the compare-and-delete EVAL). The first and the last are judged on
+code mutants as their counterfactuals (cache_stampede.py's MUTANTS).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from lab.core.claims import NotReproduced, Record
-from scenarios.cache_stampede.reading import _c, _failure_mode
+from scenarios.cache_stampede.reading import _c, _failure_mode, _variants
 
 NEAR = 0.30  # a published count or wall reproduced within ±30 % (single runs move 10-15 %)
 
@@ -19,10 +19,10 @@ def _one_rebuild(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     """Until the cache is filled the lock admits one rebuild. The document's code re-checks
     nothing after SET NX, so a waiter whose GET missed just before the write and whose SET NX
     came after the DEL rebuilds once more: counted apart as rebuilds_after_fill."""
-    if any(_failure_mode(r) for r in records.values()):
+    if any(_failure_mode(r) for _, r in _variants(records)):
         return None
     parts, ok = [], True
-    for v, rec in records.items():
+    for v, rec in _variants(records):
         calls, late = _c(rec, "db_calls"), _c(rec, "rebuilds_after_fill")
         ok = ok and calls - late == 1 and (v != "fixed" or calls == 1)
         raced = (
@@ -36,7 +36,7 @@ def _one_rebuild(records: Mapping[str, Record]) -> tuple[bool, str] | None:
 def _poll_multiplies_gets(records: Mapping[str, Record]) -> tuple[bool, str] | None:
     """Every buggy waiter makes the miss and at least one poll, at most one poll per poll
     interval of the rebuild plus the final hit; fixed makes one GET per request."""
-    if any(_failure_mode(r) for r in records.values()):
+    if any(_failure_mode(r) for _, r in _variants(records)):
         return None
     b, f = records["buggy"], records["fixed"]
     n, p = b["knobs"]["n"], b["params"]
@@ -55,7 +55,7 @@ def _poll_multiplies_gets(records: Mapping[str, Record]) -> tuple[bool, str] | N
 def _server_counts_agree(records: Mapping[str, Record]) -> tuple[bool, str]:
     """commandstats also counts the GET and DEL run inside the compare-and-delete EVAL."""
     parts, ok = [], True
-    for v, rec in records.items():
+    for v, rec in _variants(records):
         stats = rec["evidence"].get("redis_commandstats", {})
         evals, released = _c(rec, "redis_eval"), _c(rec, "lock_released")
         want = {
@@ -71,15 +71,6 @@ def _server_counts_agree(records: Mapping[str, Record]) -> tuple[bool, str]:
         counts = ", ".join(f"{k} {want[k]}/{got[k]}" for k in want if want[k] or got[k])
         parts.append(f"{v}: client/server {counts}{inner}; lab's own {lab}")
     return ok, "; ".join(parts)
-
-
-def _second_rebuild(rec: Record) -> None:  # a lock that let a second waiter rebuild
-    rec["counters"]["db_calls"] = _c(rec, "db_calls") + 1
-
-
-def _one_get_fewer(rec: Record) -> None:  # a server count one GET short of the client's
-    stats = rec["evidence"].setdefault("redis_commandstats", {})
-    stats["get"] = int(stats.get("get", 0)) - 1
 
 
 def gets_near(published: int) -> Callable[[Mapping[str, Record]], tuple[bool, str] | None]:
