@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from lab.core.claims import Claim, Record, mutation
+from lab.core.claims import Claim, Record, on_mutant
 from lab.core.scenario import Defaults, Env, Observer, declare
 from scenarios.job_retry import job_retry as code
 from scenarios.job_retry.job_retry import BACKOFF_UNIT_MS, POISON, STUCK
@@ -21,6 +21,10 @@ from scenarios.job_retry.job_retry import BACKOFF_UNIT_MS, POISON, STUCK
 # The document's number, not the code's constant: the check must not follow the code it judges.
 ATTEMPTS = 5  # "const failed = job.attempts >= 5"
 MS = "extract(epoch FROM at - (SELECT min(at) FROM job_log)) * 1000"
+# Code mutants: the stuck job's claim left uncommitted, its row lock held (the document's
+# "transaction treo"); the workers' claim as written, or with plain FOR UPDATE
+HUNG_TX = "mutant-hung-tx"
+BLOCKING = {"fixed": "mutant-skip-locked-dropped", "buggy": "mutant-buggy-skip-locked-dropped"}
 
 
 async def nothing(env: Env) -> None:
@@ -55,11 +59,13 @@ async def evidence(env: Env) -> None:
             "done": len(waits),
             "max_wait_ms": round(max((float(w["wait"]) for w in waits), default=-1), 1),
             "during_retries": sum(1 for w in waits if at and at[0] < w["t"] < at[-1]),
+            "stalled": env.state["stalled"],  # workers still waiting on a lock at the end
         },
         alert={
             "id": alert["id"] if alert else None,
             "running_ms": round(float(alert["running_ms"]), 1) if alert else None,
             "lab_ms": round(stuck_ms, 1),
+            "stuck_seen": env.state["stuck_seen"],  # the stuck job's status to the alert
         },
     )
 
@@ -96,27 +102,19 @@ def _flow(variant: str) -> Claim:
         held = h["done"] == h["jobs"] and h["during_retries"] > 0
         return held, (
             f"{variant}: {h['done']}/{h['jobs']} healthy jobs done, at most {h['max_wait_ms']} ms "
-            f"after coming due; {h['during_retries']} of them between the poison job's attempts"
+            f"after coming due; {h['during_retries']} of them between the poison job's attempts; "
+            f"{h['stalled']} workers waiting on a lock when the window closed"
         )
 
-    def one_stuck(rec: Record) -> None:  # what a queue that stalls behind the poison job shows
-        rec["evidence"]["healthy"]["done"] -= 1
-
-    # SKIP LOCKED keeps the other jobs flowing in both variants (the retry policy is the
-    # fix, not the flow): the counterfactual is the record with one healthy job not done.
-    return Claim(
-        "LC-30",
-        f"{variant}: the other jobs keep flowing",
-        (variant,),
-        check,
-        counterfactual=mutation(
-            variant, one_stuck, "SKIP LOCKED keeps the flow in every variant: no run stalls it"
-        ),
+    # The flow holds in both variants (the retry policy is the fix, not the flow). Its
+    # counterfactual: the stuck job's row lock held by its uncommitted claim, and the workers
+    # claiming with plain FOR UPDATE: each waits on that lock, no healthy job is done.
+    # (SKIP LOCKED dropped alone stalls nothing: a committed lease keeps the stuck job out of
+    # the claim's WHERE, so its row is never locked; with the lock held, SKIP LOCKED skips it.)
+    return on_mutant(
+        Claim("LC-30", f"{variant}: the other jobs keep flowing", (variant,), check),
+        BLOCKING[variant],
     )
-
-
-def _alert_missed(rec: Record) -> None:  # an alert that does not see the stuck job
-    rec["evidence"]["alert"].update(id=None, running_ms=None)
 
 
 def _alert(records: Mapping[str, Record]) -> tuple[bool, str]:
@@ -133,7 +131,8 @@ def _alert(records: Mapping[str, Record]) -> tuple[bool, str]:
     return held, (
         f"fixed: oldest running job {a['id']}, running for {a['running_ms']} ms by the alert "
         f"query, at least the {span if span is None else round(span, 1)} ms of the poison job's "
-        f"attempts; {a['lab_ms']} ms by the lab's clock since its claim (shown, not judged)"
+        f"attempts; {a['lab_ms']} ms by the lab's clock since its claim (shown, not judged); "
+        f"the stuck job is {a['stuck_seen']!r} to the alert's session"
     )
 
 
@@ -155,18 +154,20 @@ CLAIMS = (
     ),
     _flow("fixed"),
     _flow("buggy"),
-    Claim(
-        "LC-30",
-        "fixed: the alert on the oldest running job reports the stuck job, its age at least "
-        "the span of the retries that ran while it was stuck",
-        ("fixed",),
-        _alert,
-        published="Cần alert trên tuổi của job running lâu nhất.",
-        # both variants run the same alert query on the same stuck job: its counterfactual
-        # is the alert that misses it
-        counterfactual=mutation(
-            "fixed", _alert_missed, "the same alert query sees the stuck job in every variant"
+    # Both variants run the same alert on the same stuck job, its claim committed. On
+    # mutant-hung-tx its claim is never committed (the document's own "transaction treo"):
+    # it stays 'pending' to every other session, and the alert, which reads 'running' jobs,
+    # does not report it.
+    on_mutant(
+        Claim(
+            "LC-30",
+            "fixed: the alert on the oldest running job reports the stuck job, its age at "
+            "least the span of the retries that ran while it was stuck",
+            ("fixed",),
+            _alert,
+            published="Cần alert trên tuổi của job running lâu nhất.",
         ),
+        HUNG_TX,
     ),
 )
 
@@ -174,6 +175,11 @@ SCENARIO = declare(
     code,
     kind="script",
     variants={"buggy": code.buggy, "fixed": code.fixed},
+    mutants={
+        HUNG_TX: code.hung_tx,
+        BLOCKING["fixed"]: code.hung_tx_blocking,
+        BLOCKING["buggy"]: code.buggy_hung_tx_blocking,
+    },
     outcomes=("done", "failed", "pending", "running"),
     claims=CLAIMS,
     published={"fixed": "failed after 5 attempts, run_at = now() + 2^attempts × 10 s"},

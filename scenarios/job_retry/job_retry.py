@@ -14,6 +14,8 @@ See:        LC-30 in claims.py (quotes, evidence); scenarios/job_queue/ (LC-16, 
             POLL_MS 2 for 1 s, LEASE_MS 5 s for 5 min). Steps, alike in both variants: a hung
             worker claims the stuck job; WORKERS workers loop over a poison job and HEALTHY_JOBS
             jobs due SPREAD_MS apart until all settle or RUN_WINDOW_MS ends; the alert runs.
+Mutants:    the stuck job's claim never committed (its row lock held): the alert misses it;
+            with the workers' claim on plain FOR UPDATE as well, every worker waits on it.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ CLAIM = f"""WITH next AS (SELECT id FROM jobs
 UPDATE jobs j SET status = 'running', attempts = j.attempts + 1,
   locked_until = now() + interval '{LEASE_MS} milliseconds'
 FROM next WHERE j.id = next.id RETURNING j.id, j.kind, j.attempts"""
+BLOCKING_CLAIM = CLAIM.replace("FOR UPDATE SKIP LOCKED", "FOR UPDATE")  # the mutants' claim
+HANG = f"""UPDATE jobs SET status = 'running', attempts = 1,
+  locked_until = now() + interval '{LEASE_MS} ms' WHERE id = {STUCK}"""
 DONE = "UPDATE jobs SET status = 'done', locked_until = NULL WHERE id = $1"
 FAIL = """UPDATE jobs SET status = $2, last_error = $3, locked_until = NULL,
   run_at = now() + $4 * interval '1 millisecond' WHERE id = $1"""
@@ -53,6 +58,9 @@ ALERT = f"""SELECT id, extract(epoch FROM now() - (locked_until - interval '{LEA
   milliseconds')) * 1000 AS running_ms FROM jobs WHERE status = 'running'
   ORDER BY locked_until LIMIT 1"""
 LEFT = "SELECT count(*) FROM jobs WHERE id <> $1 AND status NOT IN ('done', 'failed')"
+# workers waiting on a lock: no claim waits with SKIP LOCKED and no worker writes another's job,
+# so only a plain FOR UPDATE waits, on the stuck job's lock or in the queue behind it
+WAITING = "SELECT count(*) FROM unnest($1::int[]) p WHERE cardinality(pg_blocking_pids(p)) > 0"
 
 
 async def setup(env: Env) -> None:
@@ -89,9 +97,9 @@ async def fail_fixed(conn: asyncpg.Connection, job: asyncpg.Record, err: str) ->
 
 
 # the document's workerLoop, one turn at a time until the lab says stop
-async def worker(conn: asyncpg.Connection, stop: asyncio.Event, fail: Fail) -> None:
+async def worker(conn: asyncpg.Connection, stop: asyncio.Event, fail: Fail, claim: str) -> None:
     async def turn() -> bool:
-        batch = await conn.fetch(CLAIM)  # step claim: commits at once
+        batch = await conn.fetch(claim)  # step claim: commits at once
         if not batch:
             with contextlib.suppress(TimeoutError):  # named: the document's poll sleep
                 await within(stop.wait(), POLL_MS / 1000)
@@ -108,32 +116,47 @@ async def worker(conn: asyncpg.Connection, stop: asyncio.Event, fail: Fail) -> N
     await until(turn, LIMIT_S, "the worker to stop", every=0)
 
 
-async def run(env: Env, fail: Fail) -> None:
+async def run(env: Env, fail: Fail, claim: str = CLAIM, in_tx: bool = False) -> None:
+    """The steps, alike in every variant. A mutant's workers claim with `claim`; with
+    `in_tx` the hung worker's claim of the stuck job stays uncommitted, its row lock held."""
     hung, *conns = [await env.connect() for _ in range(WORKERS + 1)]
     await env.db.execute("INSERT INTO jobs (kind) VALUES ('stuck'), ('poison')")  # step enqueue
-    await hung.execute(  # step hang: a worker claims the stuck job; its handler never returns
-        f"UPDATE jobs SET status = 'running', attempts = 1, locked_until = now() +"
-        f" interval '{LEASE_MS} ms' WHERE id = {STUCK}"
-    )
+    if in_tx:  # the document's "transaction treo": a claim whose transaction never ends
+        await hung.execute("BEGIN")
+    await hung.execute(HANG)  # step hang: a worker claims the stuck job; it never returns
     stuck_at = time.perf_counter()
     await env.db.execute(  # step enqueue: the healthy jobs, coming due as the workers start
         f"INSERT INTO jobs (kind, run_at) SELECT 'email', now() + i * interval '{SPREAD_MS} ms'"
         f" FROM generate_series(1, {HEALTHY_JOBS}) i"
     )
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(worker(c, stop, fail)) for c in conns]
+    tasks = [asyncio.create_task(worker(c, stop, fail, claim)) for c in conns]
+    pids = [c.get_server_pid() for c in conns]
     deadline = time.perf_counter() + RUN_WINDOW_MS / 1000
 
     async def settled() -> bool:  # the queue drained, a worker ended, or the window closed
         late = time.perf_counter() >= deadline or any(t.done() for t in tasks)
         return late or await env.db.fetchval(LEFT, STUCK) == 0
 
+    async def ended() -> bool:  # every worker ended its turn, or waits on a lock
+        left = sum(not t.done() for t in tasks)
+        return left == 0 or left == await env.db.fetchval(WAITING, pids)
+
     try:
         await until(settled, LIMIT_S, "the run's window to close", every=POLL_MS / 1000)
         stop.set()
-        await asyncio.gather(*tasks)
+        await until(ended, LIMIT_S, "the workers to end their turn", every=POLL_MS / 1000)
+        stalled = [p for p, t in zip(pids, tasks, strict=True) if not t.done()]
+        # a worker waiting on a lock would wait for ever: its claim is cancelled on the server
+        # (asyncpg's own cancel may land late, after the lock is let go and the claim commits)
+        await env.db.execute("SELECT pg_cancel_backend(p) FROM unnest($1::int[]) p", stalled)
+        for got in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(got, BaseException) and not isinstance(got, asyncpg.QueryCanceledError):
+                raise got  # a worker's own error
         alert = await env.db.fetchrow(ALERT)  # step alert: the oldest running job
+        seen = await env.db.fetchval("SELECT status FROM jobs WHERE id = $1", STUCK)
         env.state.update(alert=alert, stuck_ms=(time.perf_counter() - stuck_at) * 1000)
+        env.state.update(stalled=len(stalled), stuck_seen=seen)
     finally:
         stop.set()
         for c in (hung, *conns):
@@ -148,3 +171,17 @@ async def buggy(env: Env) -> None:
 
 async def fixed(env: Env) -> None:
     await run(env, fail_fixed)  # the whole fix: the failure path
+
+
+# Code mutants, not variants: the stuck job's claim left uncommitted (its row lock held, as the
+# document's "transaction treo"), with SKIP LOCKED kept or dropped from the workers' claim
+async def hung_tx(env: Env) -> None:
+    await run(env, fail_fixed, in_tx=True)
+
+
+async def hung_tx_blocking(env: Env) -> None:
+    await run(env, fail_fixed, BLOCKING_CLAIM, in_tx=True)
+
+
+async def buggy_hung_tx_blocking(env: Env) -> None:
+    await run(env, fail_buggy, BLOCKING_CLAIM, in_tx=True)
