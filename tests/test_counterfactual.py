@@ -136,9 +136,6 @@ def test_every_record_edit_says_why_no_run_gives_the_opposite() -> None:
     assert [e for e in _record_edits() if not e[2]] == []
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 32: 30 record edits in quick (69 before the code mutants)"
-)
 def test_at_most_ten_record_edits() -> None:
     """Record edits remain only where no run can give the opposite: at most 10 of them."""
     assert len(_record_edits()) <= 10
