@@ -27,6 +27,7 @@ import asyncpg
 
 from lab.core.scenario import Env, Observer
 from lab.errors import ScenarioFailure
+from lab.kit.redislock import COMPARE_AND_DELETE
 from lab.pinned.timed import (
     Actor,
     KeyWatch,
@@ -132,8 +133,14 @@ async def choreography(env: Env, code: Code) -> None:
         else:
             a.wake()
 
+    async def kill_and_reap() -> None:  # the mutant's supervisor frees the dead A's lock
+        await procs[0].kill()
+        if code.reaped:
+            freed = await env.redis.eval(COMPARE_AND_DELETE, 1, key, tokens["A"])
+            env.trace("supervisor", "reaped A's lock", result=int(freed))
+
     def kill_a() -> None:  # holder-killed always runs A as a process
-        tasks.append(asyncio.create_task(procs[0].kill()))
+        tasks.append(asyncio.create_task(kill_and_reap()))
 
     async def b_work() -> None:  # B works b_work_ms; if C's turn has come, B releases after C
         await asyncio.sleep(p["b_work_ms"] / 1000)

@@ -188,20 +188,17 @@ CLAIMS = (
             "a 5-minute TTL (the lab's TTLs run 200-1000 ms)",
         ),
     ),
-    Claim(
-        "DL-13",
-        "A killed holder blocks the lock for its whole TTL",
-        ("holder-killed",),
-        ttl._killed_blocks,
-        PUBLISHED_RECOVERY,
-        cases=TTL_CASES,
-        # a swap has no dead holder to judge: the counterfactual is a lease that dies with A
-        counterfactual=mutation(
-            "holder-killed",
-            ttl._lease_ends_at_death,
-            why="Redis runs a dead holder's lease to its TTL in every variant",
+    on_mutant(
+        Claim(
+            "DL-13",
+            "A killed holder blocks the lock for its whole TTL",
+            ("holder-killed",),
+            ttl._killed_blocks,
+            PUBLISHED_RECOVERY,
+            cases=TTL_CASES,
+            unjudged=("recovery 5 minutes slower (the lab's TTLs run 200-1000 ms)",),
         ),
-        unjudged=("recovery 5 minutes slower (the lab's TTLs run 200-1000 ms)",),
+        code.REAPED,  # Redis runs a dead holder's lease to its TTL unless someone deletes it
     ),
     *EXPLORE_CLAIMS,
 )

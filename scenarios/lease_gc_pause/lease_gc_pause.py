@@ -141,6 +141,7 @@ class Code:  # what a variant runs: the release, whether the write is fenced, wh
     fenced: bool
     pause_at: str = "work"  # "work": before the write; "release": inside the release; "": never
     killed: bool = False  # a fault, not a fix: "A is killed" at its pause point, never wakes
+    reaped: bool = False  # a mutant's supervisor: A's lock compare-and-deleted once A is dead
 
     async def __call__(self, env: Env, s: Session) -> str:  # pinned B or C (A: worker.py)
         key = env.key(KEY)
@@ -159,10 +160,15 @@ VARIANTS = {
     "buggy-get-then-del": Code(release="get-del", fenced=True, pause_at="release"),
     "holder-killed": Code(release="cad", fenced=True, killed=True),
 }
-# A code mutant (Scenario.mutants, a counterfactual only): fixed with A's pause dropped,
-# the one thing the lease window (DL-11) rests on.
+# Code mutants (Scenario.mutants, counterfactuals only): fixed with A's pause dropped, the
+# one thing the lease window (DL-11) rests on; holder-killed with a supervisor that frees a
+# dead worker's lock at once, the one thing that would end a lease before its TTL (DL-13).
 NO_PAUSE = "mutant-no-pause"
-MUTANTS = {NO_PAUSE: Code(release="cad", fenced=True, pause_at="")}
+REAPED = "mutant-reaped"
+MUTANTS = {
+    NO_PAUSE: Code(release="cad", fenced=True, pause_at=""),
+    REAPED: Code(release="cad", fenced=True, killed=True, reaped=True),
+}
 
 
 async def setup(env: Env) -> None:

@@ -1,7 +1,7 @@
 """lease-gc-pause DL-13, the TTL: a pause longer than the TTL overlaps whatever the TTL (a
 shorter one does not), and a killed holder blocks the lock for its whole TTL. Judged under
-every TTL case (the published one, ttl-1000, ttl-above-pause), each with the mutation that
-is its counterfactual.
+every TTL case (the published one, ttl-1000, ttl-above-pause); the first's counterfactual is
+a record edit (ttl._overlap_flipped), the second's a run of the code mutant mutant-reaped.
 """
 
 from __future__ import annotations
@@ -61,9 +61,3 @@ def _killed_blocks(records: Mapping[str, Record]) -> tuple[bool, str]:
         f"{killed['t_ms']:.0f} ms; {_lease(rec, 'A')}, {lasted:.0f} ms after SET (TTL {ttl} ms), "
         f"{dead:.0f} ms of it for a dead worker; {who}"
     )
-
-
-def _lease_ends_at_death(rec: Record) -> None:
-    """A's lease ends when A dies, as a lock tied to its holder's connection would."""
-    lease = _span(rec, "A", "redis")
-    lease.update(end_ms=event(rec, "A", "killed")["t_ms"], ended="released at A's death")
