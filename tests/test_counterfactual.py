@@ -9,6 +9,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from lab.core.claims import (
     invariants_hold,
     one_invariant_broken,
 )
-from lab.pinned import level_as
+from lab.pinned import broke_in_some, level_as
 from lab.verify import ScenarioVerdicts, Trial, evaluate, summarize
 from lab.verify import counterfactual as cf
 from lab.verify.counterfactual import swap
@@ -166,6 +167,20 @@ def test_a_declared_reason_and_a_missing_record_are_none() -> None:
     assert cf.judge(claim, [RECORDS], VARIANTS) == ("none: a gap", "")
     plain = all_ok("DL-3", "fixed", "sorted")
     assert cf.judge(plain, [{"fixed": FIXED}], VARIANTS)[0].startswith("none: no record of buggy")
+
+
+def test_an_explore_swap_not_explored_at_the_claims_level_is_left_to_counterfactual() -> None:
+    """A plain verify explores the swapped variant only where its own claims need it: a
+    level its cells lack is 'verify --counterfactual runs it', not a check that judges none."""
+    claim = broke_in_some("X-1", "buggy", "t", levels=("read committed", "repeatable read"))
+    cell: Any = {"broke": 0, "ran": 2, "broken_invariants": []}
+    broke: Any = {**cell, "broke": 1}
+    buggy: Record = {"by_isolation": {"read committed": broke, "repeatable read": cell}}
+    fixed: Record = {"by_isolation": {"read committed": cell}}
+    said, _ = cf.judge(claim, [{"buggy": buggy, "fixed": fixed}], VARIANTS)
+    assert said == f"none: no explore of fixed at repeatable read in this run {cf.RUNS_IT}"
+    fixed["by_isolation"]["repeatable read"] = cell
+    assert cf.judge(claim, [{"buggy": buggy, "fixed": fixed}], VARIANTS)[0] == "failed"
 
 
 def test_cases_keep_their_case_when_swapped() -> None:

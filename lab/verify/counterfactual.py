@@ -110,10 +110,22 @@ def records_of(
     missing = sorted({o for o in mapping.values() if o not in records})
     if missing:
         return f"no record of {', '.join(missing)} in this run {RUNS_IT}"
+    unexplored = sorted(
+        f"{o} at {lv}" for o in set(mapping.values()) for lv in _unexplored(claim, records[o])
+    )
+    if unexplored:
+        return f"no explore of {', '.join(unexplored)} in this run {RUNS_IT}"
     out = dict(records)
     for name, other in mapping.items():
         out[name] = records[other]
     return out
+
+
+def _unexplored(claim: Claim, record: Record) -> list[str]:
+    """The levels an explore claim reads that `record` (an explore's) has no cell for: a
+    plain verify explores the swapped variant only at the levels its own claims need."""
+    cells = record.get("by_isolation") if claim.explore else None
+    return [lv for lv in claim.levels if lv not in cells] if isinstance(cells, Mapping) else []
 
 
 def judge(
