@@ -163,6 +163,9 @@ SCENARIO = declare(
         ),
     },
     sources=("LC",),
+    # the holds are real time against a 100 ms lock_timeout: beside CPU-bound runs a holder
+    # stalled for a CPU (up to 29 % of hold-20ms's window, quick verify on 6 lanes here)
+    timed=tuple(HOLDS),
     quick={"n": 40},
     cases={
         SLOW: {"n": 12, "step_pause_ms": SLOW_PAUSE_MS},
