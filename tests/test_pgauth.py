@@ -3,14 +3,16 @@ from the server's first reply."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import urllib.parse
 from typing import Any
 
 import asyncpg
 import pytest
 
-from lab.servers import Servers
+from lab.servers import Servers, pgauth
 from lab.servers.pgauth import ROLE_PREFIX, auth_method, scram_verifier, throwaway_role
 
 
@@ -94,4 +96,33 @@ async def test_a_throwaway_role_logs_in_with_its_grants_and_is_dropped(servers: 
             await conn.close()
         assert await pool.fetchval("SELECT count(*) FROM pg_roles WHERE rolname = $1", role) == 0
     finally:
+        await pool.close()
+
+
+async def test_a_role_left_by_a_killed_lab_is_dropped_by_the_next(servers: Servers) -> None:
+    """A lab killed with SIGKILL leaves its throwaway role (no finally runs): the next
+    throwaway_role drops the roles whose comment names a process of this host that is gone,
+    and leaves a live process's role and a role without the comment alone."""
+    assert servers.pg is not None
+    gone = await asyncio.create_subprocess_exec(sys.executable, "-c", "pass")
+    await gone.wait()  # its PID names no process now
+    pool = await asyncpg.create_pool(servers.pg.dsn, min_size=1, max_size=2)
+    assert pool is not None
+    pid = os.getpid()
+    left = {"dead": f"{ROLE_PREFIX}_t_dead{pid}", "live": f"{ROLE_PREFIX}_t_live{pid}"}
+    bare = f"{ROLE_PREFIX}_t_bare{pid}"
+    makers = {"dead": gone.pid, "live": pid}
+    try:
+        for who, role in left.items():
+            await pool.execute(f"CREATE ROLE {role} LOGIN")
+            owner = f"locklab pid={makers[who]} host={pgauth._host()}"
+            await pool.execute(f"COMMENT ON ROLE {role} IS '{owner}'")
+        await pool.execute(f"CREATE ROLE {bare} LOGIN")
+        async with throwaway_role(pool, 4096) as (role, _):
+            names = {r["rolname"] for r in await pool.fetch("SELECT rolname FROM pg_roles")}
+            assert left["dead"] not in names
+            assert {left["live"], bare, role} <= names
+    finally:
+        for role in (*left.values(), bare):
+            await pool.execute(f"DROP ROLE IF EXISTS {role}")
         await pool.close()

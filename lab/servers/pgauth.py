@@ -8,7 +8,9 @@ password as it is (having the server make it, ``SET scram_iterations``, needs 16
 ``auth_method`` reads how the server authenticates a user: the request it answers a
 startup message with (what ``SYSTEM_USER`` names on 16 and later; this works on any
 version). ``throwaway_role`` is a login of a run's own: a role with a random password
-and the iteration count asked for, dropped when the run is done with it.
+and the iteration count asked for, dropped when the run is done with it. A lab killed
+with SIGKILL runs no `finally`: each role's comment names the process and host that made
+it, and the next throwaway_role on that server drops the roles of this host's dead labs.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import base64
 import contextlib
 import hashlib
 import hmac
+import os
+import re
 import secrets
+import socket
 import struct
 import urllib.parse
 from collections.abc import AsyncIterator, Sequence
@@ -34,6 +39,9 @@ PROTOCOL_3_0 = 196608
 REPLY_S = 30.0  # the server answers a startup message at once; this bounds a hung one
 ROLE_PREFIX = "locklab_scram"  # throwaway roles; TCP logins do SCRAM on the embedded server
 SET_SECRET = "UPDATE pg_authid SET rolpassword = $1 WHERE rolname = $2"
+OWNER = re.compile(r"locklab pid=(\d+) host=(\S+)$")  # a throwaway role's comment
+MADE_HERE = """SELECT rolname, shobj_description(oid, 'pg_authid') AS owner FROM pg_roles
+  WHERE starts_with(rolname, $1)"""
 
 
 def scram_verifier(password: str, iterations: int) -> str:
@@ -73,6 +81,38 @@ async def auth_method(dsn: str, database: str, user: str = "", seconds: float = 
     return AUTH_REQUESTS.get(code, f"auth request {code}")
 
 
+def _host() -> str:
+    return re.sub(r"[^\w.-]", "_", socket.gethostname())  # safe inside a literal
+
+
+def _owner() -> str:
+    """The comment a throwaway role carries: who made it, so a later run can tell it is stale."""
+    return f"locklab pid={os.getpid()} host={_host()}"
+
+
+def _gone(owner: str) -> bool:
+    """A role's maker was a lab process of this host that no longer runs."""
+    made = OWNER.match(owner or "")
+    if made is None or made[2] != _host():
+        return False  # not ours to judge: another host's lab may still use it
+    try:
+        os.kill(int(made[1]), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it runs, as another user
+        return False
+    return False
+
+
+async def _drop_stale(db: asyncpg.Pool) -> None:
+    """Drop the throwaway roles a SIGKILLed lab of this host left behind."""
+    for row in await db.fetch(MADE_HERE, f"{ROLE_PREFIX}_"):
+        if _gone(row["owner"]):
+            with contextlib.suppress(asyncpg.PostgresError):
+                await db.execute(f'DROP OWNED BY "{row["rolname"]}"')
+                await db.execute(f'DROP ROLE "{row["rolname"]}"')
+
+
 @contextlib.asynccontextmanager
 async def throwaway_role(
     db: asyncpg.Pool, iterations: int, grants: Sequence[str] = ()
@@ -83,8 +123,10 @@ async def throwaway_role(
     role = f"{ROLE_PREFIX}_{secrets.token_hex(4)}"
     password = secrets.token_urlsafe(16)  # [A-Za-z0-9_-]: safe inside any literal
     verifier = await asyncio.to_thread(scram_verifier, password, iterations)
+    await _drop_stale(db)
     async with db.acquire() as conn, conn.transaction():
         await conn.execute(f"CREATE ROLE {role} LOGIN")
+        await conn.execute(f"COMMENT ON ROLE {role} IS '{_owner()}'")
         # Not CREATE ROLE ... PASSWORD: it checks the secret against the empty password, a
         # PBKDF2 of the secret's own iterations in the server (0.81 s at 600,000 here, in
         # each slow-login run). The same secret goes into the catalog as the superuser.
