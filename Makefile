@@ -6,7 +6,7 @@ SCENARIO ?= checkout-deadlock
 ARGS ?=
 PROFILE ?= quick
 
-.PHONY: help venv dev examples examples-go examples-java lock lock-upgrade floors run-scenario compare verify headline test reduction lint format bench servers-up servers-down soak docs clean
+.PHONY: help venv dev examples examples-go examples-java lock lock-upgrade floors run-scenario compare compare-frontrun verify headline test reduction lint format bench servers-up servers-down soak docs clean
 
 help:
 	@echo "make run-scenario SCENARIO=<id> [ARGS='-n 40 --arrival stagger:5ms']"
@@ -84,6 +84,12 @@ compare: venv
 
 verify: venv
 	$(BIN)/locklab verify --profile $(PROFILE) $(ARGS)
+
+# frontrun 0.7 and the lab on the same four psycopg bugs, the same code (docs/frontrun.md):
+# frontrun goes into a throwaway venv in a temporary folder, from the package index, never
+# into .venv or the lock. ARGS: --pg-dsn DSN, --only deadlock, --no-full, --json-out FILE.
+compare-frontrun: venv
+	$(BIN)/python examples/python/compare_frontrun.py $(ARGS)
 
 # The README's table of the documents' headline numbers beside this machine's, made again
 # from the recorded verify its marker names (tests/test_headline.py keeps it so). A new
