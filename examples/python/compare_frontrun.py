@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -63,14 +63,30 @@ class Bug:
     setup: str
     invariant: str
     actors: tuple[Call, Call]
+    fix: tuple[str, str] = ("", "")  # the programs' flag of the fix, and main()'s keyword
 
     @property
     def slug(self) -> str:
         return self.name.split()[-1].replace("-", "_").lower()
 
+    def fixed(self) -> Bug:
+        """The same bug with each program's fix on (`--fixed`)."""
+        flag, keyword = self.fix
+        actors = tuple(
+            replace(a, argv=(flag, *a.argv), kwargs=(*a.kwargs, (keyword, True)))
+            for a in self.actors
+        )
+        return replace(self, name=f"{self.name}, {flag}", actors=actors)  # type: ignore[arg-type]
+
 
 BUGS = (
-    Bug("lost update", "setup.sql", "deposits-kept.sql", (Call("lost_update_psycopg"),) * 2),
+    Bug(
+        "lost update",
+        "setup.sql",
+        "deposits-kept.sql",
+        (Call("lost_update_psycopg"),) * 2,
+        ("--locked", "locked"),
+    ),
     Bug(
         "deadlock",
         "transfer-setup.sql",
@@ -79,6 +95,7 @@ BUGS = (
             Call("deadlock_psycopg", ("1", "2"), (("source", 1), ("target", 2))),
             Call("deadlock_psycopg", ("2", "1"), (("source", 2), ("target", 1))),
         ),
+        ("--sorted", "ordered"),
     ),
     Bug(
         "phantom overbooking",
@@ -88,12 +105,14 @@ BUGS = (
             Call("overbooking_psycopg", ("ann",), (("guest", "ann"),)),
             Call("overbooking_psycopg", ("bob",), (("guest", "bob"),)),
         ),
+        ("--locked", "locked"),
     ),
     Bug(
         "SELECT-then-INSERT upsert",
         "upsert-setup.sql",
         "upsert-kept.sql",
         (Call("upsert_psycopg"),) * 2,
+        ("--on-conflict", "on_conflict"),
     ),
 )
 
@@ -126,7 +145,7 @@ def lab(dsn: str, bug: Bug, first: bool) -> dict[str, Any]:
     if "error" in data:
         return {**data, "seconds": seconds}
     broken = data["first_broken"]
-    sees = ""
+    sees = f"every order kept: `{', '.join(data['outcomes'])}`"
     if broken is not None:
         steps = [line for line in broken["transcript"] if line.startswith("step ")]
         broke = [outcome for outcome in data["outcomes"] if outcome.startswith("broke")]
@@ -258,10 +277,12 @@ def main() -> None:
     parser.add_argument("--pg-dsn", default=os.environ.get("LOCKLAB_PG_DSN"))
     parser.add_argument("--only", action="append", help="a bug by its last word: update, ...")
     parser.add_argument("--no-full", action="store_true", help="only the runs to the first failure")
+    parser.add_argument("--fixed", action="store_true", help="each program's fix on, not the bug")
     parser.add_argument("--frontrun-venv", type=Path, help="make or reuse frontrun's venv here")
     parser.add_argument("--json-out", type=Path, help="every run's data, as JSON, to this file")
     args = parser.parse_args()
     bugs = [b for b in BUGS if not args.only or b.slug in args.only]
+    bugs = [b.fixed() for b in bugs] if args.fixed else bugs
     made = args.frontrun_venv is None
     venv = frontrun_venv(args.frontrun_venv)
     before = load()
