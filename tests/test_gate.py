@@ -206,6 +206,14 @@ def test_only_sets_out_of_a_transaction_before_the_first_step_are_the_drivers() 
     assert not begun.driver_setup(group("SET lock_timeout = '1s'"))
 
 
+def test_an_empty_query_is_shown_as_one() -> None:
+    """An empty query (psycopg_pool checks each connection it hands out with one) is a
+    step like any other; the log and the transcripts name it instead of a blank."""
+    assert Group(statements=[Statement("")]).shown() == "<empty query>"
+    assert Statement(" \n").shown() == "<empty query>" and Statement("").inlined() == ""
+    assert Statement("SELECT 1").shown() == "SELECT 1"
+
+
 async def test_a_cancel_request_reaches_the_real_backend(gate: tuple[Gate, Keeper, str]) -> None:
     """A driver's CancelRequest through the gate ends the statement on the real backend."""
     _, _, dsn = gate

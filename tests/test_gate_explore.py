@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
-from lab.gate.explore import explore, trace
-from lab.gate.order import Actor
+from lab.gate.explore import Diverged, explore, replay, trace
+from lab.gate.order import Actor, Decision
 from lab.gate.spec import export
 from lab.servers import Servers
 from lab.servers.base import with_database
@@ -244,3 +244,21 @@ async def test_replays_that_diverge_are_named_then_sampled(
     assert found.as_json()["sampled"] == found.sampled
     with pytest.raises(LabError, match=r"^--exhaustive: actor 1's statement 2 differs"):
         await explore(servers.pg.dsn, pair, SETUP, DEPOSITS_KEPT, exhaustive=True)
+
+
+def test_a_replay_that_holds_fewer_statements_names_the_actor_it_misses() -> None:
+    """A replay whose prefix chose the second of two held statements, where this time
+    only one is held (a procrastinate worker's pooled connection not yet at the gate),
+    names the actor and which of its session's statements is missing, as a replay that
+    holds other statements does; with no earlier order to compare, it counts them."""
+    known = [["a1: BEGIN", "a2: BEGIN"], ["a1: COMMIT", "a2.3: SELECT 1"]]
+    choose = replay([1, 1], known)
+    assert choose(0, Decision(known[0], [1, 2]), []) == 1
+    with pytest.raises(Diverged) as missed:
+        choose(1, Decision(["a1: COMMIT"], [1]), [])
+    assert str(missed.value) == (
+        "actor 2's statement 1 differs between replays: 'nothing' where an earlier order "
+        "held 'a2.3: SELECT 1'"
+    )
+    with pytest.raises(Diverged, match=r"^statement 1 differs between replays: 1 held"):
+        replay([1])(0, Decision(["a1: BEGIN"], [1]), [])

@@ -188,26 +188,32 @@ async def workspace(
         await admin.close()
 
 
-def replay(prefix: Sequence[int]) -> Choose:
-    """Choose as `prefix` says, then the first candidate."""
+def replay(prefix: Sequence[int], known: Sequence[list[str]] = ()) -> Choose:
+    """Choose as `prefix` says, then the first candidate. A replay that holds fewer
+    statements than `prefix` chose among is Diverged, named by what `known` (the
+    candidates an earlier order held at each point) had there."""
+    went: list[str] = []  # the statement chosen at each point of the prefix so far
 
     def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
         if depth >= len(prefix):
             return 0
         if prefix[depth] >= len(decision.candidates):
             held = decision.candidates
+            before = known[depth] if depth < len(known) else []
             raise Diverged(
-                f"statement {depth + 1} differs between replays: {len(held)} held {held} where "
-                f"an earlier order had more"
+                _differs(before, held, went)
+                or f"statement {depth + 1} differs between replays: {len(held)} held {held} "
+                "where an earlier order had more"
             )
+        went.append(decision.candidates[prefix[depth]])
         return prefix[depth]
 
     return choose
 
 
-def reduced(search: SleepSets, prefix: Sequence[int]) -> Choose:
+def reduced(search: SleepSets, prefix: Sequence[int], known: Sequence[list[str]] = ()) -> Choose:
     """Replay `prefix`, then the first statement neither explored nor asleep."""
-    check = replay(prefix)
+    check = replay(prefix, known)
     pick = search.chooser(prefix)
 
     def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
@@ -263,18 +269,27 @@ def _bounded(found: Exploration, search: SleepSets, max_orders: int) -> str:
 def diverged(known: Sequence[list[str]], run: OrderRun, prefix: Sequence[int]) -> str | None:
     """Which actor's statement a replay held otherwise than the order it replays."""
     for depth in range(min(len(prefix), len(known), len(run.decisions))):
-        before, now = known[depth], run.decisions[depth].candidates
-        if before != now:
-            changed = next((b for b in before if b not in now), before[0] if before else "")
-            session = session_of(changed)
-            earlier = run.decisions[:depth]
-            nth = 1 + sum(session_of(d.candidates[d.chosen]) == session for d in earlier)
-            instead = next((c for c in now if session_of(c) == session), "nothing")
-            return (
-                f"actor {session.partition('.')[0][1:]}'s statement {nth} differs between "
-                f"replays: {instead!r} where an earlier order held {changed!r}"
-            )
+        went = [d.candidates[d.chosen] for d in run.decisions[:depth]]
+        why = _differs(known[depth], run.decisions[depth].candidates, went)
+        if why is not None:
+            return why
     return None
+
+
+def _differs(before: Sequence[str], now: Sequence[str], went: Sequence[str]) -> str | None:
+    """Which actor's statement is held otherwise at one point (`before`: what an earlier
+    order held there, `now`: what this replay holds, `went`: the statements chosen up to
+    there), in one line; None when they are the same or nothing was held before."""
+    if list(before) == list(now) or not before:
+        return None
+    changed = next((b for b in before if b not in now), before[0])
+    session = session_of(changed)
+    nth = 1 + sum(session_of(label) == session for label in went)
+    instead = next((c for c in now if session_of(c) == session), "nothing")
+    return (
+        f"actor {session.partition('.')[0][1:]}'s statement {nth} differs between "
+        f"replays: {instead!r} where an earlier order held {changed!r}"
+    )
 
 
 async def explore(
@@ -306,7 +321,7 @@ async def explore(
             if max_orders is not None and len(found.orders) >= max_orders:
                 found.stopped = _bounded(found, search, max_orders)
                 return found
-            choose = replay(prefix) if all_orders else reduced(search, prefix)
+            choose = replay(prefix, known) if all_orders else reduced(search, prefix, known)
             try:
                 order = await _replayed(ws, actors, prefix, known, found, cwd, choose)
             except Redundant:

@@ -104,8 +104,10 @@ class Statement:
         return PARAMETER.sub(value, self.sql).strip()
 
     def shown(self) -> str:
+        """The SQL, then the parameters' values; an empty query (psycopg_pool's check of a
+        connection it hands out sends one) as `<empty query>`, not as a blank."""
         if not self.params:
-            return self.sql.strip()
+            return self.sql.strip() or "<empty query>"
         values = ", ".join("NULL" if p is None else repr(p) for p in self.params)
         return f"{self.sql.strip()}  -- ({values})"
 
