@@ -115,7 +115,7 @@ CLAIMS = (
         Claim(
             "DL-8",
             f"With ≤{LOW_CONTENTION_N} transfers, jittered backoff alone (no other fix) "
-            "already cuts failed transfers",
+            "already cuts failed transfers by half or more",
             ("buggy", "buggy-jitter"),
             retries._jitter_cuts_failures,
             published="retry without backoff: the losers meet again at the same moment",
@@ -129,7 +129,7 @@ CLAIMS = (
         Claim(
             "DL-8",
             "At the document's 40 transfers, jittered backoff alone (no other fix) cuts "
-            "failed transfers",
+            "failed transfers by half or more",
             ("buggy", "buggy-jitter"),
             retries._jitter_cuts_failures,
             published="retry without backoff: the losers meet again at the same moment",

@@ -61,9 +61,11 @@ def _retried(rec: Record) -> dict[str, int]:
 
 
 def _jitter_cuts_failures(records: Mapping[str, Record]) -> tuple[bool, str] | None:
-    """Jitter alone fails fewer transfers than retrying at once. At more than
-    LOW_CONTENTION_N transfers (the document's 40) a miss is the document's suggestion
-    not reproduced here, with the figures; at LOW_CONTENTION_N or fewer it fails."""
+    """Jitter alone fails at most half as many transfers as retrying at once: a cut two
+    runs' noise does not make (at 40 transfers one variant's runs differ by a few, and a
+    plain "fewer" then held or failed by chance). At more than LOW_CONTENTION_N transfers
+    (the document's 40) a miss is the document's suggestion not reproduced here, with the
+    figures; at LOW_CONTENTION_N or fewer it fails."""
     buggy, jitter = records["buggy"], records["buggy-jitter"]
     n = buggy["knobs"]["n"]
     if not (_failed(buggy) or _failed(jitter)):
@@ -72,10 +74,10 @@ def _jitter_cuts_failures(records: Mapping[str, Record]) -> tuple[bool, str] | N
         f"failed transfers of {n}: buggy {_failed(buggy)} (attempts={_attempts(buggy)}), "
         f"buggy-jitter {_failed(jitter)} (attempts={_attempts(jitter)})"
     )
-    if _failed(jitter) < _failed(buggy):
+    if 2 * _failed(jitter) <= _failed(buggy):
         return True, seen
     if n > LOW_CONTENTION_N:
-        raise NotReproduced(f"{seen}: jitter alone did not cut them")
+        raise NotReproduced(f"{seen}: jitter alone did not halve them")
     return False, seen
 
 
