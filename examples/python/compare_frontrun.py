@@ -281,6 +281,9 @@ def main() -> None:
     parser.add_argument("--frontrun-venv", type=Path, help="make or reuse frontrun's venv here")
     parser.add_argument("--json-out", type=Path, help="every run's data, as JSON, to this file")
     args = parser.parse_args()
+    unknown = sorted(set(args.only or ()) - {b.slug for b in BUGS})
+    if unknown:
+        parser.error(f"unknown bug {', '.join(unknown)}: one of {', '.join(b.slug for b in BUGS)}")
     bugs = [b for b in BUGS if not args.only or b.slug in args.only]
     bugs = [b.fixed() for b in bugs] if args.fixed else bugs
     made = args.frontrun_venv is None
@@ -316,4 +319,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # the servers and the venv are gone by now (finally, with)
+        sys.exit("compare-frontrun: interrupted; nothing measured was printed")
