@@ -13,15 +13,55 @@ from pathlib import Path
 from lab.cli.base import err, out
 from lab.errors import LabError
 from lab.gate.explore import explore, trace
+from lab.gate.keys import setup_commands
 from lab.gate.order import Actor
 from lab.gate.spec import Exported, export
+from lab.gate.workspace import RedisPlan
 from lab.output import console as report
 from lab.output.actors import print_exploration, print_order
 from lab.servers import open_servers
+from lab.servers.redisnodes import RedisNodes
 
 # Explore's own databases get a short deadlock_timeout: a deadlocking order then costs
 # 0.1 s, not PostgreSQL's default second (--deadlock-timeout when it is the subject).
 DEADLOCK_MS = 100
+
+
+@dataclass(frozen=True)
+class Stores:
+    """What the actors get beyond PostgreSQL: the Redis setup's file, an invariant command,
+    the actors whose Redis leases may run out (None: every actor's)."""
+
+    redis_setup: Path | None = None
+    invariant_cmd: str | None = None
+    pauses: list[int] | None = None
+
+    def check(self, actors: list[Actor]) -> None:
+        bad = [n for n in self.pauses or [] if not 1 <= n <= len(actors)]
+        if bad:
+            raise LabError(f"--pause {bad[0]}: actors are numbered 1 to {len(actors)}")
+        if self.invariant_cmd is not None and not self.invariant_cmd.strip():
+            raise LabError("--invariant-cmd: an empty command")
+
+
+@contextmanager
+def _redis(stores: Stores) -> Iterator[RedisPlan | None]:
+    """A Redis of the actors' own, emptied before every order: when redis-server is here
+    (a run that asks for Redis and finds none says so)."""
+    setup = setup_commands(_read(stores.redis_setup, "--redis-setup"))
+    try:
+        nodes = RedisNodes.prepare(1)
+    except LabError as exc:
+        if stores.redis_setup is not None or stores.pauses:
+            raise LabError(f"--redis-setup/--pause need Redis: {exc}") from None
+        yield None
+        return
+    try:
+        nodes.start()
+        pauses = frozenset(stores.pauses) if stores.pauses else None
+        yield RedisPlan(nodes.urls()[0], setup, pauses)
+    finally:
+        nodes.close()
 
 
 def _read(path: Path | None, what: str) -> str:
@@ -39,13 +79,16 @@ def actors_of(commands: list[str]) -> list[Actor]:
     return [Actor(i, c) for i, c in enumerate(commands, 1)]
 
 
-def schedule_of(text: str, actors: list[Actor]) -> list[int]:
-    """'1,2,1,2': the actor of each statement in turn."""
+def schedule_of(text: str, actors: list[Actor]) -> list[int | str]:
+    """'1,2,1,2': the actor of each statement in turn; 't1': actor 1 held until its Redis
+    lease runs out."""
+    words = [word for word in text.replace(" ", "").split(",") if word]
     try:
-        schedule = [int(word) for word in text.replace(" ", "").split(",") if word]
+        schedule: list[int | str] = [w if w.startswith("t") else int(w) for w in words]
+        numbers = [int(w[1:]) if isinstance(w, str) else w for w in schedule]
     except ValueError:
         raise LabError(f"--schedule {text!r}: actor numbers separated by commas") from None
-    unknown = sorted({a for a in schedule if not 1 <= a <= len(actors)})
+    unknown = sorted({a for a in numbers if not 1 <= a <= len(actors)})
     if unknown or not schedule:
         raise LabError(f"--schedule {text!r}: actors are numbered 1 to {len(actors)}")
     return schedule
@@ -110,12 +153,14 @@ def explore_actors(
     pg_dsn: str | None,
     deadlock_ms: int | None,
     asked: Asked,
+    stores: Stores = Stores(),
 ) -> None:
     """`locklab explore --actor ...`: every order, counted; the first broken one as a spec."""
     run = gated(commands, setup, invariant, deadlock_ms)
     asked.check()
+    stores.check(run.actors)
     exported = None
-    with _postgres(pg_dsn) as dsn:
+    with _postgres(pg_dsn) as dsn, _redis(stores) as redis:
         found = asyncio.run(
             explore(
                 dsn,
@@ -129,8 +174,16 @@ def explore_actors(
                 seed=asked.seed,
                 deadlock_timeout_ms=run.deadlock_ms,
                 cwd=Path.cwd(),
+                redis=redis,
+                invariant_cmd=stores.invariant_cmd or "",
             )
         )
+        if asked.spec is not None and found.broke and found.broke[0].run.redis_steps:
+            schedule = ",".join(str(a) for a in found.broke[0].run.schedule)
+            raise LabError(
+                f"--spec {asked.spec}: the first broken order has Redis steps and an isolation "
+                f"spec holds SQL only; `trace --schedule {schedule}` with the same actors runs it"
+            )
         if asked.spec is not None and found.broke:
             exported = asyncio.run(
                 export(found.broke[0], run.schema, run.check, dsn, run.deadlock_ms)
@@ -177,13 +230,15 @@ def trace_actors(
     schedule: str | None,
     pg_dsn: str | None,
     deadlock_ms: int | None,
+    stores: Stores = Stores(),
 ) -> None:
     """`locklab trace --actor ... --schedule 1,2,1,2`: one order, as a transcript."""
     run = gated(commands, setup, invariant, deadlock_ms)
+    stores.check(run.actors)
     if schedule is None:
         raise LabError("trace --actor needs --schedule: the actor of each statement, e.g. 1,2,1,2")
     order_of = schedule_of(schedule, run.actors)
-    with _postgres(pg_dsn) as dsn:
+    with _postgres(pg_dsn) as dsn, _redis(stores) as redis:
         order = asyncio.run(
             trace(
                 dsn,
@@ -193,6 +248,8 @@ def trace_actors(
                 order_of,
                 deadlock_timeout_ms=run.deadlock_ms,
                 cwd=Path.cwd(),
+                redis=redis,
+                invariant_cmd=stores.invariant_cmd or "",
             )
         )
     print_order(out(), order, run.actors)

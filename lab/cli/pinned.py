@@ -31,9 +31,12 @@ from lab.cli.pinned_options import (
     ExploreDeadlockTimeout,
     ExploreJson,
     FirstOnly,
+    InvariantCmd,
     InvariantFile,
     MaxOrders,
     OptionalScenario,
+    Pauses,
+    RedisSetupFile,
     Reduce,
     SampleSeed,
     SetupFile,
@@ -79,6 +82,14 @@ def _actor_mode(scenario: str | None, actors: list[str] | None, **only: bool) ->
     return True
 
 
+def _store_options(
+    redis_setup: Path | None, cmd: str | None, pause: list[int] | None
+) -> dict[str, bool]:
+    """The actors' options beyond PostgreSQL's, given or not."""
+    given = {"--redis-setup": redis_setup, "--invariant-cmd": cmd, "--pause": pause}
+    return {name: value is not None for name, value in given.items()}
+
+
 @app.command("trace")
 def trace_cmd(
     scenario: OptionalScenario = None,
@@ -106,16 +117,23 @@ def trace_cmd(
     actor: ActorCommands = None,
     setup: SetupFile = None,
     invariant: InvariantFile = None,
+    redis_setup: RedisSetupFile = None,
+    invariant_cmd: InvariantCmd = None,
+    pause: Pauses = None,
 ) -> None:
     """Print the transcript of a schedule: each step, its SQL and result, who waited. A
     PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints.
     With --actor: one order of unchanged programs' statements (--schedule 1,2,1,2)."""
     only = {"--setup": setup is not None, "--invariant": invariant is not None, "-p": bool(param)}
+    only |= _store_options(redis_setup, invariant_cmd, pause)
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
-        from lab.cli.actors import trace_actors
+        from lab.cli.actors import Stores, trace_actors
 
+        stores = Stores(redis_setup, invariant_cmd, pause)
         guarded(
-            lambda: trace_actors(actor or [], setup, invariant, schedule, pg_dsn, deadlock_timeout)
+            lambda: trace_actors(
+                actor or [], setup, invariant, schedule, pg_dsn, deadlock_timeout, stores
+            )
         )
         return
     assert scenario is not None
@@ -330,6 +348,9 @@ def explore_cmd(
     spec_out: SpecOut = None,
     exhaustive: Exhaustive = False,
     seed: SampleSeed = None,
+    redis_setup: RedisSetupFile = None,
+    invariant_cmd: InvariantCmd = None,
+    pause: Pauses = None,
 ) -> None:
     """Run every interleaving of the sessions' steps; per variant and isolation level, how
     many kept the invariants and how the others broke them. An isolation spec (FILE.spec):
@@ -339,14 +360,18 @@ def explore_cmd(
     only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
     only |= {"--all-orders": all_orders, "-p": bool(param)}
     only |= {"--exhaustive": exhaustive, "--seed": seed is not None}
+    only |= _store_options(redis_setup, invariant_cmd, pause)
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
-        from lab.cli.actors import Asked, explore_actors
+        from lab.cli.actors import Asked, Stores, explore_actors
 
         if reduce:
             guarded(lambda: _refuse("--reduce: actors' orders are reduced already (--all-orders)"))
         asked = Asked(max_orders, first, as_json, spec_out, all_orders, exhaustive, seed or 1)
+        stores = Stores(redis_setup, invariant_cmd, pause)
         guarded(
-            lambda: explore_actors(actor or [], setup, invariant, pg_dsn, deadlock_timeout, asked)
+            lambda: explore_actors(
+                actor or [], setup, invariant, pg_dsn, deadlock_timeout, asked, stores
+            )
         )
         return
     assert scenario is not None

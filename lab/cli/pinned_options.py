@@ -23,6 +23,30 @@ InvariantFile = Annotated[
     Path | None,
     typer.Option("--invariant", help="With --actor: SQL returning one boolean row (true: kept)."),
 ]
+RedisSetupFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--redis-setup",
+        help="With --actor: Redis commands, one a line, run on an emptied Redis before "
+        "every order (actors get REDIS_URL, REDIS_HOST, REDIS_PORT).",
+    ),
+]
+InvariantCmd = Annotated[
+    str | None,
+    typer.Option(
+        "--invariant-cmd",
+        help="With --actor: a command run after every order with the actors' environment "
+        "(both stores); exit 0: kept.",
+    ),
+]
+Pauses = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--pause",
+        help="With --actor: only this actor (repeat it) may be held until a Redis lease it "
+        "set runs out (default: every actor).",
+    ),
+]
 OptionalScenario = Annotated[
     str | None,
     typer.Argument(help="Scenario id (see `locklab list`), a scenario file, or FILE.spec."),

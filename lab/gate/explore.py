@@ -22,26 +22,19 @@ its exit status and the SQLSTATEs the gate saw it receive.
 
 from __future__ import annotations
 
-import contextlib
 import random
-import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import asyncpg
-
 from lab.errors import LabError
 from lab.gate.dsn import upstream_of
-from lab.gate.login import actor_login
-from lab.gate.order import Actor, Choose, Decision, OrderRun, run_order
+from lab.gate.order import LEASE, Actor, Choose, Decision, OrderRun, run_order
 from lab.gate.reduce import Redundant, SleepSets
 from lab.gate.sample import SAMPLES, sampler, session_of
-from lab.gate.serve import password_file
-from lab.load.databases import set_deadlock_timeout
+from lab.gate.workspace import RedisPlan, Workspace, workspace
 from lab.pinned.footprint import Footprint
-from lab.spec.wire import parse_dsn
 
 DEADLOCK_TIMEOUT_MS = 100  # on the explored databases: a deadlocking order costs this wait
 
@@ -121,73 +114,6 @@ class Exploration:
         }
 
 
-@dataclass
-class Workspace:
-    """The server, a template database with the setup, and a password file for actors."""
-
-    admin: asyncpg.Connection
-    dsn: str
-    template: str
-    passfile: Path
-    invariant: str
-    deadlock_timeout_ms: int
-    user: str  # whom actors log in as (lab/gate/login.py)
-
-    @contextlib.asynccontextmanager
-    async def database(self) -> AsyncIterator[tuple[str, asyncpg.Connection]]:
-        """A fresh copy of the template for one order, and an observer on it."""
-        name = f"locklab_actor_{uuid.uuid4().hex[:10]}"
-        await self.admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
-        try:
-            await set_deadlock_timeout(self.admin, name, self.deadlock_timeout_ms)
-            observer = await asyncpg.connect(self.dsn, database=name)
-            try:
-                yield name, observer
-            finally:
-                await observer.close()
-        finally:
-            await self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-    async def check(self, observer: asyncpg.Connection) -> tuple[bool, str]:
-        """The invariant on an order's database: (kept, what it read)."""
-        try:
-            row = await observer.fetchrow(self.invariant)
-        except asyncpg.PostgresError as exc:
-            raise LabError(f"the invariant failed: {exc.sqlstate}: {exc}") from None
-        if row is None or len(row) != 1:
-            raise LabError("the invariant must return one row of one boolean column")
-        return row[0] is True, f"{row[0]}"
-
-
-@contextlib.asynccontextmanager
-async def workspace(
-    dsn: str, setup: str, invariant: str, deadlock_timeout_ms: int
-) -> AsyncIterator[Workspace]:
-    admin = await asyncpg.connect(dsn)
-    template = f"locklab_actors_{uuid.uuid4().hex[:10]}"
-    try:
-        await admin.execute(f'CREATE DATABASE "{template}"')
-        try:
-            conn = await asyncpg.connect(dsn, database=template)
-            try:
-                if setup.strip():
-                    await conn.execute(setup)
-            except asyncpg.PostgresError as exc:
-                raise LabError(f"the setup failed: {exc.sqlstate}: {exc}") from None
-            finally:
-                await conn.close()
-            async with actor_login(dsn) as login:
-                with password_file(login, None) as passfile:
-                    user = parse_dsn(login).get("user", "postgres")
-                    yield Workspace(
-                        admin, dsn, template, passfile, invariant, deadlock_timeout_ms, user
-                    )
-        finally:
-            await admin.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
-    finally:
-        await admin.close()
-
-
 def replay(prefix: Sequence[int], known: Sequence[list[str]] = ()) -> Choose:
     """Choose as `prefix` says, then the first candidate. A replay that holds fewer
     statements than `prefix` chose among is Diverged, named by what `known` (the
@@ -223,16 +149,20 @@ def reduced(search: SleepSets, prefix: Sequence[int], known: Sequence[list[str]]
     return choose
 
 
-def following(schedule: Sequence[int]) -> Choose:
-    """Choose the held statement of the schedule's next actor (a trace)."""
+def following(schedule: Sequence[int | str]) -> Choose:
+    """Choose the held statement of the schedule's next actor (a trace); 't1': actor 1
+    held until its Redis lease runs out."""
 
     def choose(depth: int, decision: Decision, steps: Sequence[Footprint]) -> int:
         if depth >= len(schedule):
             raise LabError(
                 f"the schedule ends after {len(schedule)} statements and more are waiting"
             )
-        for k, actor in enumerate(decision.actors):
-            if actor == schedule[depth]:
+        want = schedule[depth]
+        for k, (actor, label) in enumerate(zip(decision.actors, decision.candidates, strict=True)):
+            if isinstance(want, str) and actor == int(want[1:]) and LEASE in label:
+                return k
+            if actor == want and LEASE not in label:
                 return k
         waiting = ", ".join(sorted({f"a{a}" for a in decision.actors}))
         raise LabError(
@@ -306,6 +236,8 @@ async def explore(
     deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS,
     cwd: Path | None = None,
     progress: Callable[[Order], None] | None = None,
+    redis: RedisPlan | None = None,
+    invariant_cmd: str = "",
 ) -> Exploration:
     """Run every order of the actors' statements but those equivalent to one already run
     (every one with `all_orders`), or up to `max_orders`, or to the first broken one with
@@ -314,7 +246,7 @@ async def explore(
     found = Exploration(list(actors), deadlock_timeout_ms=deadlock_timeout_ms, seed=seed)
     found.reduced = not all_orders
     search = SleepSets()
-    async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
+    async with workspace(dsn, setup, invariant, deadlock_timeout_ms, redis, invariant_cmd) as ws:
         prefix: list[int] | None = []
         known: list[list[str]] = []
         while prefix is not None:
@@ -420,8 +352,9 @@ async def _one_order(
             passfile=ws.passfile,
             choose=choose,
             cwd=cwd,
+            redis=ws.redis,
         )
-        held, read = await ws.check(observer)
+        held, read = await ws.check(observer, name, cwd)
     return Order(run, held and not any(run.exits.values()), read)
 
 
@@ -430,11 +363,13 @@ async def trace(
     actors: Sequence[Actor],
     setup: str,
     invariant: str,
-    schedule: Sequence[int],
+    schedule: Sequence[int | str],
     *,
     deadlock_timeout_ms: int = DEADLOCK_TIMEOUT_MS,
     cwd: Path | None = None,
+    redis: RedisPlan | None = None,
+    invariant_cmd: str = "",
 ) -> Order:
     """Run one order: the schedule names the actor of each statement in turn."""
-    async with workspace(dsn, setup, invariant, deadlock_timeout_ms) as ws:
+    async with workspace(dsn, setup, invariant, deadlock_timeout_ms, redis, invariant_cmd) as ws:
         return await _one_order(ws, actors, following(schedule), cwd)

@@ -23,22 +23,26 @@ import inspect
 import os
 import shlex
 import signal
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import quote
 
 import asyncpg
 
 from lab.aio import within
 from lab.errors import LabError
+from lab.gate.dsn import actor_env, call_dsn, redis_env
+from lab.gate.keys import RedisSide
 from lab.gate.proxy import Gate, Group, Session, Upstream
+from lab.gate.redisgate import RedisGate
+from lab.gate.wire import Statement
 from lab.pinned.footprint import Footprint, Look, footprint, look
 from lab.pinned.interleave import lock_waiters
 from lab.pinned.rules import POLL_S
 
 IDLE_S = 30.0  # an actor that neither sends a statement nor ends for this long is stuck
 ORDER_S = 300.0  # one order, at most
+LEASE = "<held until its lease"  # a candidate that is time, not a statement (lab/gate/keys.py)
 
 
 # A Python function run as an actor: it gets a DSN through its own port of the gate
@@ -72,6 +76,7 @@ class Held:
     session: Session
     group: Group
     go: asyncio.Event = field(default_factory=asyncio.Event)
+    lease: str = ""  # not a statement: the actor held until this key's lease runs out
 
     @property
     def actor(self) -> int:
@@ -103,11 +108,16 @@ class OrderRun:
     error_messages: list[str] = field(default_factory=list)  # of every error, in order
     deadlocked: set[str] = field(default_factory=set)  # sessions that received a 40P01
     footprints: list[Footprint] = field(default_factory=list)  # of each granted statement
+    redis_steps: int = 0  # Redis commands and leases run out (not in `statements`)
 
     @property
-    def schedule(self) -> list[int]:
-        """The actor of each granted statement, in order: a trace's --schedule."""
-        return [d.actors[d.chosen] for d in self.decisions]
+    def schedule(self) -> list[int | str]:
+        """The actor of each granted statement, in order: a trace's --schedule ('t1' where
+        actor 1 was held until its Redis lease ran out)."""
+        return [
+            f"t{d.actors[d.chosen]}" if LEASE in d.candidates[d.chosen] else d.actors[d.chosen]
+            for d in self.decisions
+        ]
 
 
 Choose = Callable[[int, Decision, Sequence[Footprint]], int]
@@ -116,9 +126,12 @@ Choose = Callable[[int, Decision, Sequence[Footprint]], int]
 class Director:
     """The gate's keeper for one order (see the module doc)."""
 
-    def __init__(self, observer: asyncpg.Connection, choose: Choose) -> None:
+    def __init__(
+        self, observer: asyncpg.Connection, choose: Choose, redis: RedisSide | None = None
+    ) -> None:
         self.observer = observer
         self.choose = choose
+        self.redis = redis
         self.run = OrderRun()
         self.held: list[Held] = []
         self.running: dict[Session, str] = {}  # granted, no ReadyForQuery yet -> its text
@@ -148,7 +161,9 @@ class Director:
         """A group that is no step is about to go: pgx's Parse/Describe of its next
         statement takes that statement's locks already, so what the session's last step
         left is read now, for that step's footprint."""
-        if session not in self.running and session not in self._after:
+        if session.store == "redis" or session in self.running:
+            return
+        if session not in self._after:
             self._after[session] = await self._look(session)
 
     def ready(self, session: Session, errors: list[str]) -> None:
@@ -185,13 +200,19 @@ class Director:
                     return
                 await self._wait_for_server(actors)  # every live actor is blocked
                 continue
-            candidates = sorted(self.held, key=lambda h: (h.actor, h.session.number))
+            candidates = sorted(
+                self.held, key=lambda h: (h.actor, h.session.store, h.session.number)
+            )
+            candidates += await self._leases(candidates)
             labels = [h.label(self.names) for h in candidates]
             decision = Decision(labels, [h.actor for h in candidates])
             decision.chosen = self.choose(depth, decision, self.run.footprints)
             depth += 1
             self.run.decisions.append(decision)
             granted = candidates[decision.chosen]
+            if granted.lease or granted.session.store == "redis":
+                self.run.footprints.append(await self._redis_step(granted, actors))
+                continue
             self._after.pop(granted.session, None)
             before = await self._look(granted.session)
             status, waited = granted.session.status, bool(self.waiting)
@@ -199,15 +220,58 @@ class Director:
             await self._settle(actors)
             self.run.footprints.append(await self._footprint(granted, before, status, waited))
 
+    async def _leases(self, candidates: list[Held]) -> list[Held]:
+        """Time as a step: each lease that may run out now, as a candidate of its actor's
+        (held at its first statement waiting; lab/gate/keys.py)."""
+        if self.redis is None:
+            return []
+        first: dict[int, Session] = {}
+        for held in candidates:
+            first.setdefault(held.actor, held.session)
+        found = []
+        for key, actor in await self.redis.leases(first):
+            text = f"{LEASE} {key} runs out>"
+            found.append(Held(first[actor], Group(statements=[Statement(text)]), lease=key))
+        return found
+
+    async def _redis_step(self, granted: Held, actors: Collection[int]) -> Footprint:
+        """Grant a Redis command (or run a lease out); its footprint is its keys."""
+        assert self.redis is not None
+        name = self.names[granted.session]
+        if granted.lease:
+            left = await self.redis.run_out(granted.lease)
+            self.run.redis_steps += 1
+            self.run.transcript.append(
+                f"step {name}: <held until its lease {granted.lease} ran out: "
+                f"PTTL {left} ms, expired by the server>"
+            )
+            await self._settle(actors)
+            return Footprint(granted.actor, writes=frozenset({f"redis {granted.lease}"}))
+        keys = await self.redis.keys(granted.group.commands)
+        before = await self.redis.expiries(sorted(keys.writes))
+        await self._grant(granted)
+        await self._settle(actors)
+        self.redis.leased(granted.actor, before, await self.redis.expiries(sorted(keys.writes)))
+        if granted.session in self.running:
+            return Footprint(granted.actor, everything="it did not end (a blocking command)")
+        return self.redis.footprint(granted.actor, keys)
+
     async def _look(self, session: Session) -> Look:
         """What the server shows `session` holding now."""
         async with self._observing:
             return await look(self.observer, session.pid)
 
-    async def _waiters(self, pids: list[int]) -> dict[int, list[int]]:
-        """Which of `pids` the server reports waiting on a lock."""
+    async def _waiters(self, sessions: Collection[Session]) -> set[Session]:
+        """Which of `sessions` their server reports waiting: on a lock (PostgreSQL), in a
+        blocking command (Redis)."""
+        pg = [s.pid for s in sessions if s.store == "postgresql"]
+        ids = [s.pid for s in sessions if s.store == "redis"]
         async with self._observing:
-            return await lock_waiters(self.observer, pids)
+            waits = set(await lock_waiters(self.observer, pg)) if pg else set()
+        if ids and self.redis is not None:
+            blocked = await self.redis.blocked(ids)
+            return {s for s in sessions if s.pid in (blocked if s.store == "redis" else waits)}
+        return {s for s in sessions if s.pid in waits}
 
     async def _footprint(self, held: Held, before: Look, status: str, waited: bool) -> Footprint:
         """The footprint of the granted statement `held`, now that every actor settled."""
@@ -231,11 +295,13 @@ class Director:
         self.running[session] = line
         self.run.transcript.append(line)
         sql = "; ".join(s.inlined() for s in held.group.statements)
-        self.run.statements.append((self.names[session], sql))
+        if session.store == "postgresql":
+            self.run.statements.append((self.names[session], sql))
+        else:
+            self.run.redis_steps += 1
         held.go.set()
         while not done.is_set():
-            waits = await self._waiters([session.pid])
-            if session.pid in waits and not done.is_set():
+            if await self._waiters([session]) and not done.is_set():
                 self.waiting.add(session)
                 self.run.transcript[self.run.transcript.index(line)] = f"{line} <waiting ...>"
                 return
@@ -275,9 +341,9 @@ class Director:
         """Mark running statements the server reports blocked."""
         if not self.running:
             return
-        waits = await self._waiters([s.pid for s in self.running])
+        waits = await self._waiters(list(self.running))
         for session, line in list(self.running.items()):
-            if session.pid in waits and session not in self.waiting:
+            if session in waits and session not in self.waiting:
                 self.waiting.add(session)
                 at = self.run.transcript.index(line)
                 self.run.transcript[at] = f"{line} <waiting ...>"
@@ -298,31 +364,6 @@ class Director:
                 return
 
 
-def actor_env(
-    actor_port: int, user: str, database: str, passfile: Path, base: Mapping[str, str]
-) -> dict[str, str]:
-    """The environment an actor starts with: its own port of the gate in every form drivers
-    read (PG*, DATABASE_URL, JDBC_DATABASE_URL); the password only in PGPASSFILE."""
-    env = {k: v for k, v in base.items() if not k.startswith("PG") and k != "DATABASE_URL"}
-    env.update(
-        PGHOST="127.0.0.1",
-        PGPORT=str(actor_port),
-        PGUSER=user,
-        PGDATABASE=database,
-        PGPASSFILE=str(passfile),
-        DATABASE_URL=f"postgresql://{user}@127.0.0.1:{actor_port}/{database}",
-        JDBC_DATABASE_URL=f"jdbc:postgresql://127.0.0.1:{actor_port}/{database}?user={user}",
-    )
-    return env
-
-
-def call_dsn(actor_port: int, user: str, database: str, passfile: Path) -> str:
-    """The DSN a function actor gets: its own port of the gate, the password in the
-    passfile (libpq and asyncpg read `passfile` from the URI)."""
-    where = quote(str(passfile), safe="/")
-    return f"postgresql://{user}@127.0.0.1:{actor_port}/{database}?passfile={where}"
-
-
 async def run_order(
     upstream: Upstream,
     observer: asyncpg.Connection,
@@ -333,14 +374,16 @@ async def run_order(
     passfile: Path,
     choose: Choose,
     cwd: Path | None = None,
+    redis: RedisSide | None = None,
 ) -> OrderRun:
-    """Start the actors through a fresh gate, drive them to their ends, return the order."""
-    director = Director(observer, choose)
+    """Start the actors through a fresh gate (and a Redis gate, with `redis`), drive them
+    to their ends, return the order."""
+    director = Director(observer, choose, redis)
     procs: dict[int, asyncio.subprocess.Process] = {}
     said = {actor.number: bytearray() for actor in actors}
     calls: list[asyncio.Task[None]] = []
     try:
-        async with Gate(upstream, director) as gate:
+        async with Gate(upstream, director) as gate, _redis_gate(redis, director) as rgate:
             tasks: list[asyncio.Task[None]] = []
             try:
                 for actor in actors:
@@ -350,6 +393,8 @@ async def run_order(
                         calls.append(asyncio.create_task(_called(actor, dsn, director, said)))
                         continue
                     env = actor_env(port, user, database, passfile, os.environ)
+                    if rgate is not None:
+                        env.update(redis_env(await rgate.start(actor=actor.number)))
                     proc = procs[actor.number] = await _spawn(actor, env, cwd)
                     tasks.append(asyncio.create_task(_tail(proc, said[actor.number])))
                     tasks.append(asyncio.create_task(_exit(actor.number, proc, director)))
@@ -363,13 +408,28 @@ async def run_order(
                         with contextlib.suppress(ProcessLookupError):
                             os.killpg(proc.pid, signal.SIGKILL)
                 await asyncio.gather(*tasks, return_exceptions=True)
-            if gate.failures:
-                raise gate.failures[0]
+            for failure in gate.failures + (rgate.failures if rgate is not None else []):
+                raise failure
     finally:  # the gate is closed: a function still in a statement has lost its socket
         await _ended(calls)
     director.run.exits = dict(director.exited)
     director.run.output = {n: text.decode(errors="replace") for n, text in said.items()}
     return director.run
+
+
+@contextlib.asynccontextmanager
+async def _redis_gate(
+    redis: RedisSide | None, director: Director
+) -> AsyncIterator[RedisGate | None]:
+    """The Redis gate of one order, when the actors have a Redis."""
+    if redis is None:
+        yield None
+        return
+    gate = RedisGate(redis.host, redis.port, redis.password, director)
+    try:
+        yield gate
+    finally:
+        await gate.close()
 
 
 async def _called(actor: Actor, dsn: str, director: Director, said: dict[int, bytearray]) -> None:

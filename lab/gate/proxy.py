@@ -42,6 +42,7 @@ class Group:
 
     messages: list[bytes] = field(default_factory=list)
     statements: list[Statement] = field(default_factory=list)
+    commands: list[list[bytes]] = field(default_factory=list)  # a Redis step's words
 
     @property
     def runs(self) -> bool:
@@ -74,6 +75,7 @@ class Session:
     describing: deque[str] = field(default_factory=deque)  # Describe S sent, not yet answered
     bound: Statement | None = None
     began: bool = False  # a step of the client's own has run on it
+    store: str = "postgresql"  # or "redis" (lab/gate/redisgate.py: pid is its client id)
 
     def driver_setup(self, group: Group) -> bool:
         """Whether `group` is the driver's own at connect (pgjdbc's `SET extra_float_digits`
