@@ -61,7 +61,7 @@ def print_exploration(console: Console, found: Exploration) -> None:
             + (
                 ""
                 if found.diverged
-                else " (the server chose otherwise, e.g. another deadlock victim)"
+                else " (the server chose otherwise: another deadlock victim, a lease that ran out on its own)"
             ),
             markup=False,
         )
