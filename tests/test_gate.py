@@ -21,7 +21,7 @@ from typing import Literal
 import asyncpg
 import pytest
 
-from lab.gate import Gate, Group, Session, gate_dsn, upstream_of
+from lab.gate import Gate, Group, Session, gate_dsn, upstream_of, wire
 from lab.gate.wire import Statement
 from lab.servers import Servers
 
@@ -172,21 +172,25 @@ async def test_a_prepare_is_not_a_step_and_a_named_statement_keeps_its_text(
     assert [t for _, t in keeper.steps[before:]] == ["SELECT v FROM t WHERE id = $1  -- ('1')"] * 2
 
 
-async def test_a_drivers_sets_at_connect_are_no_step_and_later_ones_are(
+async def test_a_drivers_own_at_connect_is_no_step_and_later_ones_are(
     gate: tuple[Gate, Keeper, str],
 ) -> None:
-    """SETs before a session's first step (pgjdbc's two) go on their own; after it, a SET is
-    a step like any statement."""
+    """SETs, a SHOW and a select of version() before a session's first step (pgjdbc's two
+    SETs, SQLAlchemy's reads) go on their own; after it, a SET or a SHOW is a step like any
+    statement."""
     _, keeper, dsn = gate
     async with connected(dsn) as conn:
         before = len(keeper.steps)
         await conn.execute("SET extra_float_digits = 3")
         await conn.execute("SET application_name = 'PostgreSQL JDBC Driver'")
-        assert len(keeper.steps) == before and keeper.betweens[-2:] == ["s1", "s1"]
         assert await conn.fetchval("SHOW application_name") == "PostgreSQL JDBC Driver"
+        assert "PostgreSQL" in await conn.fetchval("select pg_catalog.version()")
+        assert len(keeper.steps) == before and keeper.betweens[-2:] == ["s1", "s1"]
+        assert await conn.fetchval("SELECT v FROM t WHERE id = 1") == 0
         await conn.execute("SET lock_timeout = '1s'")
+        assert await conn.fetchval("SHOW lock_timeout") == "1s"
     shown = [t for _, t in keeper.steps[before:]]
-    assert shown[-1] == "SET lock_timeout = '1s'" and "SHOW application_name" in shown[0]
+    assert shown == ["SELECT v FROM t WHERE id = 1", "SET lock_timeout = '1s'", "SHOW lock_timeout"]
 
 
 def test_only_sets_out_of_a_transaction_before_the_first_step_are_the_drivers() -> None:
@@ -204,6 +208,61 @@ def test_only_sets_out_of_a_transaction_before_the_first_step_are_the_drivers() 
     assert not begun.driver_setup(group("SET lock_timeout = '1s'"))
     begun.status, begun.began = "I", True
     assert not begun.driver_setup(group("SET lock_timeout = '1s'"))
+
+
+SESSION_LOCAL = [  # each alone, idle, before any step: the driver's own
+    "select pg_catalog.version()",
+    "select current_schema()",
+    "SELECT current_setting('server_version_num')",
+    "select pg_catalog.current_setting('search_path', true) AS path",
+    "show transaction isolation level",
+    "show standard_conforming_strings",
+    "SHOW ALL",
+    "SELECT CAST('test plain returns' AS VARCHAR(60)) AS anon_1",
+    "SELECT 1; ",
+    "select 'x'::text AS a, $1::integer",
+]
+SHARED = [  # each a step: it may touch what another session sees, or be touched by it
+    "SELECT pg_advisory_lock(1)",
+    "select pg_try_advisory_xact_lock(1, 2)",
+    "SELECT nextval('orders_id_seq')",
+    "SELECT setval('orders_id_seq', 1)",
+    "select set_config('search_path', 'x', false)",
+    "SELECT txid_current()",
+    "SELECT now()",  # harmless, but not on the list
+    "select pg_catalog.version() FROM t",
+    "SELECT 1 FROM accounts",
+    "SELECT balance FROM accounts WHERE id = 1",
+    "SELECT 1 WHERE EXISTS (SELECT 1 FROM t)",
+    "SELECT current_setting((SELECT name FROM t))",
+    "SELECT CAST('t' AS regclass)",
+    "SELECT 'a' AS x INTO copied",
+    "UPDATE accounts SET balance = 0",
+    "SELECT version(); UPDATE t SET v = 1",
+    "SHOW lock_timeout; DROP TABLE t",
+]
+
+
+def test_only_statements_that_touch_nothing_shared_are_the_drivers_at_connect() -> None:
+    """SQLAlchemy's reads at connect (version(), current_schema(), SHOWs, a constant cast)
+    are the driver's own when each runs idle before any step; an advisory lock, nextval(),
+    a FROM or a write stays a step, as does a SELECT in a transaction (it may fix a
+    REPEATABLE READ snapshot) or in a group that ends at a Flush (its implicit transaction
+    goes on)."""
+    fresh = Session(1, ("127.0.0.1", 1), {})
+    for sql in SESSION_LOCAL:
+        assert fresh.driver_setup(Group(statements=[Statement(sql)])), sql
+    for sql in SHARED:
+        assert not fresh.driver_setup(Group(statements=[Statement(sql)])), sql
+    version = [Statement("select pg_catalog.version()")]
+    flush, sync = bytes([wire.FLUSH, 0, 0, 0, 4]), bytes([wire.SYNC, 0, 0, 0, 4])
+    assert fresh.driver_setup(Group([sync], version))
+    assert not fresh.driver_setup(Group([flush], version))
+    assert fresh.driver_setup(Group([flush], [Statement("SHOW search_path")]))
+    begun = Session(2, ("127.0.0.1", 1), {}, status="T")
+    assert not begun.driver_setup(Group(statements=version))
+    begun.status, begun.began = "I", True
+    assert not begun.driver_setup(Group(statements=[Statement("SHOW search_path")]))
 
 
 def test_an_empty_query_is_shown_as_one() -> None:

@@ -3,8 +3,14 @@
 Every client connection that logs in is a session, known by the backend pid the server
 gives it (BackendKeyData). Every statement group the client sends (a simple Query, or
 the extended messages up to a Sync or a Flush) that runs something is a step: the gate
-holds it until its keeper lets it go. The driver's own SETs at connect, before the
-session's first step, are not steps. The server's ReadyForQuery ends the step; its
+holds it until its keeper lets it go. The driver's own statements at connect are not
+steps: before the session's first step and out of a transaction, a group of statements
+that touch nothing another session can see (`SET name = value`, `SHOW name`, and a SELECT
+with no FROM of constants and a few side-effect-free functions of PostgreSQL's own:
+version(), current_schema(), current_setting(...)) goes on as it came. A SELECT counts
+only in a group that ends its implicit transaction (a simple Query or a Sync; not a
+Flush): then no REPEATABLE READ snapshot it took outlives it. Anything else (an
+advisory lock, nextval(), a FROM) is a step. The server's ReadyForQuery ends the step; its
 status byte says whether the session is in a transaction, so a driver that sends BEGIN
 in the same group as its first statement is read the same as one that sends it alone.
 
@@ -33,7 +39,29 @@ from lab.gate.wire import Statement
 
 CHUNK = 1 << 16
 SECRET = re.compile(r"(PASSWORD\s+)'(?:[^']|'')*'", re.IGNORECASE)
-SESSION_SET = re.compile(r"\s*SET\s[^;]*;?\s*$", re.IGNORECASE)
+_END = r"\s*(?:;\s*)?$"  # a statement's end: no two runs of blanks to split (linear)
+SESSION_SET = re.compile(r"\s*SET\s[^;]*(?:;\s*)?$", re.IGNORECASE)
+SESSION_SHOW = re.compile(rf"\s*SHOW\s+[\w.]+(?:\s+[\w.]+){{0,2}}{_END}", re.IGNORECASE)
+# A SELECT with no FROM whose values are constants, parameters and casts of them to a
+# built-in type, or calls of an allow-list of PostgreSQL's functions that read only the
+# session's own state (unqualified names are pg_catalog's: the search path puts it first
+# unless it names it later). Anything the pattern does not spell out is a step.
+_LITERAL = r"(?:'(?:[^']|'')*'|-?\d+(?:\.\d+)?|\$\d+|TRUE|FALSE|NULL)"
+_TYPE = (
+    r"(?:pg_catalog\s*\.\s*)?(?:CHARACTER\s+VARYING|VARCHAR|CHAR|TEXT|INTEGER|INT|BIGINT"
+    r"|SMALLINT|BOOLEAN|NUMERIC)(?:\s*\(\s*\d+(?:\s*,\s*\d+)?\s*\))?"
+)
+_CALL = (
+    r"(?:pg_catalog\s*\.\s*)?(?:version\s*\(\s*\)|current_schema(?:\s*\(\s*\))?"
+    r"|current_schemas\s*\(\s*(?:TRUE|FALSE)\s*\)"
+    rf"|current_setting\s*\(\s*{_LITERAL}\s*(?:,\s*(?:TRUE|FALSE)\s*)?\))"
+)
+_VALUE = (
+    rf"(?:CAST\s*\(\s*(?:{_LITERAL}|{_CALL})\s+AS\s+{_TYPE}\s*\)"
+    rf"|(?:{_LITERAL}|{_CALL})(?:\s*::\s*{_TYPE})?)"
+)
+_ITEM = rf"{_VALUE}(?:\s+AS\s+(?:\w+|\"[^\"]*\"))?"
+PURE_SELECT = re.compile(rf"\s*SELECT\s+{_ITEM}(?:\s*,\s*{_ITEM})*{_END}", re.IGNORECASE)
 
 
 @dataclass
@@ -52,9 +80,17 @@ class Group:
     def shown(self) -> str:
         return SECRET.sub(r"\1'***'", "; ".join(s.shown() for s in self.statements))
 
-    def only_sets(self) -> bool:
-        """Whether it runs nothing but `SET name = value` statements, one each."""
-        return self.runs and all(SESSION_SET.match(s.sql) for s in self.statements)
+    def session_local(self) -> bool:
+        """Whether it runs nothing but statements that touch only the session's own state,
+        one each: `SET name = value`, `SHOW name`, and (in a group that does not end at a
+        Flush, which would leave its implicit transaction open) a SELECT of PURE_SELECT."""
+        flushed = bool(self.messages) and self.messages[-1][0] == wire.FLUSH
+        return self.runs and all(
+            SESSION_SET.match(s.sql)
+            or SESSION_SHOW.match(s.sql)
+            or (not flushed and PURE_SELECT.match(s.sql))
+            for s in self.statements
+        )
 
 
 @dataclass(eq=False)  # a session is itself: hashed by identity
@@ -79,8 +115,10 @@ class Session:
 
     def driver_setup(self, group: Group) -> bool:
         """Whether `group` is the driver's own at connect (pgjdbc's `SET extra_float_digits`
-        and `SET application_name`): only SETs, out of a transaction, before any step."""
-        return not self.began and self.status == "I" and group.only_sets()
+        and `SET application_name`, a `select pg_catalog.version()`): statements that touch
+        only the session's own state (Group.session_local), out of a transaction, before
+        any step. In one, a SELECT could fix a REPEATABLE READ snapshot: a step."""
+        return not self.began and self.status == "I" and group.session_local()
 
     @property
     def name(self) -> str:
