@@ -26,8 +26,9 @@ U = ("relation:2", "RowExclusiveLock")
 
 
 def test_the_footprint_reads_the_server_and_says_when_it_cannot() -> None:
-    """Locks give reads and writes; a step that ends its transaction, runs outside one or
-    begins a new one commutes with nothing; a step that ran nothing touches nothing."""
+    """Locks give reads and writes; a step that ends its transaction, runs outside one,
+    begins a new one after one, or begins one after a write that committed on its own
+    commutes with nothing; a step that ran nothing touches nothing."""
     in_tx = ("T", "T")
     reading = footprint(1, Look(), Look(frozenset({T_READ})), in_tx)
     assert reading.reads == {"relation:1"} and not reading.writes
@@ -40,7 +41,13 @@ def test_the_footprint_reads_the_server_and_says_when_it_cannot() -> None:
     assert footprint(1, Look(state_change="1"), Look(state_change="1"), ("I", "I")) == Footprint(1)
     again = footprint(1, Look(xact_start="1"), Look(xact_start="2"), in_tx)
     assert again.everything == "ended its transaction and began another"
-    assert footprint(1, Look(), Look(), ("I", "T")) == Footprint(1)  # BEGIN
+    begun = ("I", "T")
+    assert footprint(1, Look(next_xid="9"), Look(next_xid="9"), begun) == Footprint(1)  # BEGIN
+    # an UPDATE outside a transaction, then BEGIN: its id was given out and its
+    # transaction ended (the next id moved), and its locks are gone
+    hidden = footprint(1, Look(next_xid="9"), Look(next_xid="10"), begun)
+    assert hidden.everything == "ran outside a transaction and began one"
+    assert footprint(1, Look(), Look(), begun).everything  # the next id was not read
 
 
 def test_a_transaction_that_wrote_nothing_ends_by_the_locks_it_lets_go_of() -> None:

@@ -15,6 +15,8 @@ import pytest
 import scenarios
 from lab.core.scenario import Scenario
 from lab.pinned import explore, pinned_of
+from lab.pinned.footprint import Footprint
+from lab.pinned.reduce import Classes
 from lab.servers import Servers
 
 DEADLOCK_MS = 100  # explore's own default: a deadlocking order costs 0.1 s
@@ -51,6 +53,7 @@ async def test_the_reduction_misses_no_outcome_and_runs_fewer_orders(servers: Se
     """Each scenario, variant and level: the reduced explore's outcome classes are the full
     one's, and it runs fewer interleavings in all."""
     ran = {"every": 0, "reduced": 0}
+    by_scenario: dict[str, tuple[int, int]] = {}
     missed = []
     for sc in EXPLORED:
         every = await _explored(sc, servers, reduce=False)
@@ -60,8 +63,12 @@ async def test_the_reduction_misses_no_outcome_and_runs_fewer_orders(servers: Se
                 mine = reduced["variants"][variant]["by_isolation"][level]
                 ran["every"] += cell["ran"]
                 ran["reduced"] += mine["ran"]
+                full, cut = by_scenario.get(sc.id, (0, 0))
+                by_scenario[sc.id] = (full + cell["ran"], cut + mine["ran"])
                 if classes_of(mine) != classes_of(cell):
                     missed.append(f"{sc.id} / {variant} / {level}")
+    for sid, (full, cut) in sorted(by_scenario.items(), key=lambda i: i[1][1] - i[1][0]):
+        print(f"\n{sid}: {full} -> {cut}", end="")
     print(f"\ninterleavings run: {ran}")  # the figure `make reduction` reports
     assert not missed, f"the reduction lost outcome classes in {missed}"
     assert ran["reduced"] < ran["every"], ran
@@ -73,3 +80,39 @@ def test_the_class_comparison_can_fail() -> None:
     full |= {"broken_invariants": {}, "step_sqlstates": {"40P01": 2}}
     fewer = {**full, "outcomes": {"s1=ok s2=ok": 1}}
     assert classes_of(fewer) != classes_of(full)
+
+
+def test_a_run_covers_the_orders_that_keep_its_conflicting_pairs() -> None:
+    """A run covers an order that swaps two of its steps that commuted in it, not one that
+    swaps two that conflicted there (the same session's, or a write of what the other
+    read), nor one where a step it never granted moves."""
+    table = frozenset({"relation:1"})
+    prints = {
+        0: Footprint(0, reads=table),  # s1 read
+        1: Footprint(1, reads=frozenset({"relation:2"})),  # s2 read: another table
+        2: Footprint(0, writes=table),  # s1 write
+        3: Footprint(1, writes=table),  # s2 write
+    }
+    run = ("s1 read", "s2 read", "s1 write", "s2 write")
+    classes = Classes()
+    classes.learn(run, prints)
+    assert classes.covered(run)
+    assert classes.covered(("s2 read", "s1 read", "s1 write", "s2 write"))
+    assert not classes.covered(("s1 read", "s2 read", "s2 write", "s1 write"))
+    skipped = Classes()
+    skipped.learn(run, {k: f for k, f in prints.items() if k != 1})
+    assert not skipped.covered(("s2 read", "s1 read", "s1 write", "s2 write"))
+
+
+def test_a_step_commutes_where_it_did_in_that_run() -> None:
+    """Two runs in which a step commuted with the other session's in one only: the first
+    covers its swaps, though the step conflicted (was beside a wait) in the second."""
+    read, other = Footprint(0, reads=frozenset({"relation:1"})), Footprint(1)
+    waited = Footprint(0, everything="a session was blocked before or after it")
+    classes = Classes()
+    classes.learn(("s1 a", "s2 b"), {0: read, 1: other})
+    classes.learn(("s2 b", "s1 a"), {0: other, 1: waited})
+    assert classes.covered(("s2 b", "s1 a")) and classes.covered(("s1 a", "s2 b"))
+    late = Classes()
+    late.learn(("s2 b", "s1 a"), {0: other, 1: waited})
+    assert not late.covered(("s1 a", "s2 b"))

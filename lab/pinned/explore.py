@@ -159,31 +159,28 @@ def _reducible(scenario: Scenario) -> bool:
 async def _reduced(
     lab: PinnedLab, variant: str, steps: Mapping[str, Sequence[str]], iso: str
 ) -> tuple[list[PinnedResult], int, int]:
-    """One interleaving of each set of equivalent ones, passes until a pass runs nothing
-    (lab/pinned/reduce.py); (results, invalid, how many were skipped as equivalent)."""
+    """One interleaving of each set of equivalent ones, in one pass: each is run unless a
+    run so far covers it (lab/pinned/reduce.py); (results, invalid, how many were skipped
+    as equivalent)."""
     classes = Classes()
     results: list[PinnedResult] = []
     dead: list[tuple[str, ...]] = []
-    ran: set[tuple[str, ...]] = set()
-    invalid = 0
-    while True:
-        before = len(ran)
-        for sched in interleavings(steps):
-            if sched in ran or prefixed(sched, dead) or classes.covered(sched):
-                continue
-            res = await lab.run(variant, sched, isolation=iso, observe=True)
-            ran.add(sched)
-            results.append(res)
-            if res.invalid:
-                dead.append(sched[: res.invalid_at + 1])
-                invalid += 1
-            else:
-                classes.learn(sched, res.footprints)
-        if len(ran) == before:
-            break
-    every = list(interleavings(steps))
-    cut = sum(1 for s in every if s not in ran and prefixed(s, dead))  # invalid, not run
-    return results, invalid + cut, len(every) - len(ran) - cut
+    invalid = cut = alike = 0
+    for sched in interleavings(steps):
+        if prefixed(sched, dead):
+            cut += 1  # invalid, not run
+            continue
+        if classes.covered(sched):
+            alike += 1
+            continue
+        res = await lab.run(variant, sched, isolation=iso, observe=True)
+        results.append(res)
+        if res.invalid:
+            dead.append(sched[: res.invalid_at + 1])
+            invalid += 1
+        else:
+            classes.learn(sched, res.footprints)
+    return results, invalid + cut, alike
 
 
 async def _canonical_cell(lab: PinnedLab, pinned: Pinned, variant: str, iso: str) -> ExploreCell:

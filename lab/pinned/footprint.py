@@ -25,10 +25,25 @@ lab/pinned/explore.py with `reduce`):
   (a serializable transaction's end moves its read-write conflicts, which no lock shows).
 * A step also commutes with nothing when the server cannot show what it touched: it ran
   statements outside a transaction (status I before and after, and the session's
-  ``state_change`` moved: its locks are gone by the time anyone looks), it ended one
+  ``state_change`` moved: its locks are gone by the time anyone looks), it began a
+  transaction after statements that wrote and committed on their own (status I before,
+  T after, and the next id moved: an id was given out and its transaction ended; the
+  new transaction's own id, still open, does not move it), it ended one
   transaction and began another, it names an advisory lock (a failed
   ``pg_try_advisory_lock`` leaves no lock behind), a session was blocked before or after
   it, or it did not end normally.
+
+The footprints are a run's: two steps commute or not in the run where they were read,
+and the pinned explorer keeps, for each run, only the pairs of steps that did not
+commute there (lab/pinned/reduce.py says why every order reached by swapping the
+others ends as the run did). A step that commutes in one order may not in another (it
+waits beside a blocked session in some orders only); nothing carries over between runs.
+
+What no lock shows stays unseen: a statement outside any transaction that writes
+nothing (a plain read before a ``BEGIN`` or after a ``COMMIT`` in the same step) leaves
+no trace. It reads only what commits made visible, and commits commute with nothing,
+so it commutes as its step does, unless it reads what MVCC does not hide: a row's
+``xmax`` (another transaction's open row lock), ``pg_locks``, a sequence's value.
 """
 
 from __future__ import annotations
@@ -125,6 +140,8 @@ def _unseen(before: Look, after: Look, status: tuple[str, str]) -> str:
     """Why the server cannot show what a step touched ("" when it can)."""
     if status == ("I", "I"):
         return "" if after.state_change == before.state_change else "ran outside a transaction"
+    if status == ("I", "T") and not _same_next(before, after):
+        return "ran outside a transaction and began one"
     if status[1] == "I":
         return "" if _wrote_nothing(before, after) else "ended its transaction"
     if status == ("T", "T") and before.xact_start != after.xact_start:
@@ -135,9 +152,15 @@ def _unseen(before: Look, after: Look, status: tuple[str, str]) -> str:
 def _wrote_nothing(before: Look, after: Look) -> bool:
     """Whether a transaction that just ended had no id, none was given out while it ended,
     and it held no serializable read (see the module doc)."""
-    same_next = before.next_xid != "" and before.next_xid == after.next_xid
     serializable = any(mode == "SIReadLock" for _, mode in before.locks)
-    return not before.xid and same_next and not serializable
+    return not before.xid and _same_next(before, after) and not serializable
+
+
+def _same_next(before: Look, after: Look) -> bool:
+    """Whether no transaction that got an id ended during the step: the next id a fresh
+    snapshot shows (``txid_snapshot_xmax``) did not move. An id given out and still in
+    use (the session's own open transaction's) does not move it."""
+    return before.next_xid != "" and before.next_xid == after.next_xid
 
 
 class StepPrints:
