@@ -41,6 +41,7 @@ from lab.cli.pinned_options import (
     SampleSeed,
     SetupFile,
     SpecOut,
+    store_options,
 )
 from lab.core.results import results_root
 from lab.core.scenario import Scenario, check_params
@@ -82,14 +83,6 @@ def _actor_mode(scenario: str | None, actors: list[str] | None, **only: bool) ->
     return True
 
 
-def _store_options(
-    redis_setup: Path | None, cmd: str | None, pause: list[int] | None
-) -> dict[str, bool]:
-    """The actors' options beyond PostgreSQL's, given or not."""
-    given = {"--redis-setup": redis_setup, "--invariant-cmd": cmd, "--pause": pause}
-    return {name: value is not None for name, value in given.items()}
-
-
 @app.command("trace")
 def trace_cmd(
     scenario: OptionalScenario = None,
@@ -125,7 +118,7 @@ def trace_cmd(
     PostgreSQL isolation spec (FILE.spec) prints exactly what its isolation tester prints.
     With --actor: one order of unchanged programs' statements (--schedule 1,2,1,2)."""
     only = {"--setup": setup is not None, "--invariant": invariant is not None, "-p": bool(param)}
-    only |= _store_options(redis_setup, invariant_cmd, pause)
+    only |= store_options(redis_setup, invariant_cmd, pause)
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import Stores, trace_actors
 
@@ -360,7 +353,7 @@ def explore_cmd(
     only |= {"--max": max_orders is not None, "--first": first, "--spec": spec_out is not None}
     only |= {"--all-orders": all_orders, "-p": bool(param)}
     only |= {"--exhaustive": exhaustive, "--seed": seed is not None}
-    only |= _store_options(redis_setup, invariant_cmd, pause)
+    only |= store_options(redis_setup, invariant_cmd, pause)
     if guarded(lambda: _actor_mode(scenario, actor, **only)):
         from lab.cli.actors import Asked, Stores, explore_actors
 

@@ -96,3 +96,11 @@ SampleSeed = Annotated[
     int | None,
     typer.Option("--seed", help="With --actor: the seed of sampled orders (default 1)."),
 ]
+
+
+def store_options(
+    redis_setup: Path | None, cmd: str | None, pause: list[int] | None
+) -> dict[str, bool]:
+    """The actors' options beyond PostgreSQL's, given or not."""
+    given = {"--redis-setup": redis_setup, "--invariant-cmd": cmd, "--pause": pause}
+    return {name: value is not None for name, value in given.items()}
