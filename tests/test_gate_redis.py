@@ -129,9 +129,10 @@ async def test_a_lease_runs_out_as_a_step_and_both_stores_are_judged(
     servers: Servers, own_redis: str
 ) -> None:
     """redis-cli and psql as actors: every order of a lease taken with PX, and one where it
-    ran out before the other actor's SET; the invariant command reads both stores."""
+    ran out before the other actor's SET (only actor 1's may: --pause 1); the invariant
+    command reads both stores."""
     assert servers.pg is not None
-    plan = RedisPlan(own_redis, [["SET", "seen", "0"]])
+    plan = RedisPlan(own_redis, [["SET", "seen", "0"]], pauses=frozenset({1}))
     cli = 'redis-cli -u "$REDIS_URL"'
     take = actors(
         f"sh -c '{cli} SET lease a1 NX PX 60000; {cli} GET lease'",
@@ -144,6 +145,7 @@ async def test_a_lease_runs_out_as_a_step_and_both_stores_are_judged(
         redis=plan, invariant_cmd=check,
     )  # fmt: skip
     assert found.complete and found.broke == []
+    assert not any("t2" in o.run.schedule for o in found.orders)  # actor 2 never paused
     took = {tuple(o.run.schedule[:3]): "INSERT" in " ".join(o.run.transcript) for o in found.orders}
     assert took[(1, "t1", 2)] and not took[(1, 2, 1)]
     ran_out = next(o for o in found.orders if o.run.schedule[:2] == [1, "t1"])
