@@ -6,7 +6,10 @@ holder's lock after its lease ran out; the compare-and-delete in Lua never does.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -178,3 +181,33 @@ async def test_node_redis_get_then_del_deletes_the_next_holders_lock(
     fixed = actors("node lease.js A --cad", "node lease.js B --check")
     kept = await explore(servers.pg.dsn, fixed, "", "SELECT true", cwd=NODE_EXAMPLES, redis=plan)
     assert kept.complete and kept.broke == [] and len(kept.orders) >= 5
+
+
+def test_bad_redis_options_are_one_line(servers: Servers, tmp_path: Path) -> None:
+    """An actor number --pause does not have, a missing or unreadable --redis-setup, an
+    empty --invariant-cmd, a setup command the server refuses, the options without
+    --actor: one line on stderr and exit 2, no traceback."""
+    assert servers.pg is not None
+    (tmp_path / "quote.redis").write_text('SET k "unclosed\n')
+    (tmp_path / "refused.redis").write_text("# a comment\nSET k 1\nNO-SUCH-COMMAND k\n")
+    env = {**os.environ, "LOCKLAB_PG_DSN": servers.pg.dsn}
+    pair = ["--actor", "true", "--actor", "true"]
+    for args, says in [
+        ([*pair, "--pause", "3"], "--pause 3: actors are numbered 1 to 2"),
+        ([*pair, "--redis-setup", "missing.redis"], "--redis-setup missing.redis"),
+        ([*pair, "--redis-setup", "quote.redis"], "--redis-setup line 1"),
+        ([*pair, "--invariant-cmd", " "], "--invariant-cmd: an empty command"),
+        ([*pair, "--redis-setup", "refused.redis"], "the Redis setup failed at 'NO-SUCH"),
+        (["lost-update", "--pause", "1"], "--pause: only with --actor"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "lab.cli", "explore", *args],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = [line for line in done.stderr.splitlines() if line.startswith("locklab:")]
+        assert done.returncode == 2 and len(lines) == 1, (args, done.stderr)
+        assert says in lines[0] and "Traceback" not in done.stderr, (args, done.stderr)

@@ -36,19 +36,20 @@ class Stores:
     invariant_cmd: str | None = None
     pauses: list[int] | None = None
 
-    def check(self, actors: list[Actor]) -> None:
+    def check(self, actors: list[Actor]) -> list[list[str]]:
+        """Impossible values, refused before any server starts; the Redis setup's commands."""
         bad = [n for n in self.pauses or [] if not 1 <= n <= len(actors)]
         if bad:
             raise LabError(f"--pause {bad[0]}: actors are numbered 1 to {len(actors)}")
         if self.invariant_cmd is not None and not self.invariant_cmd.strip():
             raise LabError("--invariant-cmd: an empty command")
+        return setup_commands(_read(self.redis_setup, "--redis-setup"))
 
 
 @contextmanager
-def _redis(stores: Stores) -> Iterator[RedisPlan | None]:
+def _redis(stores: Stores, setup: list[list[str]]) -> Iterator[RedisPlan | None]:
     """A Redis of the actors' own, emptied before every order: when redis-server is here
     (a run that asks for Redis and finds none says so)."""
-    setup = setup_commands(_read(stores.redis_setup, "--redis-setup"))
     try:
         nodes = RedisNodes.prepare(1)
     except LabError as exc:
@@ -158,9 +159,9 @@ def explore_actors(
     """`locklab explore --actor ...`: every order, counted; the first broken one as a spec."""
     run = gated(commands, setup, invariant, deadlock_ms)
     asked.check()
-    stores.check(run.actors)
+    redis_setup = stores.check(run.actors)
     exported = None
-    with _postgres(pg_dsn) as dsn, _redis(stores) as redis:
+    with _postgres(pg_dsn) as dsn, _redis(stores, redis_setup) as redis:
         found = asyncio.run(
             explore(
                 dsn,
@@ -234,11 +235,11 @@ def trace_actors(
 ) -> None:
     """`locklab trace --actor ... --schedule 1,2,1,2`: one order, as a transcript."""
     run = gated(commands, setup, invariant, deadlock_ms)
-    stores.check(run.actors)
+    redis_setup = stores.check(run.actors)
     if schedule is None:
         raise LabError("trace --actor needs --schedule: the actor of each statement, e.g. 1,2,1,2")
     order_of = schedule_of(schedule, run.actors)
-    with _postgres(pg_dsn) as dsn, _redis(stores) as redis:
+    with _postgres(pg_dsn) as dsn, _redis(stores, redis_setup) as redis:
         order = asyncio.run(
             trace(
                 dsn,
