@@ -43,6 +43,7 @@ from lab.core.steps import Session
 from lab.errors import LabError
 from lab.gate.explore import Exploration, explore
 from lab.gate.order import Actor, Call
+from lab.gate.workspace import RedisPlan
 from lab.pinned import PinnedDatabase, watch_pool
 from lab.pinned.cast import InvalidPermutation
 from lab.pinned.permutations import count_interleavings, interleavings
@@ -250,18 +251,28 @@ async def explore_functions(
     first: bool = True,
     all_orders: bool = False,
     max_orders: int | None = None,
+    redis: RedisPlan | None = None,
 ) -> Exploration:
     """Unchanged Python functions as actors through the gate (``locklab explore --actor``'s
     engine, docs/gate.md): each gets a DSN of its own port (asyncpg, psycopg, SQLAlchemy
     take it as it is), sync or async, no step names. Every order of their statements on
     a fresh copy of `setup` (SQL), judged by `invariant` (SQL returning one boolean row)
     and by whether each function returned; by default it stops at the first broken order,
-    the counterexample a test wants."""
+    the counterexample a test wants. With `redis` (a Redis of the test's own: it is
+    emptied before every order), a function that takes a second argument gets a Redis
+    URL of its own port of the Redis gate, and its commands are steps too."""
     actors = [Actor.of(number, call) for number, call in enumerate(functions, 1)]
     if len(actors) < 2:
         raise LabError("explore_functions needs at least two functions: an order needs two")
     return await explore(
-        dsn, actors, setup, invariant, first=first, all_orders=all_orders, max_orders=max_orders
+        dsn,
+        actors,
+        setup,
+        invariant,
+        first=first,
+        all_orders=all_orders,
+        max_orders=max_orders,
+        redis=redis,
     )
 
 

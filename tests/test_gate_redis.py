@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import redis.asyncio as aioredis
 
 from lab.gate import resp
@@ -24,6 +25,7 @@ from lab.gate.redisgate import RedisGate
 from lab.gate.workspace import RedisPlan
 from lab.servers import Servers
 from lab.servers.redisnodes import RedisNodes
+from lab.testing import explore_functions
 
 NODE_EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "node"
 needs_node_redis = [
@@ -211,3 +213,46 @@ def test_bad_redis_options_are_one_line(servers: Servers, tmp_path: Path) -> Non
         lines = [line for line in done.stderr.splitlines() if line.startswith("locklab:")]
         assert done.returncode == 2 and len(lines) == 1, (args, done.stderr)
         assert says in lines[0] and "Traceback" not in done.stderr, (args, done.stderr)
+
+
+KEY = "lock:invoice:42"
+CAD = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end"
+
+
+def worker_get_then_del(dsn: str, redis_url: str) -> None:
+    """DL-12's worker in redis-py: take the lock, release it with GET then DEL."""
+    r = redis.Redis.from_url(redis_url)
+    if r.set(KEY, "A", nx=True, px=30000) and r.get(KEY) == b"A":
+        r.delete(KEY)
+
+
+def worker_compare_and_delete(dsn: str, redis_url: str) -> None:
+    """The same worker, released with compare-and-delete in Lua."""
+    r = redis.Redis.from_url(redis_url)
+    if r.set(KEY, "A", nx=True, px=30000):
+        r.eval(CAD, 1, KEY, "A")
+
+
+def next_holder(dsn: str, redis_url: str) -> None:
+    """Take the lock and check, as a job does before it commits, that it still holds it."""
+    r = redis.Redis.from_url(redis_url)
+    if r.set(KEY, "B", nx=True, px=30000) and r.get(KEY) != b"B":
+        raise AssertionError(f"lock lost while held: {KEY} is {r.get(KEY)!r}")
+
+
+async def test_python_functions_get_a_redis_url_and_their_commands_are_steps(
+    servers: Servers, own_redis: str
+) -> None:
+    """explore_functions with a Redis: redis-py functions that take a second argument get
+    their own port of the Redis gate; GET-then-DEL breaks after actor 1's lease ran out,
+    compare-and-delete keeps every order."""
+    assert servers.pg is not None
+    plan = RedisPlan(own_redis, pauses=frozenset({1}))
+    dsn = servers.pg.dsn
+    found = await explore_functions(dsn, [worker_get_then_del, next_holder], redis=plan)
+    assert len(found.broke) == 1 and "lock lost while held" in found.broke[0].run.output[2]
+    assert "t1" in found.broke[0].run.schedule
+    kept = await explore_functions(
+        dsn, [worker_compare_and_delete, next_holder], redis=plan, first=False
+    )
+    assert kept.complete and kept.broke == [] and len(kept.orders) >= 5

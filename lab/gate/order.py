@@ -23,7 +23,7 @@ import inspect
 import os
 import shlex
 import signal
-from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,7 +34,7 @@ from lab.errors import LabError
 from lab.gate.dsn import actor_env, call_dsn, redis_env
 from lab.gate.keys import RedisSide
 from lab.gate.proxy import Gate, Group, Session, Upstream
-from lab.gate.redisgate import RedisGate
+from lab.gate.redisgate import redis_gate
 from lab.gate.wire import Statement
 from lab.pinned.footprint import Footprint, Look, footprint, look
 from lab.pinned.interleave import lock_waiters
@@ -46,8 +46,9 @@ LEASE = "<held until its lease"  # a candidate that is time, not a statement (la
 
 
 # A Python function run as an actor: it gets a DSN through its own port of the gate
-# (libpq's and asyncpg's form, the password in a passfile) and may be sync or async.
-Call = Callable[[str], object]
+# (libpq's and asyncpg's form, the password in a passfile), and a Redis URL through its
+# own port of the Redis gate when it takes a second argument; sync or async.
+Call = Callable[..., object]
 
 
 @dataclass(frozen=True)
@@ -383,14 +384,16 @@ async def run_order(
     said = {actor.number: bytearray() for actor in actors}
     calls: list[asyncio.Task[None]] = []
     try:
-        async with Gate(upstream, director) as gate, _redis_gate(redis, director) as rgate:
+        async with Gate(upstream, director) as gate, redis_gate(redis, director) as rgate:
             tasks: list[asyncio.Task[None]] = []
             try:
                 for actor in actors:
                     port = await gate.start(actor=actor.number)
                     if actor.call is not None:
-                        dsn = call_dsn(port, user, database, passfile)
-                        calls.append(asyncio.create_task(_called(actor, dsn, director, said)))
+                        args = [call_dsn(port, user, database, passfile)]
+                        if rgate is not None and _takes_two(actor.call):
+                            args.append(redis_env(await rgate.start(actor.number))["REDIS_URL"])
+                        calls.append(asyncio.create_task(_called(actor, args, director, said)))
                         continue
                     env = actor_env(port, user, database, passfile, os.environ)
                     if rgate is not None:
@@ -417,31 +420,26 @@ async def run_order(
     return director.run
 
 
-@contextlib.asynccontextmanager
-async def _redis_gate(
-    redis: RedisSide | None, director: Director
-) -> AsyncIterator[RedisGate | None]:
-    """The Redis gate of one order, when the actors have a Redis."""
-    if redis is None:
-        yield None
-        return
-    gate = RedisGate(redis.host, redis.port, redis.password, director)
+def _takes_two(call: Call) -> bool:
+    """Whether a function actor takes a second argument: the Redis URL."""
     try:
-        yield gate
-    finally:
-        await gate.close()
+        return len(inspect.signature(call).parameters) >= 2
+    except (TypeError, ValueError):
+        return False
 
 
-async def _called(actor: Actor, dsn: str, director: Director, said: dict[int, bytearray]) -> None:
+async def _called(
+    actor: Actor, args: list[str], director: Director, said: dict[int, bytearray]
+) -> None:
     """Run a function actor to its end: exit status 0 when it returns, 1 when it raises
     (its exception as the actor's output)."""
     assert actor.call is not None
     status = 0
     try:
         if inspect.iscoroutinefunction(actor.call):
-            await actor.call(dsn)
+            await actor.call(*args)
         else:
-            await asyncio.to_thread(actor.call, dsn)
+            await asyncio.to_thread(actor.call, *args)
     except Exception as exc:  # the function's own failure is its outcome
         status = 1
         said[actor.number] += f"{type(exc).__name__}: {exc}".encode()

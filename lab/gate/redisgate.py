@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from lab.gate import resp
+from lab.gate.keys import RedisSide
 from lab.gate.proxy import CHUNK, Group, Keeper, Session
 from lab.gate.wire import Statement
 
@@ -172,6 +173,19 @@ class _Connection:
             replies.replies.clear()
             await c_writer.drain()
         c_writer.close()
+
+
+@contextlib.asynccontextmanager
+async def redis_gate(side: RedisSide | None, keeper: Keeper) -> AsyncIterator[RedisGate | None]:
+    """The Redis gate of one order, when the actors have a Redis."""
+    if side is None:
+        yield None
+        return
+    gate = RedisGate(side.host, side.port, side.password, keeper)
+    try:
+        yield gate
+    finally:
+        await gate.close()
 
 
 def _command(*words: bytes) -> bytes:
