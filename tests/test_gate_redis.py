@@ -6,6 +6,8 @@ holder's lock after its lease ran out; the compare-and-delete in Lua never does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import shutil
 import subprocess
@@ -22,6 +24,7 @@ from lab.gate.explore import explore, trace
 from lab.gate.order import Actor
 from lab.gate.proxy import Group, Session
 from lab.gate.redisgate import RedisGate
+from lab.gate.serve import serve
 from lab.gate.workspace import RedisPlan
 from lab.servers import Servers
 from lab.servers.redisnodes import RedisNodes
@@ -256,3 +259,34 @@ async def test_python_functions_get_a_redis_url_and_their_commands_are_steps(
         dsn, [worker_compare_and_delete, next_holder], redis=plan, first=False
     )
     assert kept.complete and kept.broke == [] and len(kept.orders) >= 5
+
+
+async def test_the_gate_serves_redis_beside_postgres_and_logs_its_commands(
+    servers: Servers, own_redis: str
+) -> None:
+    """`locklab gate --redis`'s engine: the export line names a Redis gate, a client with
+    no password gets through it, and the log has each command (never the gate's AUTH)."""
+    assert servers.pg is not None
+    said: list[str] = []
+    listening = asyncio.Event()  # the gate has said where it listens
+
+    def say(line: str) -> None:
+        said.append(line)
+        if "export" in line:
+            listening.set()
+
+    log = io.StringIO()
+    task = asyncio.create_task(serve(servers.pg.dsn, 0, log, say, (own_redis, 0)))
+    await asyncio.wait_for(listening.wait(), 60)
+    url = next(w for w in said[-1].split() if w.startswith("REDIS_URL="))[len("REDIS_URL=") :]
+    client = aioredis.Redis.from_url(url)
+    try:
+        assert await client.set("gate:served", "1") and await client.get("gate:served") == b"1"
+    finally:
+        await client.aclose()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    lines = log.getvalue().splitlines()
+    assert "r1 SET gate:served 1" in lines and "r1 GET gate:served" in lines
+    assert not any("AUTH" in line for line in lines)

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable
-from typing import Any
+from typing import Any, TextIO
 
 from lab.gate import resp
 from lab.gate.keys import RedisSide
@@ -37,21 +37,36 @@ CONNECTION = frozenset(
 class RedisGate:
     """The proxy: `await gate.start(actor=n)` listens on 127.0.0.1 (any free port)."""
 
-    def __init__(self, host: str, port: int, password: str, keeper: Keeper | None) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        password: str,
+        keeper: Keeper | None,
+        log: TextIO | None = None,
+    ) -> None:
         self.host, self.upstream_port, self.password = host, port, password
         self.keeper = keeper
+        self.log = log  # each session's steps as they pass (never AUTH: it is no step)
         self.sessions: list[Session] = []
         self.failures: list[Exception] = []
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
 
-    async def start(self, actor: int = 0) -> int:
+    async def start(self, actor: int = 0, port: int = 0) -> int:
+        """Listen on 127.0.0.1:`port` (0: a free one) for `actor`'s sessions; its port."""
+
         def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> Awaitable[None]:
             return self._serve(reader, writer, actor)
 
-        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        server = await asyncio.start_server(serve, "127.0.0.1", port)
         self._servers.append(server)
         return int(server.sockets[0].getsockname()[1])
+
+    def write_log(self, session: Session, text: str) -> None:
+        if self.log is not None:
+            self.log.write(f"r{session.number} {text}\n")
+            self.log.flush()
 
     async def close(self) -> None:
         for server in self._servers:
@@ -76,7 +91,12 @@ class RedisGate:
                 session = Session(len(self.sessions) + 1, peer, {}, actor, client_id)
                 session.store = "redis"
                 self.sessions.append(session)
-                await _Connection(self.keeper, session, s_writer).run(c_reader, c_writer, s_reader)
+                self.write_log(session, f"connected id={client_id}")
+                try:
+                    connection = _Connection(self, session, s_writer)
+                    await connection.run(c_reader, c_writer, s_reader)
+                finally:
+                    self.write_log(session, "closed")
             finally:
                 s_writer.close()
         except (ConnectionError, asyncio.IncompleteReadError, resp.RespError):
@@ -105,8 +125,8 @@ class RedisGate:
 class _Connection:
     """One relayed client connection (see the module doc)."""
 
-    def __init__(self, keeper: Keeper | None, session: Session, s_writer: Any) -> None:
-        self.keeper, self.session, self.s_writer = keeper, session, s_writer
+    def __init__(self, gate: RedisGate, session: Session, s_writer: Any) -> None:
+        self.gate, self.keeper, self.session, self.s_writer = gate, gate.keeper, session, s_writer
         self.pending: deque[bool] = deque()  # per command sent: whether its reply ends a step
         self.block: list[list[bytes]] | None = None  # commands since MULTI
 
@@ -151,10 +171,11 @@ class _Connection:
 
     async def _hold(self, commands: list[list[bytes]]) -> bool:
         """Wait for the keeper's grant of a step of `commands` (shown as one line)."""
+        text = "; ".join(resp.shown(c) for c in commands)
         if self.keeper is not None:
-            text = "; ".join(resp.shown(c) for c in commands)
             group = Group(statements=[Statement(text)], commands=commands)
             await self.keeper.step(self.session, group)
+        self.gate.write_log(self.session, text)
         return True
 
     async def _from_server(self, s_reader: asyncio.StreamReader, c_writer: Any) -> None:

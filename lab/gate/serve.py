@@ -8,11 +8,13 @@ import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import unquote, urlsplit
 
 from lab.errors import LabError
-from lab.gate.dsn import gate_dsn, upstream_of
+from lab.gate.dsn import gate_dsn, redis_env, upstream_of
 from lab.gate.login import actor_login
 from lab.gate.proxy import Gate
+from lab.gate.redisgate import RedisGate
 from lab.procs.lifecycle import folder_of, make_base_dir, remove_base_dir
 from lab.spec.wire import parse_dsn
 
@@ -57,23 +59,42 @@ def password_file(dsn: str, port: int | None) -> Iterator[Path]:
         remove_base_dir(base)
 
 
-async def serve(dsn: str, port: int, log: TextIO | None, say: Callable[[str], None]) -> None:
-    """Serve the gate in front of `dsn` on 127.0.0.1:`port` until cancelled (Ctrl-C)."""
+async def serve(
+    dsn: str,
+    port: int,
+    log: TextIO | None,
+    say: Callable[[str], None],
+    redis: tuple[str, int] | None = None,
+) -> None:
+    """Serve the gate in front of `dsn` on 127.0.0.1:`port` until cancelled (Ctrl-C); with
+    `redis` (its URL, with the password the gate logs in with, and a port), a Redis gate
+    too."""
     gate = Gate(upstream_of(dsn), log=log)
+    rgate = None
     try:
         await gate.start(port)
+        if redis is not None:
+            where = urlsplit(redis[0])
+            secret = unquote(where.password or "")
+            rgate = RedisGate(where.hostname or "127.0.0.1", where.port or 6379, secret, None, log)
+            rport = await rgate.start(port=redis[1])
     except OSError as exc:
-        raise LabError(f"the gate cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+        raise LabError(f"the gate cannot listen on 127.0.0.1: {exc.strerror}") from None
     try:
         async with actor_login(dsn) as login:
             with password_file(login, gate.port) as passfile:
                 env = client_env(login, gate.port, passfile)
                 say(f"gate: 127.0.0.1:{gate.port} -> {_where(dsn)}; Ctrl-C stops it")
+                if rgate is not None:
+                    env |= redis_env(rport)
+                    say(f"redis gate: 127.0.0.1:{rport} -> {where.hostname}:{where.port}")
                 say("point a client at it (the password is in PGPASSFILE):")
                 say("  export " + " ".join(f"{k}={v}" for k, v in env.items()))
                 await asyncio.Event().wait()
     finally:
         await gate.close()
+        if rgate is not None:
+            await rgate.close()
 
 
 def _where(dsn: str) -> str:
