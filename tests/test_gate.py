@@ -20,9 +20,13 @@ from typing import Literal
 
 import asyncpg
 import pytest
+from rich.console import Console
 
 from lab.gate import Gate, Group, Session, gate_dsn, upstream_of, wire
+from lab.gate.explore import Order
+from lab.gate.order import Actor, OrderRun
 from lab.gate.wire import Statement
+from lab.output.actors import print_order
 from lab.servers import Servers
 
 PSQL = shutil.which("psql") or next(
@@ -347,3 +351,22 @@ async def test_the_gate_command_serves_logs_and_stops_on_sigterm(
     assert not passfile.parent.exists()
     text = log.read_text()
     assert "s1 SELECT v FROM t WHERE id = $1  -- ('1')\n" in text and password not in text
+
+
+def test_an_actors_failure_is_the_line_that_says_why() -> None:
+    """The line shown for an actor that exited non-zero: psql's ERROR, an exception at the
+    start of a line (Python's last traceback line, Node's before its stack and banner),
+    else the last line."""
+    node = "loader:1228\n  throw err;\nError: Cannot find module 'x.js'\n    at f (y.js:1)\n}\n\nNode.js v20"
+    python = "Traceback (most recent call last):\n  x\nKeyError: 1\n\nDuring...\nValueError: bad"
+    cases = {1: node, 2: python, 3: "psql:a.sql:3: ERROR:  deadlock detected", 4: "lost\nbye"}
+    run = OrderRun(exits={n: 1 for n in cases}, output=cases)
+    console = Console(record=True, width=200)
+    print_order(console, Order(run, False, "True"), [Actor(n, f"a{n}") for n in cases])
+    said = [line for line in console.export_text().splitlines() if " exited 1: " in line]
+    assert said == [
+        "a1 exited 1: Error: Cannot find module 'x.js'",
+        "a2 exited 1: ValueError: bad",
+        "a3 exited 1: psql:a.sql:3: ERROR:  deadlock detected",
+        "a4 exited 1: bye",
+    ]

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
 from rich.table import Table
 
 from lab.gate.explore import Exploration, Order
 from lab.gate.order import Actor
+
+# The line of an actor's stderr that says why it failed: a server's ERROR (psql), or an
+# exception's class at the start of a line (Python's last traceback line, Node's
+# "Error: Cannot find module", before its stack and its "Node.js v20" banner)
+ERROR_LINE = re.compile(r"ERROR|^(?:[\w.]+\.)?\w*(?:Error|Exception)\b")
 
 
 def _actors(console: Console, actors: list[Actor]) -> None:
@@ -23,7 +30,7 @@ def print_order(console: Console, order: Order, actors: list[Actor]) -> None:
     for number, text in sorted(order.run.output.items()):
         lines = text.strip().splitlines()
         if order.run.exits.get(number) and lines:
-            said = next((line for line in lines if "ERROR" in line or "error" in line), lines[-1])
+            said = next((line for line in reversed(lines) if ERROR_LINE.search(line)), lines[-1])
             console.print(f"a{number} exited {order.run.exits[number]}: {said}", markup=False)
 
 
