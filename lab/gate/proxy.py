@@ -191,13 +191,7 @@ class Gate:
 
     async def close(self) -> None:
         """Stop listening and end every relayed connection."""
-        for server in self._servers:
-            server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
+        await close_listeners(self._servers, self._tasks)
 
     async def __aenter__(self) -> Gate:
         await self.start()
@@ -427,6 +421,17 @@ class Gate:
             writer.write(packet)
             await writer.drain()
             writer.close()
+
+
+async def close_listeners(servers: list[asyncio.Server], tasks: set[asyncio.Task[Any]]) -> None:
+    """Stop listening and end every relayed connection (a gate's, for Redis too)."""
+    for server in servers:
+        server.close()
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for server in servers:
+        await server.wait_closed()
 
 
 class Frames:

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 from lab.gate import resp
 from lab.gate.keys import RedisSide
-from lab.gate.proxy import CHUNK, Group, Keeper, Session
+from lab.gate.proxy import CHUNK, Group, Keeper, Session, close_listeners
 from lab.gate.wire import Statement
 
 CONNECTION = frozenset(
@@ -69,13 +69,7 @@ class RedisGate:
             self.log.flush()
 
     async def close(self) -> None:
-        for server in self._servers:
-            server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        for server in self._servers:
-            await server.wait_closed()
+        await close_listeners(self._servers, self._tasks)
 
     async def _serve(
         self, c_reader: asyncio.StreamReader, c_writer: asyncio.StreamWriter, actor: int

@@ -17,7 +17,7 @@ import os
 import shlex
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -63,7 +63,6 @@ class Workspace:
     redis: RedisSide | None = None
     redis_setup: Sequence[list[str]] = ()
     invariant_cmd: str = ""
-    checked: list[str] = field(default_factory=list)  # what the last command said
 
     @contextlib.asynccontextmanager
     async def database(self) -> AsyncIterator[tuple[str, asyncpg.Connection]]:
@@ -160,11 +159,18 @@ async def workspace(
             await _apply(dsn, template, setup)
             async with actor_login(dsn) as login, _redis_side(redis) as side:
                 with password_file(login, None) as passfile:
-                    user = parse_dsn(login).get("user", "postgres")
                     yield Workspace(
-                        admin, dsn, template, passfile, invariant, deadlock_timeout_ms, user,
-                        side, redis.setup if redis is not None else (), invariant_cmd,
-                    )  # fmt: skip
+                        admin,
+                        dsn,
+                        template,
+                        passfile,
+                        invariant,
+                        deadlock_timeout_ms,
+                        user=parse_dsn(login).get("user", "postgres"),
+                        redis=side,
+                        redis_setup=redis.setup if redis is not None else (),
+                        invariant_cmd=invariant_cmd,
+                    )
         finally:
             await admin.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
     finally:
