@@ -41,8 +41,8 @@ import asyncpg
 
 from lab.core.steps import Session
 from lab.errors import LabError
+from lab.gate.actors import Actor, Call
 from lab.gate.explore import Exploration, explore
-from lab.gate.order import Actor, Call
 from lab.gate.workspace import RedisPlan
 from lab.pinned import PinnedDatabase, watch_pool
 from lab.pinned.cast import InvalidPermutation

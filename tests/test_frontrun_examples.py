@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from lab.gate.actors import Actor
 from lab.gate.explore import Exploration, explore
-from lab.gate.order import Actor
 from lab.servers import Servers
 
 pytest.importorskip("psycopg", reason="the examples are psycopg 3 programs (the dev extra)")

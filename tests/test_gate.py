@@ -23,8 +23,9 @@ import pytest
 from rich.console import Console
 
 from lab.gate import Gate, Group, Session, gate_dsn, upstream_of, wire
+from lab.gate.actors import Actor
 from lab.gate.explore import Order
-from lab.gate.order import Actor, OrderRun
+from lab.gate.order import OrderRun
 from lab.gate.wire import Statement
 from lab.output.actors import print_order
 from lab.servers import Servers
@@ -56,7 +57,7 @@ class Keeper:
             await self.go.wait()
             self.go.clear()
 
-    async def between(self, session: Session) -> None:
+    async def between(self, session: Session, group: Group) -> None:
         self.betweens.append(session.name)
 
     def ready(self, session: Session, errors: list[str]) -> None:

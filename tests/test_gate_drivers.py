@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.gate.actors import Actor
 from lab.gate.explore import Exploration, explore
-from lab.gate.order import Actor
 from lab.servers import Servers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ async def _explore(
 async def test_go_pgx_deposit_loses_one_and_the_locked_one_never(
     servers: Servers, go: Path
 ) -> None:
-    """pgx's read-compute-write loses a deposit in the first order; FOR UPDATE keeps all 8."""
+    """pgx's read-compute-write loses a deposit in the first order; FOR UPDATE keeps all 6."""
     deposit = f"{go}/deposit 10"
     buggy = await _explore(servers, GO_DIR, [deposit, deposit], DEPOSITS_KEPT, True)
     assert len(buggy.orders) == 1 and buggy.outcomes == {"broke a1=0 a2=0": 1}
@@ -87,17 +87,17 @@ async def test_go_pgx_deposit_loses_one_and_the_locked_one_never(
     ]
     locked = f"{go}/deposit -locked 10"
     fixed = await _explore(servers, GO_DIR, [locked, locked], DEPOSITS_KEPT)
-    assert fixed.complete and fixed.outcomes == {"kept a1=0 a2=0": 8}
+    assert fixed.complete and fixed.outcomes == {"kept a1=0 a2=0": 6}
 
 
 async def test_go_pgx_carts_deadlock_and_sorted_carts_never(servers: Servers, go: Path) -> None:
-    """pgx carts in opposite orders end in a 40P01 in the first order; sorted, all 8 keep."""
+    """pgx carts in opposite orders end in a 40P01 in the first order; sorted, all 6 keep."""
     carts = [f"{go}/checkout 101 202", f"{go}/checkout 202 101"]
     buggy = await _explore(servers, GO_DIR, carts, "SELECT true", True)
     assert len(buggy.orders) == 1 and "40P01" in buggy.broke[0].outcome()
     sorted_ = [f"{go}/checkout -sorted 101 202", f"{go}/checkout -sorted 202 101"]
     fixed = await _explore(servers, GO_DIR, sorted_, "SELECT true")
-    assert fixed.complete and fixed.outcomes == {"kept a1=0 a2=0": 8}
+    assert fixed.complete and fixed.outcomes == {"kept a1=0 a2=0": 6}
 
 
 async def test_java_pgjdbc_deposit_loses_one_and_the_locked_one_never(

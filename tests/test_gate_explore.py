@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from lab.errors import LabError
+from lab.gate.actors import Actor
 from lab.gate.explore import Diverged, explore, replay, trace
-from lab.gate.order import Actor, Decision
+from lab.gate.order import Decision
 from lab.gate.spec import export
 from lab.servers import Servers
 from lab.servers.base import with_database

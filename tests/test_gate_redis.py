@@ -20,8 +20,8 @@ import redis
 import redis.asyncio as aioredis
 
 from lab.gate import resp
+from lab.gate.actors import Actor
 from lab.gate.explore import explore, trace
-from lab.gate.order import Actor
 from lab.gate.proxy import Group, Session
 from lab.gate.redisgate import RedisGate
 from lab.gate.serve import serve
@@ -91,7 +91,7 @@ class Recorder:
     async def step(self, session: Session, group: Group) -> None:
         self.steps.append(group.shown())
 
-    async def between(self, session: Session) -> None:
+    async def between(self, session: Session, group: Group) -> None:
         pass
 
     def ready(self, session: Session, errors: list[str]) -> None:

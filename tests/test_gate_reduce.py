@@ -9,13 +9,16 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+import asyncpg
 import pytest
 
+from lab.gate.actors import Actor
+from lab.gate.commits import ruled_out
 from lab.gate.explore import explore
-from lab.gate.order import Actor
 from lab.gate.reduce import Redundant, SleepSets
 from lab.pinned.footprint import Footprint, Look, footprint
 from lab.servers import Servers
+from tests.conftest import throwaway_database
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "psql"
 PSQL = shutil.which("psql")
@@ -66,6 +69,54 @@ def test_a_transaction_that_wrote_nothing_ends_by_the_locks_it_lets_go_of() -> N
     siread = Look(frozenset({("relation:1", "SIReadLock")}), next_xid="9")
     assert footprint(1, siread, Look(next_xid="9"), ended).everything
     assert footprint(1, Look(), Look(), ended).everything  # the next id was not read
+
+
+def test_a_vouched_commit_moves_past_fresh_steps_on_other_tables_only() -> None:
+    """The end of a transaction that wrote, vouched for by the gate (lab/gate/commits.py),
+    keeps the locks it let go of: it commutes with a read committed step on another
+    table, not with one on its own table, not with a step whose snapshot may outlive it,
+    and never when it held a serializable read."""
+    ended, wrote = ("T", "I"), Look(frozenset({T}), xid="8", next_xid="9")
+    commit = footprint(1, wrote, Look(next_xid="9"), ended, fresh=True)
+    assert commit.ended and commit.writes == {"relation:1"} and not commit.everything
+    other = Footprint(2, reads=frozenset({"relation:2"}), fresh=True)
+    assert commit.commutes_with(other) and other.commutes_with(commit)
+    assert not commit.commutes_with(Footprint(2, reads=frozenset({"relation:1"}), fresh=True))
+    assert not commit.commutes_with(Footprint(2, reads=frozenset({"relation:2"})))
+    siread = Look(frozenset({T, ("relation:2", "SIReadLock")}), xid="8", next_xid="9")
+    assert footprint(1, siread, Look(next_xid="9"), ended, fresh=True).everything
+
+
+@pytest.mark.parametrize(
+    ("sql", "why"),
+    [
+        (
+            "CREATE TABLE p (id int PRIMARY KEY); CREATE TABLE c (p int REFERENCES p "
+            "DEFERRABLE INITIALLY DEFERRED)",
+            "deferred to the commit",
+        ),
+        ("ALTER DATABASE {db} SET default_transaction_isolation = 'serializable'", "setting"),
+        (
+            "CREATE FUNCTION f() RETURNS void LANGUAGE plpgsql AS "
+            "$$BEGIN PERFORM 1; EXCEPTION WHEN others THEN NULL; END$$",
+            "catches errors",
+        ),
+        ("CREATE TABLE plain (id int PRIMARY KEY)", ""),
+    ],
+)
+async def test_the_database_can_rule_the_commit_rule_out(
+    servers: Servers, sql: str, why: str
+) -> None:
+    """A deferred constraint, an isolation set on the database, a function that catches
+    an exception rule commits moving out; a plain table does not."""
+    async with throwaway_database(servers, "locklab_commits") as name:
+        conn = await asyncpg.connect(servers.pg.dsn if servers.pg else "", database=name)
+        try:
+            await conn.execute(sql.format(db=name))
+            said = await ruled_out(conn)
+        finally:
+            await conn.close()
+    assert (why in said and said != "") if why else said == ""
 
 
 def test_commuting_needs_two_actors_and_no_write_on_a_shared_object() -> None:
@@ -235,3 +286,37 @@ async def test_max_says_what_it_left_and_a_switch_comes_first(servers: Servers) 
     deposits = [Actor(n, _psql(EXAMPLES / "deposit.sql")) for n in (1, 2)]
     first = await explore(servers.pg.dsn, deposits, setup, kept, first=True)
     assert len(first.orders) == 1 and first.orders[0].run.schedule == [1, 2, 1, 2]
+
+
+READER_SETUP = """
+CREATE TABLE accounts (id int PRIMARY KEY, balance int NOT NULL);
+INSERT INTO accounts VALUES (1, 100);
+CREATE TABLE other (id int);
+CREATE TABLE seen (balance int);
+"""
+WRITER_SQL = "BEGIN;\nUPDATE accounts SET balance = 110 WHERE id = 1;\nCOMMIT;\n"
+READER_SQL = (
+    "{begin};\nSELECT count(*) FROM other;\n"
+    "INSERT INTO seen SELECT balance FROM accounts;\nCOMMIT;\n"
+)
+
+
+@pytest.mark.skipif(PSQL is None, reason="psql is not installed")
+@pytest.mark.parametrize("begin", ["BEGIN", "BEGIN ISOLATION LEVEL REPEATABLE READ"])
+async def test_a_commit_moves_past_a_read_committed_read_never_a_snapshot(
+    servers: Servers, tmp_path: Path, begin: str
+) -> None:
+    """A writer's COMMIT against a reader whose first statement reads another table: read
+    committed, the commit moves past that read (fewer orders) and both balances are
+    still seen; under REPEATABLE READ that read fixes the snapshot, the commit stays
+    in place, and the reduced search again finds both (as every order does)."""
+    assert servers.pg is not None
+    (tmp_path / "writer.sql").write_text(WRITER_SQL)
+    (tmp_path / "reader.sql").write_text(READER_SQL.format(begin=begin))
+    pair = [Actor(1, _psql(tmp_path / "writer.sql")), Actor(2, _psql(tmp_path / "reader.sql"))]
+    saw_old = "SELECT (SELECT balance FROM seen) = 100"
+    full = await explore(servers.pg.dsn, pair, READER_SETUP, saw_old, all_orders=True)
+    reduced = await explore(servers.pg.dsn, pair, READER_SETUP, saw_old)
+    assert full.complete and reduced.complete
+    assert set(reduced.outcomes) == set(full.outcomes) == {"broke a1=0 a2=0", "kept a1=0 a2=0"}
+    assert len(reduced.orders) < len(full.orders)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from lab.cli.base import err, out
 from lab.errors import LabError
+from lab.gate.actors import Actor
 from lab.gate.explore import explore, trace
 from lab.gate.keys import setup_commands
-from lab.gate.order import Actor
 from lab.gate.spec import Exported, export
 from lab.gate.workspace import RedisPlan
 from lab.output import console as report

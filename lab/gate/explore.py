@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.errors import LabError
+from lab.gate.actors import Actor
 from lab.gate.dsn import upstream_of
-from lab.gate.order import LEASE, Actor, Choose, Decision, OrderRun, run_order
+from lab.gate.order import LEASE, Choose, Decision, OrderRun, run_order
 from lab.gate.reduce import Redundant, SleepSets
 from lab.gate.sample import SAMPLES, sampler, session_of
 from lab.gate.workspace import RedisPlan, Workspace, workspace

@@ -96,12 +96,14 @@ class RedisSide:
             return dict(zip(keys, await pipe.execute(), strict=True))
 
     def footprint(self, actor: int, keys: Keys) -> Footprint:
-        """The footprint of a Redis step: its keys, in a namespace of their own."""
+        """The footprint of a Redis step: its keys, in a namespace of their own (it takes
+        no snapshot: a PostgreSQL commit moves past it, lab/gate/commits.py)."""
         return Footprint(
             actor,
             frozenset(f"redis {k}" for k in keys.reads),
             frozenset(f"redis {k}" for k in keys.writes),
             keys.unknown,
+            fresh=True,
         )
 
     def leased(self, actor: int, before: dict[str, int], after: dict[str, int]) -> None:

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import os
-import shlex
 import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +29,8 @@ import asyncpg
 
 from lab.aio import within
 from lab.errors import LabError
+from lab.gate.actors import IDLE_S, Actor, called, cancel_calls, spawn, tail, takes_two
+from lab.gate.commits import ends_alone, fresh, names_isolation, ruled_out
 from lab.gate.dsn import actor_env, call_dsn, redis_env
 from lab.gate.keys import RedisSide
 from lab.gate.proxy import Gate, Group, Session, Upstream
@@ -40,34 +40,8 @@ from lab.pinned.footprint import Footprint, Look, footprint, look
 from lab.pinned.interleave import lock_waiters
 from lab.pinned.rules import POLL_S
 
-IDLE_S = 30.0  # an actor that neither sends a statement nor ends for this long is stuck
 ORDER_S = 300.0  # one order, at most
 LEASE = "<held until its lease"  # a candidate that is time, not a statement (lab/gate/keys.py)
-
-
-# A Python function run as an actor: it gets a DSN through its own port of the gate
-# (libpq's and asyncpg's form, the password in a passfile), and a Redis URL through its
-# own port of the Redis gate when it takes a second argument; sync or async.
-Call = Callable[..., object]
-
-
-@dataclass(frozen=True)
-class Actor:
-    """A command (or a Python function, `call`) to run as one actor: `number` from 1, in
-    the order given; `command` names it in the output."""
-
-    number: int
-    command: str
-    call: Call | None = None
-
-    @classmethod
-    def of(cls, number: int, call: Call) -> Actor:
-        """A function as an actor, named by its qualified name."""
-        name = f"{getattr(call, '__module__', '')}.{getattr(call, '__qualname__', repr(call))}"
-        return cls(number, name.lstrip("."), call)
-
-    def argv(self) -> list[str]:
-        return shlex.split(self.command)
 
 
 @dataclass
@@ -144,6 +118,8 @@ class Director:
         self._count: dict[int, int] = {}
         self._observing = asyncio.Lock()  # one query at a time on the observer
         self._after: dict[Session, Look] = {}  # read before a group that is no step went
+        self.named: set[Session] = set()  # sessions that named an isolation level
+        self.ruled_out = "the database was not read yet"  # why commits stay (lab/gate/commits.py)
 
     # --- the gate's Keeper ---
 
@@ -153,19 +129,26 @@ class Director:
         self.changed.set()
 
     async def step(self, session: Session, group: Group) -> None:
+        self._notice(session, group)
         held = Held(session, group)
         self.held.append(held)
         self.changed.set()
         await held.go.wait()
 
-    async def between(self, session: Session) -> None:
+    async def between(self, session: Session, group: Group) -> None:
         """A group that is no step is about to go: pgx's Parse/Describe of its next
         statement takes that statement's locks already, so what the session's last step
         left is read now, for that step's footprint."""
+        self._notice(session, group)
         if session.store == "redis" or session in self.running:
             return
         if session not in self._after:
             self._after[session] = await self._look(session)
+
+    def _notice(self, session: Session, group: Group) -> None:
+        """A session that names an isolation level no longer reads committed."""
+        if session.store == "postgresql" and names_isolation(session, group):
+            self.named.add(session)
 
     def ready(self, session: Session, errors: list[str]) -> None:
         self.run.errors.setdefault(session.actor, []).extend(errors)
@@ -182,6 +165,13 @@ class Director:
             self.done[session].set()
         self.changed.set()
 
+    def ended(self, number: int, status: int) -> None:
+        """Actor `number` exited with `status` (a statement it sent, then died with, is
+        held no more)."""
+        self.exited[number] = status
+        self.held = [h for h in self.held if h.actor != number]
+        self.changed.set()
+
     def closed(self, session: Session) -> None:
         self.running.pop(session, None)
         self.waiting.discard(session)
@@ -193,6 +183,8 @@ class Director:
 
     async def drive(self, actors: Collection[int]) -> None:
         """Grant statements one at a time until every actor has exited."""
+        async with self._observing:
+            self.ruled_out = await ruled_out(self.observer)
         depth = 0
         while True:
             await self._settle(actors)
@@ -247,7 +239,8 @@ class Director:
                 f"PTTL {left} ms, expired by the server>"
             )
             await self._settle(actors)
-            return Footprint(granted.actor, writes=frozenset({f"redis {granted.lease}"}))
+            lease = frozenset({f"redis {granted.lease}"})
+            return Footprint(granted.actor, writes=lease, fresh=True)
         keys = await self.redis.keys(granted.group.commands)
         before = await self.redis.expiries(sorted(keys.writes))
         await self._grant(granted)
@@ -280,13 +273,18 @@ class Director:
         why = ""
         if waited or self.waiting:
             why = "a session was blocked before or after it"
-        elif held.actor in self.exited or session in self.running:
-            why = "its actor exited or it did not end"
+        elif session in self.running:
+            why = "it did not end"
+        elif held.actor in self.exited and not (ends_alone(held.group) and session.status == "I"):
+            why = "its actor exited"  # (after its last COMMIT, nothing is left to see)
         elif "advisory" in held.group.shown().lower():
             why = "it names an advisory lock"
         early = self._after.pop(session, None)
         after = Look() if why else early or await self._look(session)
-        return footprint(held.actor, before, after, (status, session.status), why)
+        statuses = (status, session.status)
+        vouched = not self.ruled_out and session not in self.named
+        vouched = vouched and fresh(held.group, statuses)
+        return footprint(held.actor, before, after, statuses, why, vouched)
 
     async def _grant(self, held: Held) -> None:
         self.held.remove(held)
@@ -391,15 +389,16 @@ async def run_order(
                     port = await gate.start(actor=actor.number)
                     if actor.call is not None:
                         args = [call_dsn(port, user, database, passfile)]
-                        if rgate is not None and _takes_two(actor.call):
+                        if rgate is not None and takes_two(actor.call):
                             args.append(redis_env(await rgate.start(actor.number))["REDIS_URL"])
-                        calls.append(asyncio.create_task(_called(actor, args, director, said)))
+                        run = called(actor, args, director.ended, said[actor.number])
+                        calls.append(asyncio.create_task(run))
                         continue
                     env = actor_env(port, user, database, passfile, os.environ)
                     if rgate is not None:
                         env.update(redis_env(await rgate.start(actor=actor.number)))
-                    proc = procs[actor.number] = await _spawn(actor, env, cwd)
-                    tasks.append(asyncio.create_task(_tail(proc, said[actor.number])))
+                    proc = procs[actor.number] = await spawn(actor, env, cwd)
+                    tasks.append(asyncio.create_task(tail(proc, said[actor.number])))
                     tasks.append(asyncio.create_task(_exit(actor.number, proc, director)))
                 try:
                     await within(director.drive([a.number for a in actors]), ORDER_S)
@@ -414,79 +413,11 @@ async def run_order(
             for failure in gate.failures + (rgate.failures if rgate is not None else []):
                 raise failure
     finally:  # the gate is closed: a function still in a statement has lost its socket
-        await _ended(calls)
+        await cancel_calls(calls)
     director.run.exits = dict(director.exited)
     director.run.output = {n: text.decode(errors="replace") for n, text in said.items()}
     return director.run
 
 
-def _takes_two(call: Call) -> bool:
-    """Whether a function actor takes a second argument: the Redis URL."""
-    try:
-        return len(inspect.signature(call).parameters) >= 2
-    except (TypeError, ValueError):
-        return False
-
-
-async def _called(
-    actor: Actor, args: list[str], director: Director, said: dict[int, bytearray]
-) -> None:
-    """Run a function actor to its end: exit status 0 when it returns, 1 when it raises
-    (its exception as the actor's output)."""
-    assert actor.call is not None
-    status = 0
-    try:
-        if inspect.iscoroutinefunction(actor.call):
-            await actor.call(*args)
-        else:
-            await asyncio.to_thread(actor.call, *args)
-    except Exception as exc:  # the function's own failure is its outcome
-        status = 1
-        said[actor.number] += f"{type(exc).__name__}: {exc}".encode()
-    director.exited[actor.number] = status
-    director.held = [h for h in director.held if h.actor != actor.number]
-    director.changed.set()
-
-
-async def _ended(calls: Sequence[asyncio.Task[None]]) -> None:
-    """Function actors left running when an order ends early are cancelled; one in a
-    thread ends when its connection does (bounded)."""
-    for task in calls:
-        task.cancel()
-    if calls:
-        await asyncio.wait(calls, timeout=IDLE_S)
-
-
-async def _spawn(actor: Actor, env: dict[str, str], cwd: Path | None) -> asyncio.subprocess.Process:
-    try:
-        argv = actor.argv()
-    except ValueError as exc:
-        raise LabError(f"actor {actor.number}: {exc} in {actor.command!r}") from None
-    if not argv:
-        raise LabError(f"actor {actor.number} is an empty command")
-    try:
-        return await asyncio.create_subprocess_exec(
-            *argv,
-            env=env,
-            cwd=cwd,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # its own process group: stopped as a whole
-        )
-    except OSError as exc:
-        raise LabError(f"actor {actor.number}: cannot run {argv[0]!r}: {exc.strerror}") from None
-
-
-async def _tail(proc: asyncio.subprocess.Process, kept: bytearray, size: int = 2000) -> None:
-    """Keep the last `size` bytes of what the actor wrote on stderr."""
-    assert proc.stderr is not None
-    while chunk := await proc.stderr.read(1 << 14):
-        kept += chunk
-        del kept[:-size]
-
-
 async def _exit(number: int, proc: asyncio.subprocess.Process, director: Director) -> None:
-    director.exited[number] = await proc.wait()
-    director.held = [h for h in director.held if h.actor != number]  # sent, then it died
-    director.changed.set()
+    director.ended(number, await proc.wait())

@@ -134,7 +134,7 @@ class Keeper(Protocol):
     async def step(self, session: Session, group: Group) -> None:
         """Return when `group` may go to the server."""
 
-    async def between(self, session: Session) -> None:
+    async def between(self, session: Session, group: Group) -> None:
         """Return when a group that is not a step (one that runs nothing, or the driver's
         SETs at connect) may go to the server: it goes on its own."""
 
@@ -408,7 +408,9 @@ class Gate:
         step = group.runs and not session.driver_setup(group)
         session.began = session.began or step
         if self.keeper is not None:
-            await (self.keeper.step(session, group) if step else self.keeper.between(session))
+            await (
+                self.keeper.step(session, group) if step else self.keeper.between(session, group)
+            )
         if group.runs:
             self._write_log(session, group.shown())
         s_writer.write(b"".join(group.messages))

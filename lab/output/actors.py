@@ -7,8 +7,8 @@ import re
 from rich.console import Console
 from rich.table import Table
 
+from lab.gate.actors import Actor
 from lab.gate.explore import Exploration, Order
-from lab.gate.order import Actor
 
 # The line of an actor's stderr that says why it failed: a server's ERROR (psql), or an
 # exception's class at the start of a line (Python's last traceback line, Node's

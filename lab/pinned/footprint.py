@@ -56,6 +56,7 @@ import asyncpg
 from lab.pinned.interleave import Fetcher, lock_waiters
 
 READ_MODES = frozenset({"AccessShareLock", "SIReadLock"})
+ENDED = "ended its transaction"  # one that wrote
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,16 @@ class Footprint:
     reads: frozenset[str] = frozenset()
     writes: frozenset[str] = frozenset()
     everything: str = ""  # why it commutes with nothing ("" when it may)
+    ended: bool = False  # it ended a transaction that wrote (the gate's commit rule)
+    fresh: bool = False  # each of its statements read with a snapshot of its own
 
     def commutes_with(self, other: Footprint) -> bool:
         """Whether running the two in either order is the same (different actors, no
-        object one writes and the other touches)."""
+        object one writes and the other touches; an end of a transaction that wrote only
+        beside a step whose reads took no snapshot that outlives it)."""
         if self.everything or other.everything or self.actor == other.actor:
+            return False
+        if (self.ended and not other.fresh) or (other.ended and not self.fresh):
             return False
         return not (self.writes & (other.reads | other.writes) or other.writes & self.reads)
 
@@ -95,18 +101,24 @@ def footprint(
     after: Look,
     status: tuple[str, str],
     everything: str = "",
+    fresh: bool = False,
 ) -> Footprint:
     """The footprint of a statement from its session's look before and after it and its
-    ReadyForQuery status bytes (before, after); `everything`: a reason found already."""
+    ReadyForQuery status bytes (before, after); `everything`: a reason found already.
+    `fresh`: the caller vouches that the step read with snapshots of its own and ran
+    nothing its locks do not show (lab/gate/commits.py); then the end of a transaction
+    that wrote is `ended`, with the locks it let go of, instead of commuting with nothing."""
     everything = everything or _unseen(before, after, status)
-    if everything:
+    serializable = any(mode == "SIReadLock" for _, mode in before.locks)
+    ended = fresh and everything == ENDED and not serializable
+    if everything and not ended:
         return Footprint(actor, everything=everything)
     if status == ("I", "I"):  # nothing ran on the session
-        return Footprint(actor)
+        return Footprint(actor, fresh=fresh)
     held = before.locks | after.locks
     reads = frozenset(obj for obj, mode in held if mode in READ_MODES)
     writes = frozenset(obj for obj, mode in held if mode not in READ_MODES)
-    return Footprint(actor, reads - writes, writes)
+    return Footprint(actor, reads - writes, writes, ended=ended, fresh=fresh)
 
 
 # What a session holds (the transaction's own ids are left out: every transaction has
@@ -143,7 +155,7 @@ def _unseen(before: Look, after: Look, status: tuple[str, str]) -> str:
     if status == ("I", "T") and not _same_next(before, after):
         return "ran outside a transaction and began one"
     if status[1] == "I":
-        return "" if _wrote_nothing(before, after) else "ended its transaction"
+        return "" if _wrote_nothing(before, after) else ENDED
     if status == ("T", "T") and before.xact_start != after.xact_start:
         return "ended its transaction and began another"
     return ""
