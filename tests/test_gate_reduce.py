@@ -13,9 +13,11 @@ import asyncpg
 import pytest
 
 from lab.gate.actors import Actor
-from lab.gate.commits import ruled_out
+from lab.gate.commits import ends_alone, fresh, names_isolation, ruled_out
 from lab.gate.explore import explore
+from lab.gate.proxy import Group, Session
 from lab.gate.reduce import Redundant, SleepSets
+from lab.gate.wire import Statement
 from lab.pinned.footprint import Footprint, Look, footprint
 from lab.servers import Servers
 from tests.conftest import throwaway_database
@@ -85,6 +87,33 @@ def test_a_vouched_commit_moves_past_fresh_steps_on_other_tables_only() -> None:
     assert not commit.commutes_with(Footprint(2, reads=frozenset({"relation:2"})))
     siread = Look(frozenset({T, ("relation:2", "SIReadLock")}), xid="8", next_xid="9")
     assert footprint(1, siread, Look(next_xid="9"), ended, fresh=True).everything
+
+
+def test_the_gate_vouches_from_what_the_session_sent() -> None:
+    """A COMMIT alone ends; a step inside its transaction (or begun by its BEGIN) shows
+    all it read, one that undid a savepoint, declared a cursor or ran outside a
+    transaction does not; naming an isolation level or NOTIFY, in a statement or at
+    startup, takes the session out of the rule, a SHOW of it does not."""
+    session = Session(1, ("127.0.0.1", 1), {"user": "u", "database": "d"})
+
+    def group(*sql: str) -> Group:
+        return Group(statements=[Statement(text) for text in sql])
+
+    assert ends_alone(group("commit;")) and fresh(group("COMMIT"), ("T", "I"))
+    assert not ends_alone(group("UPDATE t SET v = 1", "COMMIT"))
+    assert not fresh(group("UPDATE t SET v = 1", "COMMIT"), ("T", "I"))
+    assert fresh(group("SELECT 1 FROM t"), ("T", "T"))
+    assert fresh(group("BEGIN", "SELECT 1 FROM t"), ("I", "T"))
+    assert not fresh(group("SELECT 1 FROM t", "BEGIN"), ("I", "T"))
+    assert not fresh(group("ROLLBACK TO SAVEPOINT s"), ("T", "T"))
+    assert not fresh(group("DECLARE c CURSOR FOR SELECT 1 FROM t"), ("T", "T"))
+    assert not names_isolation(session, group("show transaction isolation level"))
+    assert names_isolation(session, group("BEGIN ISOLATION LEVEL REPEATABLE READ"))
+    assert names_isolation(session, group("SELECT pg_notify('jobs', '1')"))
+    options = Session(
+        2, ("127.0.0.1", 2), {"options": "-c default_transaction_isolation=serializable"}
+    )
+    assert names_isolation(options, group("SELECT 1"))
 
 
 @pytest.mark.parametrize(

@@ -76,11 +76,12 @@ async def ruled_out(observer: asyncpg.Connection) -> str:
 
 
 def names_isolation(session: Session, group: Group) -> bool:
-    """Whether `group` (or the session's startup options) names an isolation level, a
-    NOTIFY or a two-phase commit: from then on the session's steps do not read committed
-    for the rule (a SHOW only reads the setting)."""
-    options = session.parameters.get("options", "")
-    return bool(NAMED.search(options)) or any(
+    """Whether `group` (or the startup packet: its options, or a setting of its own as
+    asyncpg's server_settings send) names an isolation level, a NOTIFY or a two-phase
+    commit: from then on the session's steps do not read committed for the rule (a SHOW
+    only reads the setting)."""
+    startup = " ".join(f"{key}={value}" for key, value in session.parameters.items())
+    return bool(NAMED.search(startup)) or any(
         NAMED.search(s.sql) and not SHOWS.match(s.sql) for s in group.statements
     )
 
