@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import replace
@@ -38,6 +39,21 @@ RunFn = Callable[..., Awaitable[dict[str, Record]]]
 # lab's subprocesses inherit this environment.
 for _var in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "LINES"):
     os.environ.pop(_var, None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, a TMPDIR of the worker's own. Every `locklab` command first
+    sweeps the user's lab folders whose owner died (lab/procs/lifecycle.py); with one
+    TMPDIR, a command in one worker would stop, and report in one more stderr line, what a
+    test in the other killed on purpose for its own next command to sweep
+    (tests/test_reliability.py). Its servers, lab folders and kept-servers state go here."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    folder = tempfile.mkdtemp(prefix=f"locklab-{worker}-")
+    os.chmod(folder, 0o711)  # as root, the server user passes through to its data folder
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
+    config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
 
 
 def pgbouncer_available() -> bool:
