@@ -32,7 +32,9 @@ def _pooled(url: str, size: int) -> Any:
         # connection to name itself (lab.load.redisstats.preconnect measured it)
         driver_info=DriverInfo(),
     )
-    return aioredis.Redis(connection_pool=pool)
+    # from_pool: the client owns its pool, so aclose() disconnects it (with
+    # Redis(connection_pool=pool) it stays connected, a socket per actor, until collected)
+    return aioredis.Redis.from_pool(pool)
 
 
 async def open_redis(url: str, mode: str, actors: int) -> tuple[Any, Any]:
