@@ -225,8 +225,10 @@ class PgConn:
         """Wait up to `timeout` s (None: forever) for data, read what came; True if any."""
         if self.closed:
             return False
-        ready, _, _ = select.select([self.sock], [], [], timeout)
-        if not ready:
+        # poll, not select: select() refuses a descriptor numbered 1024 or more
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        if not poller.poll(None if timeout is None else timeout * 1000):
             return False
         try:
             data = self.sock.recv(65536)
