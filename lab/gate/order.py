@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import os
 import signal
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -119,6 +120,10 @@ class Director:
         self._observing = asyncio.Lock()  # one query at a time on the observer
         self._after: dict[Session, Look] = {}  # read before a group that is no step went
         self.named: set[Session] = set()  # sessions that named an isolation level
+        # what ended since the last settle (its lines), by when it began to wait (0: never)
+        self._finished: list[tuple[int, list[str]]] = []
+        self._wait_order: dict[Session, int] = {}
+        self._waits = itertools.count(1)
         self.ruled_out = "the database was not read yet"  # why commits stay (lab/gate/commits.py)
 
     # --- the gate's Keeper ---
@@ -156,11 +161,14 @@ class Director:
         if "40P01" in errors:
             self.run.deadlocked.add(self.names[session])
         text = self.running.pop(session, None)
+        lines, waited = [], 0
         if text is not None and session in self.waiting:
             self.waiting.discard(session)
-            self.run.transcript.append(f"step {self.names[session]}: <... completed>")
+            waited = self._wait_order.pop(session, 0)
+            lines.append(f"step {self.names[session]}: <... completed>")
         if text is not None:
-            self.run.transcript.extend(f"ERROR:  {m}" for m in session.last_messages)
+            lines.extend(f"ERROR:  {m}" for m in session.last_messages)
+        self._finished.append((waited, lines))
         if session in self.done:
             self.done[session].set()
         self.changed.set()
@@ -326,6 +334,7 @@ class Director:
             await self._look_at_waits()
             unsettled = self._settled(actors)
             if not unsettled:
+                self._write_finished()
                 return
             if loop.time() > deadline:
                 last = self.run.transcript[-1] if self.run.transcript else "its start"
@@ -336,6 +345,15 @@ class Director:
             with contextlib.suppress(TimeoutError):
                 await within(self.changed.wait(), POLL_S if self.running else 0.5)
 
+    def _write_finished(self) -> None:
+        """The lines of the statements that ended since the last settle: a statement that
+        did not wait first, then those that did, in the order they began to wait (as the
+        isolation tester prints them), not in the order their ReadyForQuery happened to
+        come in (two that a deadlock's end lets go of race)."""
+        for _, lines in sorted(self._finished, key=lambda finished: finished[0]):
+            self.run.transcript.extend(lines)
+        self._finished.clear()
+
     async def _look_at_waits(self) -> None:
         """Mark running statements the server reports blocked."""
         if not self.running:
@@ -344,6 +362,7 @@ class Director:
         for session, line in list(self.running.items()):
             if session in waits and session not in self.waiting:
                 self.waiting.add(session)
+                self._wait_order[session] = next(self._waits)
                 at = self.run.transcript.index(line)
                 self.run.transcript[at] = f"{line} <waiting ...>"
 
