@@ -173,7 +173,7 @@ CLAIMS = (
         for v in LOCKS
     ),
     # buggy's load leaves nobody on call only when two requests overlap, by chance: the
-    # mutant is buggy's code with 20 ms between check and write, overlapping in every run,
+    # mutant is buggy's code writing once every doctor has checked, overlapping in every run,
     # at READ COMMITTED
     *(
         on_mutant(

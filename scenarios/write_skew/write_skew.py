@@ -20,6 +20,8 @@ See:        claim LC-31 in claims.py; expected/ has the schedules' transcripts.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,6 +35,7 @@ INVARIANT = "at least one doctor on call"
 CHECK = "SELECT name FROM doctors WHERE shift_id = $1 AND on_call"
 LOCK_SHIFT = "SELECT id FROM shifts WHERE id = $1 FOR UPDATE"
 OFF_CALL = "UPDATE doctors SET on_call = false WHERE name = $1"
+OVERLAP_S = 5.0  # the mutant waits at most this long for every doctor to have checked
 
 
 def doctor(i: int) -> str:
@@ -63,7 +66,7 @@ async def setup(env: Env) -> None:
 
 
 async def _go_off_call(
-    env: Env, s: Session, lock: str = "", pause_s: float = 0.0, isolation: str = ""
+    env: Env, s: Session, lock: str = "", overlap: bool = False, isolation: str = ""
 ) -> str:
     async with s.transaction(isolation=isolation or env.params["isolation"]):
         if lock == "shift":  # the representative row both must lock
@@ -71,7 +74,8 @@ async def _go_off_call(
         on_call = await s.fetch("check", CHECK + (" FOR UPDATE" if lock == "rows" else ""), SHIFT)
         if len(on_call) < 2:
             return "refused"  # nobody else on call: stay
-        await s.other_logic(pause_s)
+        if overlap and not s.pinned:  # pinned, the schedule decides the overlap
+            await _everyone_checked(env)
         await s.execute("write", OFF_CALL, doctor(s.index))
     return "ok"
 
@@ -81,11 +85,23 @@ async def buggy(env: Env, s: Session) -> str:
 
 
 async def check_pause_write(env: Env, s: Session) -> str:
-    """Not a variant: buggy with 20 ms between its check and its write, so that under a load
-    both doctors check before either writes (the overlap, every run), and at READ COMMITTED
-    whatever -p isolation asks (SERIALIZABLE dropped): the code mutant the load invariant of
-    the locks and of SERIALIZABLE is judged against (buggy's own overlaps only by chance)."""
-    return await _go_off_call(env, s, pause_s=0.02, isolation="read_committed")
+    """Not a variant: buggy that writes only once every doctor of the run has checked, so
+    that under a load both check before either writes (the overlap, every run, however
+    busy the machine), and at READ COMMITTED whatever -p isolation asks (SERIALIZABLE
+    dropped): the code mutant the load invariant of the locks and of SERIALIZABLE is
+    judged against (buggy's own overlaps only by chance)."""
+    return await _go_off_call(env, s, overlap=True, isolation="read_committed")
+
+
+async def _everyone_checked(env: Env) -> None:
+    """Wait until every doctor of the run has checked (the run's sessions share its event
+    loop); a doctor that failed before its check never comes, so at most OVERLAP_S."""
+    checked = env.state.setdefault("checked", {"count": 0, "all": asyncio.Event()})
+    checked["count"] += 1
+    if checked["count"] >= env.n:
+        checked["all"].set()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(checked["all"].wait(), OVERLAP_S)
 
 
 async def fixed_lock_shift(env: Env, s: Session) -> str:
