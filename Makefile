@@ -4,6 +4,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCENARIO ?= checkout-deadlock
 ARGS ?=
+# pytest-xdist workers for `make test`, each a session with servers of its own (WORKERS=0: one
+# process, as before)
+WORKERS ?= 2
 PROFILE ?= quick
 
 .PHONY: help venv dev examples examples-go examples-java lock lock-upgrade floors run-scenario compare compare-frontrun verify headline test reduction lint format bench servers-up servers-down soak docs clean
@@ -99,7 +102,7 @@ headline: venv
 	$(BIN)/python -m lab.output.headline README.md
 
 test: dev examples
-	$(BIN)/pytest -q $(ARGS)
+	$(BIN)/pytest -q -n $(WORKERS) $(ARGS)
 
 # The reduction of orders on the whole catalogue (lab/pinned/reduce.py): every outcome
 # class of every interleaving found again, and how many interleavings each way (~4 min).
