@@ -14,8 +14,8 @@ a step), ``explore`` (every order, each on a fresh database, and trace's one),
 ``sample`` (orders drawn at random when replays diverge: PCT's priorities), ``reduce``
 (fewer orders, none missed: sleep sets over what the server says each statement
 touched), ``commits`` (when the end of a transaction that wrote moves past another
-actor's read committed step), ``spec`` (a broken order as an isolation spec, shrunk until every step matters),
-``bench`` (`locklab bench gate`: what the gate costs against PgBouncer and a direct
+actor's read committed step), ``spec`` (a broken order as an isolation spec, shrunk
+until every step matters), ``bench`` (`locklab bench gate`: what the gate costs against PgBouncer and a direct
 connection).
 """
 

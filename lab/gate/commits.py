@@ -33,10 +33,12 @@ read as a table, a sequence's value) is the same with or without this rule.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 import asyncpg
 
 from lab.gate.proxy import Group, Session
+from lab.gate.wire import Statement
 
 NAMED = re.compile(
     r"isolation|notify|prepare\s+transaction|(?:commit|rollback)\s+prepared", re.IGNORECASE
@@ -75,15 +77,18 @@ async def ruled_out(observer: asyncpg.Connection) -> str:
     return why
 
 
-def names_isolation(session: Session, group: Group) -> bool:
-    """Whether `group` (or the startup packet: its options, or a setting of its own as
-    asyncpg's server_settings send) names an isolation level, a NOTIFY or a two-phase
-    commit: from then on the session's steps do not read committed for the rule (a SHOW
-    only reads the setting)."""
+def names_isolation(statements: Sequence[Statement]) -> bool:
+    """Whether the statements name an isolation level, a NOTIFY or a two-phase commit:
+    from then on their session's steps do not read committed for the rule (a SHOW only
+    reads the setting)."""
+    return any(NAMED.search(s.sql) and not SHOWS.match(s.sql) for s in statements)
+
+
+def starts_named(session: Session) -> bool:
+    """Whether the session's startup packet names one (its options, or a setting of its
+    own as asyncpg's server_settings send): read once, when it logs in."""
     startup = " ".join(f"{key}={value}" for key, value in session.parameters.items())
-    return bool(NAMED.search(startup)) or any(
-        NAMED.search(s.sql) and not SHOWS.match(s.sql) for s in group.statements
-    )
+    return bool(NAMED.search(startup))
 
 
 def ends_alone(group: Group) -> bool:

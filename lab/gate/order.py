@@ -31,7 +31,7 @@ import asyncpg
 from lab.aio import within
 from lab.errors import LabError
 from lab.gate.actors import IDLE_S, Actor, called, cancel_calls, spawn, tail, takes_two
-from lab.gate.commits import ends_alone, fresh, names_isolation, ruled_out
+from lab.gate.commits import ends_alone, fresh, names_isolation, ruled_out, starts_named
 from lab.gate.dsn import actor_env, call_dsn, redis_env
 from lab.gate.keys import RedisSide
 from lab.gate.proxy import Gate, Group, Session, Upstream
@@ -131,6 +131,8 @@ class Director:
     async def opened(self, session: Session) -> None:
         n = self._count[session.actor] = self._count.get(session.actor, 0) + 1
         self.names[session] = f"a{session.actor}" + (f".{n}" if n > 1 else "")
+        if session.store == "postgresql" and starts_named(session):
+            self.named.add(session)
         self.changed.set()
 
     async def step(self, session: Session, group: Group) -> None:
@@ -152,7 +154,7 @@ class Director:
 
     def _notice(self, session: Session, group: Group) -> None:
         """A session that names an isolation level no longer reads committed."""
-        if session.store == "postgresql" and names_isolation(session, group):
+        if session.store == "postgresql" and names_isolation(group.statements):
             self.named.add(session)
 
     def ready(self, session: Session, errors: list[str]) -> None:

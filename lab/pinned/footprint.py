@@ -109,8 +109,7 @@ def footprint(
     nothing its locks do not show (lab/gate/commits.py); then the end of a transaction
     that wrote is `ended`, with the locks it let go of, instead of commuting with nothing."""
     everything = everything or _unseen(before, after, status)
-    serializable = any(mode == "SIReadLock" for _, mode in before.locks)
-    ended = fresh and everything == ENDED and not serializable
+    ended = fresh and everything == ENDED and not _serializable(before)
     if everything and not ended:
         return Footprint(actor, everything=everything)
     if status == ("I", "I"):  # nothing ran on the session
@@ -164,8 +163,12 @@ def _unseen(before: Look, after: Look, status: tuple[str, str]) -> str:
 def _wrote_nothing(before: Look, after: Look) -> bool:
     """Whether a transaction that just ended had no id, none was given out while it ended,
     and it held no serializable read (see the module doc)."""
-    serializable = any(mode == "SIReadLock" for _, mode in before.locks)
-    return not before.xid and _same_next(before, after) and not serializable
+    return not before.xid and _same_next(before, after) and not _serializable(before)
+
+
+def _serializable(look: Look) -> bool:
+    """Whether the session held a serializable read (its end moves what no lock shows)."""
+    return any(mode == "SIReadLock" for _, mode in look.locks)
 
 
 def _same_next(before: Look, after: Look) -> bool:
